@@ -1,0 +1,13 @@
+package sandbox
+
+import (
+	"os"
+	"testing"
+
+	"github.com/metnos/agent/sandbox/shim"
+)
+
+func TestMain(m *testing.M) {
+	shim.MainIfShim()
+	os.Exit(m.Run())
+}

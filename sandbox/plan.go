@@ -1,0 +1,316 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/metnos/agent/sandbox/shim"
+)
+
+// within reports whether path equals root or lies beneath it, by whole
+// path components.
+func within(path, root string) bool {
+	if root == "/" {
+		return strings.HasPrefix(path, "/")
+	}
+	return path == root || strings.HasPrefix(path, root+"/")
+}
+
+// bind is one mount of the bwrap view, used to tell what a path is
+// inside the sandbox.
+type bind struct {
+	path  string
+	write bool
+	host  bool // false for a private tmpfs (the host path is hidden)
+}
+
+// viewBinds lists the mounts bwrapArgs makes, shallowest first.
+func viewBinds(p Policy) []bind {
+	var bs []bind
+	switch {
+	case p.RootWritable:
+		bs = append(bs, bind{"/", true, true})
+	case p.RootReadable:
+		bs = append(bs, bind{"/", false, true})
+	default:
+		for _, s := range p.System {
+			bs = append(bs, bind{s, false, true})
+		}
+	}
+	if !p.RealDev {
+		bs = append(bs, bind{"/dev", true, false})
+	}
+	bs = append(bs, bind{"/proc", false, false})
+	if !privateTmpKept(p) {
+		bs = append(bs, bind{"/tmp", true, false})
+	}
+	for _, g := range p.Grants {
+		bs = append(bs, bind{g.Path, g.Access == Write, true})
+	}
+	sort.SliceStable(bs, func(i, j int) bool { return len(bs[i].path) < len(bs[j].path) })
+	return bs
+}
+
+// privateTmpKept is true for the profile that works on the real host
+// /tmp (full-fs-no-net); every other gets a private tmpfs.
+func privateTmpKept(p Policy) bool { return p.RootWritable && p.RealDev }
+
+// lookupView tells whether the host path is visible in the bwrap view
+// and whether it is writable there.
+func lookupView(bs []bind, path string) (visible, writable bool) {
+	var best *bind
+	for i := range bs {
+		if within(path, bs[i].path) && (best == nil || len(bs[i].path) >= len(best.path)) {
+			best = &bs[i]
+		}
+	}
+	if best == nil {
+		return false, false
+	}
+	return best.host, best.write
+}
+
+// placeholder is a mount point bwrap creates on the host to mask an
+// absent nucleus path beneath a writable bind; Created lists the path
+// components that did not exist, deepest last.
+type placeholder struct {
+	Path    string
+	Created []string
+}
+
+// bwrapArgs returns bubblewrap's arguments for p, up to and including
+// "--" and the shim executable, and the placeholders it will create.
+func bwrapArgs(p Policy, shimExe, dir string) ([]string, []placeholder) {
+	a := []string{"--unshare-user", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"}
+	if !p.SharePID {
+		a = append(a, "--unshare-pid")
+	}
+	if !p.Network {
+		a = append(a, "--unshare-net")
+	}
+	a = append(a, "--die-with-parent", "--new-session", "--cap-drop", "ALL")
+	switch {
+	case p.RootWritable && p.RealDev:
+		a = append(a, "--dev-bind", "/", "/", "--dev-bind", "/dev", "/dev")
+	case p.RootWritable:
+		a = append(a, "--bind", "/", "/")
+	case p.RootReadable:
+		a = append(a, "--ro-bind", "/", "/")
+	default:
+		for _, s := range p.System {
+			a = append(a, "--ro-bind", s, s)
+		}
+	}
+	if !p.RealDev {
+		a = append(a, "--dev", "/dev")
+	}
+	a = append(a, "--proc", "/proc")
+	if !privateTmpKept(p) {
+		a = append(a, "--tmpfs", "/tmp")
+	}
+	binds := viewBinds(p)
+	for _, g := range p.Grants {
+		if g.Access == Write {
+			a = append(a, "--bind", g.Path, g.Path)
+		} else {
+			a = append(a, "--ro-bind", g.Path, g.Path)
+		}
+	}
+	for _, g := range p.Grants {
+		if g.Via != "" {
+			if vis, _ := lookupView(binds, g.Via); !vis {
+				a = append(a, "--symlink", g.Path, g.Via)
+			}
+		}
+	}
+	if shimExe != "" {
+		a = append(a, "--ro-bind", shimExe, shimExe)
+	}
+	var phs []placeholder
+	for i, m := range p.Masks {
+		if coveredByEarlier(p.Masks[:i], m.Path) {
+			continue
+		}
+		vis, wr := lookupView(binds, m.Path)
+		if !vis {
+			continue
+		}
+		fi, err := os.Lstat(m.Path)
+		switch {
+		case err == nil && fi.Mode()&os.ModeSymlink != 0:
+			// The link's target carries its own mask.
+			continue
+		case err == nil && fi.IsDir():
+			a = append(a, "--tmpfs", m.Path, "--remount-ro", m.Path)
+		case err == nil:
+			a = append(a, "--ro-bind", "/dev/null", m.Path)
+		case wr:
+			phs = append(phs, placeholder{Path: m.Path, Created: missingComponents(m.Path)})
+			if m.Kind == MaskFile {
+				a = append(a, "--ro-bind", "/dev/null", m.Path)
+			} else {
+				a = append(a, "--tmpfs", m.Path, "--remount-ro", m.Path)
+			}
+		}
+	}
+	if dir != "" {
+		a = append(a, "--chdir", dir)
+	}
+	a = append(a, "--")
+	if shimExe != "" {
+		a = append(a, shimExe)
+	}
+	return a, phs
+}
+
+func coveredByEarlier(ms []Mask, path string) bool {
+	for _, m := range ms {
+		if within(path, m.Path) {
+			return true
+		}
+	}
+	return false
+}
+
+// missingComponents lists path and those of its parents that do not
+// exist, shallowest first.
+func missingComponents(path string) []string {
+	var out []string
+	for p := path; p != "/" && p != "."; p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); err == nil {
+			break
+		}
+		out = append([]string{p}, out...)
+	}
+	return out
+}
+
+// devFiles are the device nodes a command gets without bwrap's private
+// /dev.
+var devFiles = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}
+
+// landlockRules returns the Landlock rules mirroring p. Inside bwrap the
+// mounts already hide masked paths and make read-only grants read-only,
+// so the rules follow the binds one to one. Without bwrap (inBwrap
+// false) Landlock is the only file boundary; since its rules only add
+// rights, every rule whose directory holds a masked path, or a read-only
+// grant beneath a writable rule, is split into rules for its entries,
+// leaving out the masked ones: the split directory itself then gets no
+// right at all (it cannot be listed, and nothing can be created directly
+// in it). tmpDir is the run's private temporary directory (landlock-only
+// mode).
+func landlockRules(p Policy, inBwrap bool, tmpDir string) []shim.Rule {
+	var rules []shim.Rule
+	switch {
+	case p.RootWritable:
+		rules = append(rules, shim.Rule{Path: "/", Write: true, Dev: p.RealDev})
+	case p.RootReadable:
+		rules = append(rules, shim.Rule{Path: "/"})
+	default:
+		for _, s := range p.System {
+			rules = append(rules, shim.Rule{Path: s})
+		}
+	}
+	rules = append(rules, shim.Rule{Path: "/proc"})
+	if inBwrap {
+		rules = append(rules, shim.Rule{Path: "/tmp", Write: true}, shim.Rule{Path: "/dev", Write: true, Dev: true})
+	} else {
+		if tmpDir != "" {
+			rules = append(rules, shim.Rule{Path: tmpDir, Write: true})
+		}
+		for _, d := range devFiles {
+			rules = append(rules, shim.Rule{Path: d, Write: true, File: true})
+		}
+	}
+	for _, g := range p.Grants {
+		rules = append(rules, shim.Rule{Path: g.Path, Write: g.Access == Write, File: isFile(g.Path)})
+	}
+	if inBwrap {
+		return rules
+	}
+	var masks, readOnly []string
+	for _, m := range p.Masks {
+		masks = append(masks, m.Path)
+	}
+	for _, g := range p.Grants {
+		if g.Access == Read {
+			readOnly = append(readOnly, g.Path)
+		}
+	}
+	var out []shim.Rule
+	for _, r := range rules {
+		excl := beneath(masks, r.Path)
+		if r.Write {
+			excl = append(excl, beneath(readOnly, r.Path)...)
+		}
+		if coveredByEarlier(maskList(masks), r.Path) {
+			continue
+		}
+		if len(excl) == 0 || r.File {
+			out = append(out, r)
+			continue
+		}
+		out = splitRule(out, r, excl)
+	}
+	return out
+}
+
+func maskList(paths []string) []Mask {
+	ms := make([]Mask, len(paths))
+	for i, p := range paths {
+		ms[i] = Mask{Path: p}
+	}
+	return ms
+}
+
+// beneath returns the paths strictly beneath root.
+func beneath(paths []string, root string) []string {
+	var out []string
+	for _, p := range paths {
+		if p != root && within(p, root) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func isFile(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && !fi.IsDir()
+}
+
+// splitRule replaces rule r by rules on the entries of its directory,
+// recursing into entries that hold an excluded path and leaving out the
+// excluded entries themselves. Symbolic links get no rule: access through
+// one needs a right on its target.
+func splitRule(out []shim.Rule, r shim.Rule, excl []string) []shim.Rule {
+	ents, err := os.ReadDir(r.Path)
+	if err != nil {
+		return out
+	}
+	for _, e := range ents {
+		child := filepath.Join(r.Path, e.Name())
+		if e.Type()&os.ModeSymlink != 0 {
+			continue
+		}
+		skip, deeper := false, false
+		for _, x := range excl {
+			if x == child {
+				skip = true
+			} else if within(x, child) {
+				deeper = true
+			}
+		}
+		switch {
+		case skip:
+		case deeper && e.IsDir():
+			out = splitRule(out, shim.Rule{Path: child, Write: r.Write, Dev: r.Dev}, excl)
+		case deeper:
+		default:
+			out = append(out, shim.Rule{Path: child, Write: r.Write, File: !e.IsDir(), Dev: r.Dev})
+		}
+	}
+	return out
+}

@@ -1,0 +1,116 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	seccomp "github.com/elastic/go-seccomp-bpf"
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+)
+
+var (
+	probeMu    sync.Mutex
+	probeCache = map[string]Caps{}
+)
+
+// Probe reports what this machine offers. bwrap is looked up on the
+// agent's own PATH (or METNOS_BWRAP); the result is cached per bwrap path
+// for the life of the process, so only the first call runs bwrap.
+func Probe() Caps {
+	bw := os.Getenv("METNOS_BWRAP")
+	if bw == "" {
+		bw, _ = exec.LookPath("bwrap")
+	}
+	if bw != "" {
+		if abs, err := filepath.Abs(bw); err == nil {
+			bw = abs
+		}
+	}
+	key := bw + "\x00" + os.Getenv("METNOS_SANDBOX")
+	probeMu.Lock()
+	defer probeMu.Unlock()
+	if c, ok := probeCache[key]; ok {
+		return c
+	}
+	c := Caps{OS: "linux", Bwrap: bw, LandlockPinned: 7}
+	c.LandlockABI, _ = llsys.LandlockGetABIVersion()
+	c.Seccomp = seccomp.Supported()
+	if v := strings.ToLower(os.Getenv("METNOS_SANDBOX")); v == "0" || v == "off" || v == "no" || v == "false" {
+		c.Disabled = "disabled by METNOS_SANDBOX=" + os.Getenv("METNOS_SANDBOX")
+	}
+	if bw == "" {
+		c.BwrapError = "bwrap not found on PATH (install bubblewrap)"
+	} else {
+		c.BwrapVersion, c.BwrapUsable, c.BwrapError = probeBwrap(bw)
+	}
+	c.Cgroup, c.CgroupNote = probeCgroup()
+	probeCache[key] = c
+	return c
+}
+
+// probeBwrap runs bwrap once with every namespace the sandbox asks for.
+func probeBwrap(bw string) (version string, ok bool, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, bw, "--version").Output(); err == nil {
+		version = strings.TrimSpace(string(out))
+	}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bw, "--unshare-user", "--unshare-ipc", "--unshare-uts", "--unshare-pid",
+		"--unshare-net", "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+		"--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "/bin/true")
+	cmd.Env = []string{}
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		hint := ""
+		switch {
+		case strings.Contains(msg, "uid map") || strings.Contains(msg, "RTM_NEWADDR"):
+			hint = " (user namespaces are restricted here, e.g. by AppArmor's apparmor_restrict_unprivileged_userns)"
+		case strings.Contains(msg, "No space left") || strings.Contains(msg, "Operation not permitted"):
+			hint = " (user namespaces are disabled or exhausted: check user.max_user_namespaces)"
+		}
+		return version, false, "bwrap cannot create its namespaces: " + msg + hint
+	}
+	return version, true, ""
+}
+
+// probeCgroup looks for a delegated cgroup v2 with the memory and pids
+// controllers, which would let limits hold for the whole tree.
+func probeCgroup() (string, string) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", "cannot read /proc/self/cgroup"
+	}
+	var rel string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "0::") {
+			rel = strings.TrimPrefix(line, "0::")
+		}
+	}
+	if rel == "" {
+		return "", "no cgroup v2 hierarchy for this process"
+	}
+	for _, mnt := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		dir := filepath.Join(mnt, rel)
+		ctrl, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+		if err != nil {
+			continue
+		}
+		have := " " + strings.TrimSpace(string(ctrl)) + " "
+		if !strings.Contains(have, " memory ") || !strings.Contains(have, " pids ") {
+			return "", "cgroup v2 at " + dir + " lacks the memory and pids controllers (have:" + strings.TrimRight(have, " ") + "); limits use rlimits"
+		}
+		return "", "cgroup v2 at " + dir + " has memory and pids, but delegated sub-cgroups are not used yet; limits use rlimits"
+	}
+	return "", "no cgroup v2 mount found; limits use rlimits"
+}

@@ -1,0 +1,149 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Limits bound a run. Zero fields take the defaults in [DefaultLimits].
+type Limits struct {
+	// Timeout is the wall-clock deadline; the whole process tree is
+	// killed when it passes.
+	Timeout time.Duration `json:"timeout"`
+	// MemoryBytes caps memory (address space under rlimits, memory.max
+	// under a cgroup).
+	MemoryBytes int64 `json:"memory_bytes"`
+	// MaxProcs caps how many processes and threads the command may run
+	// at once, itself included.
+	MaxProcs int `json:"max_procs"`
+	// OutputBytes caps stdout and stderr, each; the rest is drained
+	// and dropped and the Output says it was truncated.
+	OutputBytes int `json:"output_bytes"`
+	// FileBytes caps the size of any single file the command writes.
+	FileBytes int64 `json:"file_bytes"`
+}
+
+// DefaultLimits are the limits used for zero fields: sensible for a
+// small Python executor.
+var DefaultLimits = Limits{
+	Timeout:     60 * time.Second,
+	MemoryBytes: 1 << 30,
+	MaxProcs:    64,
+	OutputBytes: 8 << 20,
+	FileBytes:   4 << 30,
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	if l.Timeout > 0 {
+		d.Timeout = l.Timeout
+	}
+	if l.MemoryBytes > 0 {
+		d.MemoryBytes = l.MemoryBytes
+	}
+	if l.MaxProcs > 0 {
+		d.MaxProcs = l.MaxProcs
+	}
+	if l.OutputBytes > 0 {
+		d.OutputBytes = l.OutputBytes
+	}
+	if l.FileBytes > 0 {
+		d.FileBytes = l.FileBytes
+	}
+	return d
+}
+
+// Request is one command to run in a sandbox.
+type Request struct {
+	// Argv is the command and its arguments. Argv[0] is looked up in
+	// the PATH given in Env (or a default system PATH) when it has no
+	// slash.
+	Argv []string
+	// Stdin is fed to the command, then closed. Nil means empty.
+	Stdin []byte
+	// Env is the command's whole environment, as "KEY=value". The
+	// sandbox starts from nothing: no variable of the agent's own
+	// environment reaches the command unless it is listed here.
+	Env []string
+	// Dir is the working directory; it must be visible in the sandbox.
+	// Empty means "/" (or the first grant, when there is one).
+	Dir string
+	// Policy says what the command may touch.
+	Policy Policy
+	// Limits bound the run.
+	Limits Limits
+	// MinSandbox is the agent-wide minimum; the stronger of it and
+	// Policy.MinSandbox applies.
+	MinSandbox Level
+}
+
+// Output is what a run produced and how it was isolated.
+type Output struct {
+	Stdout          []byte `json:"stdout"`
+	Stderr          []byte `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+	// ExitCode is the command's exit status, or -1 when it was killed
+	// by a signal.
+	ExitCode int `json:"exit_code"`
+	// Signal names the signal that killed the command, if one did.
+	Signal string `json:"signal,omitempty"`
+	// Wall is the elapsed time from start to the end of the tree.
+	Wall time.Duration `json:"wall_ns"`
+	// TimedOut is true when the deadline killed the tree.
+	TimedOut bool `json:"timed_out,omitempty"`
+	// OOMKilled is true only when the kernel reported an OOM kill of
+	// the run (cgroup memory.events); rlimit failures show up as the
+	// command's own errors instead.
+	OOMKilled bool `json:"oom_killed,omitempty"`
+	// Sandbox names the layers actually applied, joined by "+":
+	// "bwrap+landlock+seccomp", "landlock+seccomp", "seccomp", "none".
+	Sandbox string `json:"sandbox"`
+	// Reason says why Sandbox is weaker than the best this machine
+	// could give for the Policy; empty when it is not.
+	Reason string `json:"reason,omitempty"`
+	// Limits says how the limits were enforced: "cgroup" or "rlimit".
+	LimitsBy string `json:"limits_by,omitempty"`
+	// Policy is the fingerprint of the Policy that was applied.
+	Policy string `json:"policy"`
+}
+
+// ErrRefused is wrapped by every error that refuses a run because the
+// sandbox this machine can give is weaker than the Policy, the
+// manifest or the agent requires. Nothing was started.
+var ErrRefused = errors.New("sandbox refused")
+
+// RefusedError is the error Run returns when it will not start the
+// command. It wraps [ErrRefused].
+type RefusedError struct {
+	// Have is the sandbox word this machine could give.
+	Have string
+	// Why explains what was required and what is missing.
+	Why string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("sandbox refused: %s (this machine gives %q)", e.Why, e.Have)
+}
+
+// Unwrap returns [ErrRefused].
+func (e *RefusedError) Unwrap() error { return ErrRefused }
+
+// Run runs req.Argv in the strongest sandbox this machine offers for
+// req.Policy and returns what it printed and how it ended.
+//
+// A command that runs and fails is not an error: its exit status is in
+// the Output. Run returns an error only when the command could not be
+// started, or when it refused to start it (a [*RefusedError]): the
+// Policy needs a kernel network cut or a minimum sandbox this machine
+// cannot give.
+func Run(ctx context.Context, req Request) (Output, error) {
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return Output{}, errors.New("sandbox: empty command")
+	}
+	req.Limits = req.Limits.withDefaults()
+	req.Policy.Normalize()
+	return run(ctx, req)
+}

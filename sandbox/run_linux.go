@@ -1,0 +1,446 @@
+package sandbox
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/metnos/agent/sandbox/shim"
+	"golang.org/x/sys/unix"
+)
+
+// layers is one choice of isolation layers.
+type layers struct{ bwrap, landlock, seccomp bool }
+
+func (l layers) word() string {
+	var w []string
+	if l.bwrap {
+		w = append(w, "bwrap")
+	}
+	if l.landlock {
+		w = append(w, "landlock")
+	}
+	if l.seccomp {
+		w = append(w, "seccomp")
+	}
+	if len(w) == 0 {
+		return "none"
+	}
+	return strings.Join(w, "+")
+}
+
+func (l layers) level() Level {
+	switch {
+	case l.bwrap && l.landlock && l.seccomp:
+		return LevelFull
+	case l.bwrap || l.landlock:
+		return LevelIsolated
+	case l.seccomp:
+		return LevelContained
+	}
+	return LevelNone
+}
+
+// Plan is how Run would sandbox a Policy on this machine: the layers and
+// why not more. Doctor prints it for each profile.
+type Plan struct {
+	// Sandbox is the word Run would report.
+	Sandbox string `json:"sandbox"`
+	// Best is the word this machine could give with every layer it has.
+	Best string `json:"best"`
+	// Reason says why Sandbox is weaker than the full set of layers.
+	Reason string `json:"reason,omitempty"`
+	// Refused is set when Run would refuse this Policy here.
+	Refused string `json:"refused,omitempty"`
+	lay     layers
+}
+
+// PlanFor returns how Run would sandbox p (with the agent-wide minimum
+// min) on this machine, without running anything.
+func PlanFor(p Policy, min Level) Plan {
+	c := Probe()
+	best := layers{bwrap: c.BwrapUsable, landlock: c.LandlockABI > 0, seccomp: c.Seccomp}
+	use := best
+	var why []string
+	if c.Disabled != "" {
+		use = layers{}
+		why = append(why, c.Disabled)
+	}
+	if !c.BwrapUsable {
+		why = append(why, c.BwrapError)
+	}
+	if c.LandlockABI == 0 {
+		why = append(why, "the kernel has no Landlock (needs Linux 5.13+ with landlock in the lsm= list)")
+	}
+	if !c.Seccomp {
+		why = append(why, "the kernel does not support seccomp filters")
+	}
+	pl := Plan{Sandbox: use.word(), Best: best.word(), lay: use}
+	if use != (layers{true, true, true}) {
+		pl.Reason = strings.Join(why, "; ")
+	}
+	need := p.MinSandbox
+	if min > need {
+		need = min
+	}
+	switch {
+	case p.NoFallback && !use.bwrap:
+		pl.Refused = fmt.Sprintf("profile %s needs bubblewrap's namespaces and will not fall back: %s", p.Profile, pl.Reason)
+	case !p.Network && !use.bwrap && !use.seccomp:
+		pl.Refused = "the policy cuts the network, and without bwrap or seccomp nothing here can enforce the cut: " + pl.Reason
+	case use.level() < need:
+		pl.Refused = fmt.Sprintf("minimum sandbox %q not met: %s", need, pl.Reason)
+	}
+	return pl
+}
+
+func run(ctx context.Context, req Request) (Output, error) {
+	p := req.Policy
+	pl := PlanFor(p, req.MinSandbox)
+	out := Output{Policy: p.Fingerprint(), Sandbox: "none", LimitsBy: "rlimit"}
+	if pl.Refused != "" {
+		return out, &RefusedError{Have: pl.Sandbox, Why: pl.Refused}
+	}
+	use := pl.lay
+
+	exe, err := shimExecutable()
+	if err != nil {
+		return out, err
+	}
+	env := append([]string(nil), req.Env...)
+	if !hasEnv(env, "PATH") {
+		env = append(env, "PATH=/usr/local/bin:/usr/bin:/bin")
+	}
+	dir := req.Dir
+	if dir == "" {
+		dir = "/"
+	}
+	lim := req.Limits
+	spec := shim.Spec{
+		Landlock: use.landlock,
+		Seccomp:  use.seccomp,
+		NetCut:   !p.Network,
+		Unix:     p.UnixSockets,
+		Rlimits: map[string]uint64{
+			"as":    uint64(lim.MemoryBytes),
+			"fsize": uint64(lim.FileBytes),
+			"core":  0,
+		},
+	}
+	var argv []string
+	var phs []placeholder
+	if use.bwrap {
+		// A new user namespace counts its own processes, so the limit
+		// is exact there.
+		spec.Rlimits["nproc"] = uint64(lim.MaxProcs)
+		spec.Rules = landlockRules(p, true, "")
+		spec.Supervise = p.SharePID
+		var bargs []string
+		bargs, phs = bwrapArgs(p, exe, dir)
+		argv = append([]string{Probe().Bwrap}, bargs...)
+	} else {
+		// Without a user namespace RLIMIT_NPROC counts every process of
+		// this uid, so the limit is what already runs plus MaxProcs.
+		spec.Rlimits["nproc"] = uint64(countTasks(os.Getuid()) + lim.MaxProcs)
+		tmp, err := os.MkdirTemp("", "metnos-run-")
+		if err != nil {
+			return out, fmt.Errorf("sandbox: private temporary directory: %w", err)
+		}
+		defer os.RemoveAll(tmp)
+		env = setEnv(env, "TMPDIR", tmp)
+		spec.Rules = landlockRules(p, false, tmp)
+		spec.Supervise = true
+		spec.Dir = dir
+		argv = []string{exe}
+	}
+	sargs, err := shim.EncodeArgs(spec, req.Argv)
+	if err != nil {
+		return out, err
+	}
+	argv = append(argv, sargs...)
+
+	release := holdPlaceholders(phs)
+	defer release()
+
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return out, fmt.Errorf("sandbox: status pipe: %w", err)
+	}
+	defer statusR.Close()
+	stdout := &capped{limit: lim.OutputBytes}
+	stderr := &capped{limit: lim.OutputBytes}
+	cmd := &exec.Cmd{Path: argv[0], Args: argv, Env: env, Dir: "/"}
+	cmd.Stdin = strings.NewReader(string(req.Stdin))
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.ExtraFiles = []*os.File{statusW}
+	cmd.WaitDelay = 2 * time.Second
+	sig := syscall.SIGKILL
+	if spec.Supervise {
+		sig = syscall.SIGTERM
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: sig}
+
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		statusW.Close()
+		return out, fmt.Errorf("sandbox: starting %s: %w", argv[0], err)
+	}
+	statusW.Close()
+	if use.bwrap {
+		out.Sandbox = "bwrap"
+	}
+	statusc := make(chan []shim.Status, 1)
+	go func() { statusc <- readStatus(statusR) }()
+	waitc := make(chan error, 1)
+	go func() { waitc <- cmd.Wait() }()
+
+	timer := time.NewTimer(lim.Timeout)
+	defer timer.Stop()
+	var werr, ctxErr error
+	select {
+	case werr = <-waitc:
+	case <-timer.C:
+		out.TimedOut = true
+		werr = killTree(cmd, spec.Supervise, waitc)
+	case <-ctx.Done():
+		ctxErr = ctx.Err()
+		werr = killTree(cmd, spec.Supervise, waitc)
+	}
+	out.Wall = time.Since(start)
+	sts := <-statusc
+	out.Stdout, out.StdoutTruncated = stdout.buf, stdout.dropped
+	out.Stderr, out.StderrTruncated = stderr.buf, stderr.dropped
+
+	var ready, final *shim.Status
+	for i := range sts {
+		switch {
+		case sts[i].Ready:
+			ready = &sts[i]
+		case sts[i].Exited:
+			final = &sts[i]
+		case sts[i].Error != "" && ready == nil:
+			return out, fmt.Errorf("sandbox: could not start %s: %s", req.Argv[0], sts[i].Error)
+		}
+	}
+	if ready == nil {
+		if out.TimedOut || ctxErr != nil {
+			return out, ctxErr
+		}
+		return out, fmt.Errorf("sandbox: the sandbox for %s failed before the command started: %s", req.Argv[0], firstLine(stderr.buf, werr))
+	}
+	out.Sandbox = layers{bwrap: use.bwrap, landlock: ready.Landlock, seccomp: ready.Seccomp}.word()
+	if out.Sandbox != pl.Best {
+		out.Reason = pl.Reason
+		if out.Reason == "" {
+			out.Reason = fmt.Sprintf("the shim applied %q where %q was expected", out.Sandbox, pl.Best)
+		}
+	}
+	switch {
+	case final != nil:
+		out.ExitCode, out.Signal = final.ExitCode, final.Signal
+	default:
+		out.ExitCode, out.Signal = exitStatus(cmd.ProcessState, use.bwrap)
+	}
+	if out.TimedOut {
+		out.ExitCode, out.Signal = -1, "SIGKILL"
+	}
+	return out, ctxErr
+}
+
+// killTree ends the run's whole process tree: inside bwrap's PID
+// namespace killing bwrap is enough; a supervisor is asked first (it
+// kills its descendants), then the group is killed.
+func killTree(cmd *exec.Cmd, supervised bool, waitc chan error) error {
+	pid := cmd.Process.Pid
+	if supervised {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		select {
+		case err := <-waitc:
+			return err
+		case <-time.After(3 * time.Second):
+		}
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	return <-waitc
+}
+
+func exitStatus(ps *os.ProcessState, bwrap bool) (int, string) {
+	if ps == nil {
+		return -1, ""
+	}
+	ws := ps.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return -1, unix.SignalName(ws.Signal())
+	}
+	code := ws.ExitStatus()
+	// bwrap reports a command killed by signal n as 128+n.
+	if bwrap && code > 128 && code <= 128+31 {
+		return -1, unix.SignalName(syscall.Signal(code - 128))
+	}
+	return code, ""
+}
+
+func readStatus(r *os.File) []shim.Status {
+	var out []shim.Status
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		var s shim.Status
+		if json.Unmarshal(sc.Bytes(), &s) == nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func firstLine(b []byte, err error) string {
+	s := strings.TrimSpace(string(b))
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if s == "" && err != nil {
+		s = err.Error()
+	}
+	return s
+}
+
+// shimExecutable finds the shim: $METNOS_SHIM, else metnos-shim next to
+// this executable (the lean binary), else this executable itself, which
+// must call shim.MainIfShim first thing in main.
+func shimExecutable() (string, error) {
+	if s := os.Getenv("METNOS_SHIM"); s != "" {
+		return s, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("sandbox: locating the shim: %w", err)
+	}
+	sib := strings.TrimSuffix(self, "metnos-agent")
+	if sib != self {
+		sib += "metnos-shim"
+		if fi, err := os.Stat(sib); err == nil && fi.Mode()&0o111 != 0 {
+			return sib, nil
+		}
+	}
+	return self, nil
+}
+
+// countTasks counts the tasks (threads included, as RLIMIT_NPROC does)
+// whose real uid is uid.
+func countTasks(uid int) int {
+	ents, _ := os.ReadDir("/proc")
+	n := 0
+	want := strconv.Itoa(uid)
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		var mine bool
+		threads := 1
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 {
+				switch f[0] {
+				case "Uid:":
+					mine = f[1] == want
+				case "Threads:":
+					threads, _ = strconv.Atoi(f[1])
+				}
+			}
+		}
+		if mine {
+			n += threads
+		}
+	}
+	return n
+}
+
+func hasEnv(env []string, key string) bool {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, key+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+func setEnv(env []string, key, val string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, key+"=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, key+"="+val)
+}
+
+// capped keeps the first limit bytes written and counts the rest.
+type capped struct {
+	limit   int
+	buf     []byte
+	dropped bool
+}
+
+func (c *capped) Write(b []byte) (int, error) {
+	if room := c.limit - len(c.buf); room > 0 {
+		if len(b) <= room {
+			c.buf = append(c.buf, b...)
+			return len(b), nil
+		}
+		c.buf = append(c.buf, b[:room]...)
+	}
+	c.dropped = true
+	return len(b), nil
+}
+
+var (
+	placeholderMu   sync.Mutex
+	placeholderRefs = map[string]int{}
+)
+
+// holdPlaceholders counts the placeholders a run's bwrap creates, and
+// returns the function that removes them (when empty, and when no other
+// run of this process still masks them) after the run.
+func holdPlaceholders(phs []placeholder) func() {
+	if len(phs) == 0 {
+		return func() {}
+	}
+	placeholderMu.Lock()
+	for _, ph := range phs {
+		placeholderRefs[ph.Path]++
+	}
+	placeholderMu.Unlock()
+	return func() {
+		placeholderMu.Lock()
+		defer placeholderMu.Unlock()
+		for _, ph := range phs {
+			placeholderRefs[ph.Path]--
+			if placeholderRefs[ph.Path] > 0 {
+				continue
+			}
+			delete(placeholderRefs, ph.Path)
+			for i := len(ph.Created) - 1; i >= 0; i-- {
+				p := ph.Created[i]
+				if fi, err := os.Lstat(p); err == nil && !fi.IsDir() && fi.Size() != 0 {
+					break
+				}
+				if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+					slog.Debug("sandbox: placeholder left in place", "path", p, "err", err)
+					break
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,140 @@
+// Package shim is the small program that runs inside the sandbox, between
+// bubblewrap (when there is one) and the command: it sets rlimits, drops
+// every capability, sets no_new_privs, applies Landlock and seccomp to
+// itself and then executes the command, so that the command starts already
+// confined. Where no PID namespace holds the process tree, a second shim
+// process supervises: it becomes a child subreaper, runs the confined shim
+// as its child, and kills every descendant when the command ends or the
+// deadline passes.
+//
+// The shim is re-executed for every run, so this package links nothing
+// heavy: no net/http, no tsnet. It is reached either through the lean
+// cmd/metnos-shim binary or through the agent binary's hidden [Arg]
+// subcommand.
+//
+// The shim reports to its parent through file descriptor 3: one JSON
+// [Status] line just before it executes the command (the layers it really
+// applied), or one with Error set when it could not. The descriptor is
+// close-on-exec, so end-of-file right after the ready line means the
+// command is running.
+package shim
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+)
+
+// Arg is the hidden first argument that turns a binary into the shim:
+// <binary> Arg <spec JSON> -- <command> [args...].
+const Arg = "__metnos-shim"
+
+// StatusFD is the descriptor on which the shim reports its [Status].
+const StatusFD = 3
+
+// ExitShimFailed is the exit status of a shim that failed before
+// executing the command (its Status line says why).
+const ExitShimFailed = 125
+
+// Rule is one Landlock rule: a path and what may be done beneath it.
+type Rule struct {
+	Path  string `json:"p"`
+	Write bool   `json:"w,omitempty"`
+	// File marks a rule on a single file rather than a directory.
+	File bool `json:"f,omitempty"`
+	// Dev allows ioctl on device files beneath it.
+	Dev bool `json:"d,omitempty"`
+}
+
+// Spec is what the agent asks of the shim. It travels as one argv
+// element so that nothing else needs to cross bwrap.
+type Spec struct {
+	// Supervise makes this shim a supervisor: it runs itself again (with
+	// Supervise false) as a child and kills the whole tree at the end.
+	Supervise bool `json:"supervise,omitempty"`
+	// Landlock applies Rules with Landlock (pinned ABI, best effort down
+	// to what the kernel has). When false, no Landlock ruleset is made.
+	Landlock bool   `json:"landlock,omitempty"`
+	Rules    []Rule `json:"rules,omitempty"`
+	// Seccomp installs the deny-list filter.
+	Seccomp bool `json:"seccomp,omitempty"`
+	// NetCut denies TCP bind/connect (Landlock) and every socket family
+	// but AF_UNIX (seccomp).
+	NetCut bool `json:"net_cut,omitempty"`
+	// Unix allows AF_UNIX sockets (socketpair is always allowed).
+	Unix bool `json:"unix,omitempty"`
+	// Rlimits to set, by name: "as", "nproc", "fsize", "nofile", "core".
+	Rlimits map[string]uint64 `json:"rlimits,omitempty"`
+	// Dir is the working directory to enter before restricting.
+	Dir string `json:"dir,omitempty"`
+}
+
+// Status is the shim's report on descriptor 3.
+type Status struct {
+	// Ready is true on the line written just before exec.
+	Ready bool `json:"ready,omitempty"`
+	// LandlockABI is the ABI the kernel gave, 0 when it has none.
+	LandlockABI int `json:"landlock_abi"`
+	// Landlock is true when a Landlock ruleset was enforced.
+	Landlock bool `json:"landlock,omitempty"`
+	// Seccomp is true when the seccomp filter was installed.
+	Seccomp bool `json:"seccomp,omitempty"`
+	// NoNewPrivs and CapsDropped report the privilege state checked
+	// after dropping.
+	NoNewPrivs  bool `json:"nnp,omitempty"`
+	CapsDropped bool `json:"caps_dropped,omitempty"`
+	// Error is set when the shim failed; the command did not run.
+	Error string `json:"error,omitempty"`
+	// Exited, ExitCode and Signal are sent by a supervisor when the
+	// command has ended.
+	Exited   bool   `json:"exited,omitempty"`
+	ExitCode int    `json:"exit_code,omitempty"`
+	Signal   string `json:"signal,omitempty"`
+}
+
+// EncodeArgs returns the argv, after the binary itself, that runs argv
+// under the shim with spec.
+func EncodeArgs(spec Spec, argv []string) ([]string, error) {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("shim: encoding spec: %w", err)
+	}
+	return append([]string{Arg, string(b), "--"}, argv...), nil
+}
+
+// MainIfShim runs the shim and never returns when os.Args[1] is [Arg];
+// otherwise it returns at once. Binaries that can serve as the shim call
+// it first thing in main (and tests in TestMain).
+func MainIfShim() {
+	if len(os.Args) > 1 && os.Args[1] == Arg {
+		os.Exit(Main(os.Args[2:]))
+	}
+}
+
+// Main runs the shim on args (spec JSON, "--", command...) and returns
+// an exit status only when it fails; on success it does not return.
+func Main(args []string) int {
+	status := os.NewFile(StatusFD, "shim-status")
+	if len(args) < 3 || args[1] != "--" {
+		return fail(status, fmt.Errorf("usage: %s SPEC -- COMMAND [ARG...]", Arg))
+	}
+	var spec Spec
+	if err := json.Unmarshal([]byte(args[0]), &spec); err != nil {
+		return fail(status, fmt.Errorf("decoding spec: %w", err))
+	}
+	return run(status, spec, args[0], args[2:])
+}
+
+func fail(status *os.File, err error) int {
+	report(status, Status{Error: err.Error()})
+	fmt.Fprintf(os.Stderr, "metnos-shim: %v\n", err)
+	return ExitShimFailed
+}
+
+func report(status *os.File, s Status) {
+	if status == nil {
+		return
+	}
+	b, _ := json.Marshal(s)
+	status.Write(append(b, '\n'))
+}

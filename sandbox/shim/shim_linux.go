@@ -1,0 +1,306 @@
+package shim
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+)
+
+// LandlockConfig is the Landlock ABI the shim is written against (V7:
+// file access, TCP bind/connect, abstract-socket and signal scoping). On
+// an older kernel the shim applies what the kernel has and reports the
+// ABI it got; it never asks for more than V7 without a code change.
+var LandlockConfig = landlock.V7
+
+func run(status *os.File, spec Spec, raw string, argv []string) int {
+	if spec.Supervise {
+		return supervise(status, raw, argv)
+	}
+	// Everything below is per thread (capabilities, no_new_privs,
+	// Landlock and seccomp without TSYNC); execve keeps this thread's
+	// credentials, so the thread stays locked until exec.
+	runtime.LockOSThread()
+	unix.CloseOnExec(StatusFD)
+
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return fail(status, fmt.Errorf("command %q: %w", argv[0], err))
+	}
+	if spec.Dir != "" {
+		if err := os.Chdir(spec.Dir); err != nil {
+			return fail(status, fmt.Errorf("working directory: %w", err))
+		}
+	}
+	if err := setRlimits(spec.Rlimits); err != nil {
+		return fail(status, err)
+	}
+	var st Status
+	if st.CapsDropped, err = dropCapabilities(); err != nil {
+		return fail(status, err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fail(status, fmt.Errorf("setting no_new_privs: %w", err))
+	}
+	st.NoNewPrivs = true
+	st.LandlockABI, _ = llsys.LandlockGetABIVersion()
+	if spec.Landlock && st.LandlockABI > 0 {
+		if err := applyLandlock(spec); err != nil {
+			return fail(status, err)
+		}
+		st.Landlock = true
+	}
+	if spec.Seccomp {
+		if err := applySeccomp(spec); err != nil {
+			return fail(status, err)
+		}
+		st.Seccomp = true
+	}
+	st.Ready = true
+	report(status, st)
+	err = syscall.Exec(path, argv, os.Environ())
+	// Only reached when exec failed; the status fd is closed by now
+	// only if exec succeeded, so report once more.
+	return fail(status, fmt.Errorf("executing %s: %w", path, err))
+}
+
+var rlimitNames = map[string]int{
+	"as":     unix.RLIMIT_AS,
+	"nproc":  unix.RLIMIT_NPROC,
+	"fsize":  unix.RLIMIT_FSIZE,
+	"nofile": unix.RLIMIT_NOFILE,
+	"core":   unix.RLIMIT_CORE,
+}
+
+func setRlimits(limits map[string]uint64) error {
+	for name, v := range limits {
+		res, ok := rlimitNames[name]
+		if !ok {
+			return fmt.Errorf("unknown rlimit %q", name)
+		}
+		lim := unix.Rlimit{Cur: v, Max: v}
+		var old unix.Rlimit
+		if err := unix.Getrlimit(res, &old); err == nil && old.Max < v {
+			// Never raise a hard limit the agent was already given.
+			lim = unix.Rlimit{Cur: old.Max, Max: old.Max}
+		}
+		if err := unix.Setrlimit(res, &lim); err != nil {
+			return fmt.Errorf("setting rlimit %s to %d: %w", name, v, err)
+		}
+	}
+	return nil
+}
+
+// dropCapabilities empties the bounding, ambient, inheritable, permitted
+// and effective sets of this thread and locks the securebits so that
+// executing as uid 0 gains nothing back. It fails if any capability
+// survives.
+func dropCapabilities() (bool, error) {
+	const secbits = 1<<0 | 1<<1 | 1<<2 | 1<<3 | 1<<4 | 1<<5 // NOROOT, NO_SETUID_FIXUP, KEEP_CAPS (+ locks)
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false, fmt.Errorf("reading capabilities: %w", err)
+	}
+	if data[0].Permitted|data[1].Permitted|data[0].Effective|data[1].Effective != 0 {
+		// Only a privileged shim can (and needs to) lock securebits
+		// and shrink the bounding set.
+		if cur, err := unix.PrctlRetInt(unix.PR_GET_SECUREBITS, 0, 0, 0, 0); err == nil && cur&secbits != secbits {
+			if err := unix.Prctl(unix.PR_SET_SECUREBITS, uintptr(cur|secbits)&^(1<<4), 0, 0, 0); err != nil {
+				return false, fmt.Errorf("locking securebits: %w", err)
+			}
+		}
+	}
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err != nil || in == 0 {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return false, fmt.Errorf("dropping capability %d from the bounding set: %w", c, err)
+		}
+	}
+	_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+	data = [2]unix.CapUserData{}
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return false, fmt.Errorf("dropping capabilities: %w", err)
+	}
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false, fmt.Errorf("reading capabilities: %w", err)
+	}
+	if data[0].Permitted|data[1].Permitted|data[0].Effective|data[1].Effective|data[0].Inheritable|data[1].Inheritable != 0 {
+		return false, errors.New("capabilities retained after dropping them; refusing to run")
+	}
+	return true, nil
+}
+
+func applyLandlock(spec Spec) error {
+	cfg := LandlockConfig
+	if !spec.NetCut {
+		cfg.HandledAccessNet = 0
+	}
+	var rules []landlock.Rule
+	for _, r := range spec.Rules {
+		var fr landlock.FSRule
+		switch {
+		case r.File && r.Write:
+			fr = landlock.RWFiles(r.Path)
+		case r.File:
+			fr = landlock.ROFiles(r.Path)
+		case r.Write:
+			fr = landlock.RWDirs(r.Path)
+		default:
+			fr = landlock.RODirs(r.Path)
+		}
+		if r.Dev {
+			fr = fr.WithIoctlDev()
+		}
+		rules = append(rules, fr.IgnoreIfMissing())
+	}
+	fd, flags, err := cfg.BestEffort().NewRulesetFD(rules...)
+	if err != nil {
+		return fmt.Errorf("building the Landlock ruleset: %w", err)
+	}
+	if fd < 0 {
+		return nil
+	}
+	defer unix.Close(fd)
+	if err := llsys.LandlockRestrictSelf(fd, flags); err != nil {
+		return fmt.Errorf("enforcing Landlock: %w", err)
+	}
+	return nil
+}
+
+// supervise runs the confined shim as a child, as a subreaper, and kills
+// every descendant when the child ends or this process is told to stop
+// (SIGTERM from the agent at the deadline, or the agent's death).
+func supervise(status *os.File, raw string, argv []string) int {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fail(status, fmt.Errorf("becoming a subreaper: %w", err))
+	}
+	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGTERM), 0, 0, 0)
+	unix.CloseOnExec(StatusFD)
+
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
+
+	inner := strings.Replace(raw, `"supervise":true`, `"supervise":false`, 1)
+	self, err := os.Executable()
+	if err != nil {
+		self = "/proc/self/exe"
+	}
+	cmd := exec.Command(self, append([]string{Arg, inner, "--"}, argv...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.ExtraFiles = []*os.File{status}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fail(status, fmt.Errorf("starting the confined shim: %w", err))
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+
+	var st Status
+	select {
+	case err = <-done:
+	case <-stop:
+		killDescendants()
+		err = <-done
+	}
+	// The command is gone; nothing it left behind may outlive it.
+	killDescendants()
+	st.Exited = true
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		ws := ee.Sys().(syscall.WaitStatus)
+		if ws.Signaled() {
+			st.ExitCode = -1
+			st.Signal = unix.SignalName(ws.Signal())
+		} else {
+			st.ExitCode = ws.ExitStatus()
+		}
+	default:
+		return fail(status, err)
+	}
+	report(status, st)
+	if st.Signal != "" {
+		return 128 + int(unix.SignalNum(st.Signal))
+	}
+	return st.ExitCode
+}
+
+// killDescendants SIGKILLs every process below this one until none is
+// left. Orphans re-parent to us (we are a subreaper), so the tree can only
+// shrink while we walk it.
+func killDescendants() {
+	self := os.Getpid()
+	for round := 0; round < 200; round++ {
+		kids := descendants(self)
+		if len(kids) == 0 {
+			return
+		}
+		for _, pid := range kids {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		// Reap what we can without blocking the Wait goroutine's child.
+		for {
+			var ws unix.WaitStatus
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG|unix.WALL, nil)
+			if pid <= 0 || err != nil {
+				break
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// descendants lists the live processes below root, read from /proc.
+func descendants(root int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	parent := map[int]int{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...; comm may hold spaces and parens.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 || f[0] == "Z" {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		parent[pid] = ppid
+	}
+	var out []int
+	for pid := range parent {
+		for p, n := parent[pid], 0; p != 0 && n < 4096; p, n = parent[p], n+1 {
+			if p == root {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
+}
