@@ -1,0 +1,502 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+)
+
+// Capability is one [[capabilities]] entry of an executor manifest:
+// a name such as "fs:read", "fs:write" or "network:http", and the
+// glob-style hints that say where it applies ("~/notes/**").
+type Capability struct {
+	Name  string   `toml:"name" json:"name"`
+	Hints []string `toml:"hint" json:"hint"`
+}
+
+// Autonomy is the Metnos autonomy level (seed 000 §6).
+type Autonomy string
+
+// The autonomy levels. The empty Autonomy means AutonomySupervised.
+const (
+	// AutonomyReadonly forces every grant to read-only.
+	AutonomyReadonly Autonomy = "readonly"
+	// AutonomySupervised applies the manifest as it is.
+	AutonomySupervised Autonomy = "supervised"
+	// AutonomyFull opens the network whatever the manifest says.
+	AutonomyFull Autonomy = "full"
+)
+
+// DeriveInput is everything [Derive] reads.
+type DeriveInput struct {
+	// Capabilities are the executor manifest's [[capabilities]].
+	Capabilities []Capability
+	// Args are the invocation arguments as decoded by encoding/json
+	// (map[string]any, []any, string, float64, ...).
+	Args any
+	// Autonomy is the autonomy level; "" means supervised.
+	Autonomy Autonomy
+	// MinSandbox is the manifest's [placement] min_sandbox, in any
+	// form [ParseLevel] accepts.
+	MinSandbox string
+	// Extra are grants the caller adds: the executor directory, the
+	// shim directory, the interpreter root, the user data directory.
+	// Their paths may be unresolved ("~" is expanded) and are resolved,
+	// skipped when missing and dropped when masked like any other.
+	Extra []Grant
+	// Host is the device the policy is for.
+	Host Host
+}
+
+// Derive builds the [ProfileManifest] Policy of one executor invocation
+// from its manifest capabilities and arguments (protocol §8.1, seed 000
+// §3.5):
+//
+//   - a capability of family net or network (the text before the first
+//     ':' or '.' of its name) opens the network;
+//   - a capability of family fs turns each hint into a grant of the
+//     hint's root (the hint cut before its first glob segment), writable
+//     only when the text after the first ':' is exactly "write" (so
+//     "fs.write" is read-only); bare and relative hints are ignored;
+//   - when any fs capability exists, every string in Args that is an
+//     anchored path ("/…", "~", "~/…") adds its deepest existing
+//     directory, with the strongest access of the fs capabilities.
+//
+// Every grant path is resolved (symlinks included); missing paths are
+// skipped and paths inside the nucleus or the session IPC are dropped.
+// AutonomyReadonly forces every grant, Extra ones included, to Read;
+// AutonomyFull opens the network.
+func Derive(in DeriveInput) (Policy, error) {
+	h := in.Host
+	if err := checkHost(h); err != nil {
+		return Policy{}, err
+	}
+	minLevel, err := ParseLevel(in.MinSandbox)
+	if err != nil {
+		return Policy{}, err
+	}
+	switch in.Autonomy {
+	case "", AutonomyReadonly, AutonomySupervised, AutonomyFull:
+	default:
+		return Policy{}, fmt.Errorf("sandbox: unknown autonomy %q (want readonly, supervised or full)", in.Autonomy)
+	}
+	masks := append(Nucleus(h), SessionIPC(h)...)
+	p := Policy{
+		Profile:    ProfileManifest,
+		System:     systemPaths(h),
+		Masks:      masks,
+		MinSandbox: minLevel,
+	}
+	home := filepath.Clean(h.Home)
+
+	var grants []Grant
+	hasFS, maxAccess := false, Read
+	for _, c := range in.Capabilities {
+		family, mode := capabilityFamilyMode(c.Name)
+		switch family {
+		case "net", "network":
+			p.Network = true
+		case "fs":
+			hasFS = true
+			access := Read
+			if mode == "write" {
+				access, maxAccess = Write, Write
+			}
+			for _, hint := range c.Hints {
+				root, ok := hintRoot(hint)
+				if !ok {
+					continue
+				}
+				named := filepath.Clean(expandTilde(root, home))
+				if g, ok := derivedGrant(named, access, c.Name+" hint "+hint, masks); ok {
+					grants = append(grants, g)
+				}
+			}
+		}
+	}
+	if hasFS {
+		walkArgStrings(in.Args, 0, func(s string) {
+			named, ok := argPath(s, home)
+			if !ok {
+				return
+			}
+			dir, ok := deepestDir(named)
+			if !ok {
+				return
+			}
+			if g, ok := derivedGrant(dir, maxAccess, "arg "+s, masks); ok {
+				grants = append(grants, g)
+			}
+		})
+	}
+	for _, e := range in.Extra {
+		named := expandTilde(e.Path, home)
+		if !filepath.IsAbs(named) {
+			return Policy{}, fmt.Errorf("sandbox: extra grant %q is not an absolute path", e.Path)
+		}
+		access := e.Access
+		if access != Write {
+			access = Read
+		}
+		why := e.Why
+		if why == "" {
+			why = "extra"
+		}
+		g, ok := derivedGrant(filepath.Clean(named), access, why, masks)
+		if !ok {
+			continue
+		}
+		if g.Via == "" {
+			g.Via = e.Via
+		}
+		grants = append(grants, g)
+	}
+
+	switch in.Autonomy {
+	case AutonomyReadonly:
+		for i := range grants {
+			grants[i].Access = Read
+		}
+	case AutonomyFull:
+		p.Network = true
+	}
+	p.Grants = sortGrants(grants)
+	p.Normalize()
+	return p, nil
+}
+
+// ProfileInput is what [ForProfile] reads to build one of the named
+// profiles.
+type ProfileInput struct {
+	// Profile is readonly, supervised, full or full-fs-no-net.
+	// ProfileManifest is built by [Derive] instead.
+	Profile Profile
+	// Read and Write are paths named explicitly (the CLI's --read and
+	// --write). "~" is expanded and relative paths are made absolute
+	// against the working directory. They must exist.
+	Read, Write []string
+	// Network asks for the network (the CLI's --net).
+	Network bool
+	// Host is the device the policy is for.
+	Host Host
+}
+
+// ForProfile builds the Policy of a named profile (seed 001 §3, seed
+// 003) with the explicit grants of in added:
+//
+//   - readonly: the whole root readable, every grant read-only;
+//   - supervised: the system paths and the grants only;
+//   - full: the whole root writable, the network open;
+//   - full-fs-no-net: the whole root writable, the real /dev, the host's
+//     PIDs, Unix sockets, the network cut and no fallback to a weaker
+//     sandbox; asking for the network with it is an error.
+//
+// The network follows in.Network for readonly and supervised. The
+// nucleus and the session IPC are masked in every profile. Unlike
+// [Derive], a path that does not exist or lies inside a mask is an
+// error, since the user named it.
+func ForProfile(in ProfileInput) (Policy, error) {
+	h := in.Host
+	if err := checkHost(h); err != nil {
+		return Policy{}, err
+	}
+	p := Policy{
+		Profile: in.Profile,
+		System:  systemPaths(h),
+		Masks:   append(Nucleus(h), SessionIPC(h)...),
+		Network: in.Network,
+	}
+	switch in.Profile {
+	case ProfileReadonly:
+		p.RootReadable = true
+	case ProfileSupervised:
+	case ProfileFull:
+		p.RootWritable = true
+		p.Network = true
+	case ProfileFullFSNoNet:
+		if in.Network {
+			return Policy{}, errors.New("sandbox: profile full-fs-no-net cuts the network; --net contradicts it")
+		}
+		p.RootWritable = true
+		p.RealDev = true
+		p.SharePID = true
+		p.Network = false
+		p.UnixSockets = true
+		p.NoFallback = true
+		p.MinSandbox = LevelFull
+	case ProfileManifest:
+		return Policy{}, errors.New("sandbox: profile manifest is built from an executor manifest by Derive (want readonly, supervised, full or full-fs-no-net)")
+	default:
+		return Policy{}, fmt.Errorf("sandbox: unknown profile %q (want readonly, supervised, full or full-fs-no-net)", in.Profile)
+	}
+
+	var grants []Grant
+	add := func(flag, name string, access Access) error {
+		if in.Profile == ProfileReadonly {
+			access = Read
+		}
+		g, err := profileGrant(flag, name, access, h.Home, p.Masks)
+		if err != nil {
+			return err
+		}
+		if g.Path == "/" && access == Write && !p.RootWritable {
+			return fmt.Errorf("sandbox: %s %s: the root can only be granted read-only (the full profiles make it writable)", flag, name)
+		}
+		grants = append(grants, g)
+		return nil
+	}
+	for _, r := range in.Read {
+		if err := add("--read", r, Read); err != nil {
+			return Policy{}, err
+		}
+	}
+	for _, w := range in.Write {
+		if err := add("--write", w, Write); err != nil {
+			return Policy{}, err
+		}
+	}
+	p.Grants = sortGrants(grants)
+	p.Normalize()
+	return p, nil
+}
+
+// checkHost refuses a Host without an absolute home: the nucleus is
+// home-relative, so it could not be masked.
+func checkHost(h Host) error {
+	if !filepath.IsAbs(h.Home) {
+		return fmt.Errorf("sandbox: host home %q is not an absolute path", h.Home)
+	}
+	return nil
+}
+
+// systemPaths returns those of h.SystemPaths (or of the default list)
+// that exist.
+func systemPaths(h Host) []string {
+	cands := h.SystemPaths
+	if len(cands) == 0 {
+		cands = defaultSystemPaths
+	}
+	var out []string
+	for _, p := range cands {
+		if _, err := os.Stat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// capabilityFamilyMode splits a capability name into its family, the
+// text before the first ':' or '.', and its mode, the text after the
+// first ':' ("" when there is none).
+func capabilityFamilyMode(name string) (family, mode string) {
+	family = name
+	if i := strings.IndexAny(name, ":."); i >= 0 {
+		family = name[:i]
+	}
+	if _, m, ok := strings.Cut(name, ":"); ok {
+		mode = m
+	}
+	return family, mode
+}
+
+// hintRoot cuts a glob-style hint to the directory it is rooted at: the
+// path up to its first segment holding a glob character ('*', '?',
+// '['), so that "~/notes/**" gives "~/notes" and "/a/b*/c" gives "/a".
+// Only anchored roots ("/…", "~", "~/…") are returned; "*", "**" and
+// relative hints give ok == false. The root is not expanded.
+func hintRoot(hint string) (root string, ok bool) {
+	hint = strings.TrimSpace(hint)
+	segs := strings.Split(hint, "/")
+	for i, s := range segs {
+		if strings.ContainsAny(s, "*?[") {
+			segs = segs[:i]
+			break
+		}
+	}
+	root = strings.Join(segs, "/")
+	switch {
+	case root == "" && strings.HasPrefix(hint, "/"):
+		return "/", true // "/**"
+	case strings.HasPrefix(root, "/"), root == "~", strings.HasPrefix(root, "~/"):
+		return root, true
+	}
+	return "", false
+}
+
+// isWindowsAnchored reports whether s is an anchored Windows path:
+// "C:\…", "C:/…", "\\server\…" or "~\…".
+func isWindowsAnchored(s string) bool {
+	if len(s) >= 3 && s[1] == ':' && (s[2] == '\\' || s[2] == '/') &&
+		('a' <= s[0] && s[0] <= 'z' || 'A' <= s[0] && s[0] <= 'Z') {
+		return true
+	}
+	return strings.HasPrefix(s, `\\`) || strings.HasPrefix(s, `~\`)
+}
+
+// argPath reports whether the argument string s looks like an anchored
+// path and returns it cut at its first '{', with "~" expanded, cleaned.
+// Windows forms are recognized but skipped on other systems, and so are
+// strings holding a NUL or a line break, which no real path argument has.
+func argPath(s, home string) (string, bool) {
+	if strings.ContainsAny(s, "\x00\n\r") {
+		return "", false
+	}
+	if filepath.Separator == '/' && isWindowsAnchored(s) {
+		return "", false
+	}
+	if !strings.HasPrefix(s, "/") && s != "~" && !strings.HasPrefix(s, "~/") {
+		return "", false
+	}
+	if i := strings.IndexByte(s, '{'); i >= 0 {
+		s = s[:i]
+	}
+	return filepath.Clean(expandTilde(s, home)), true
+}
+
+// maxArgDepth bounds how deep walkArgStrings descends.
+const maxArgDepth = 64
+
+// walkArgStrings calls fn for every string in v: v itself, map values
+// and slice or array items, recursively. Map keys are not visited.
+func walkArgStrings(v any, depth int, fn func(string)) {
+	if depth > maxArgDepth {
+		return
+	}
+	switch v := v.(type) {
+	case nil:
+		return
+	case string:
+		fn(v)
+		return
+	case map[string]any:
+		for _, x := range v {
+			walkArgStrings(x, depth+1, fn)
+		}
+		return
+	case []any:
+		for _, x := range v {
+			walkArgStrings(x, depth+1, fn)
+		}
+		return
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.String:
+		fn(rv.String())
+	case reflect.Map:
+		it := rv.MapRange()
+		for it.Next() {
+			walkArgStrings(it.Value().Interface(), depth+1, fn)
+		}
+	case reflect.Slice, reflect.Array:
+		if rv.Type().Elem().Kind() == reflect.Uint8 {
+			return // bytes, not strings
+		}
+		for i := 0; i < rv.Len(); i++ {
+			walkArgStrings(rv.Index(i).Interface(), depth+1, fn)
+		}
+	case reflect.Pointer, reflect.Interface:
+		if !rv.IsNil() {
+			walkArgStrings(rv.Elem().Interface(), depth+1, fn)
+		}
+	}
+}
+
+// deepestDir returns the deepest existing directory at or above the
+// absolute, clean path p.
+func deepestDir(p string) (string, bool) {
+	for {
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			return p, true
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return "", false
+		}
+		p = parent
+	}
+}
+
+// resolveNamed resolves the symlinks of the absolute, clean path named
+// and reports the mask covering it, if the named or the resolved path
+// lies inside one.
+func resolveNamed(named string, masks []Mask) (resolved string, mask Mask, masked bool, err error) {
+	resolved, err = filepath.EvalSymlinks(named)
+	if err != nil {
+		return "", Mask{}, false, err
+	}
+	if m, ok := CoveredByMask(resolved, masks); ok {
+		return resolved, m, true, nil
+	}
+	if m, ok := CoveredByMask(named, masks); ok {
+		return resolved, m, true, nil
+	}
+	return resolved, Mask{}, false, nil
+}
+
+// derivedGrant resolves a grant for Derive: ok is false when the path
+// is missing or masked.
+func derivedGrant(named string, access Access, why string, masks []Mask) (Grant, bool) {
+	resolved, _, masked, err := resolveNamed(named, masks)
+	if err != nil || masked {
+		return Grant{}, false
+	}
+	g := Grant{Path: resolved, Access: access, Why: why}
+	if resolved != named {
+		g.Via = named
+	}
+	return g, true
+}
+
+// profileGrant resolves a path the user named with flag for ForProfile:
+// a missing or masked path is an error.
+func profileGrant(flag, name string, access Access, home string, masks []Mask) (Grant, error) {
+	if name == "" {
+		return Grant{}, fmt.Errorf("sandbox: %s: empty path", flag)
+	}
+	named, err := filepath.Abs(expandTilde(name, filepath.Clean(home)))
+	if err != nil {
+		return Grant{}, fmt.Errorf("sandbox: %s %s: %w", flag, name, err)
+	}
+	resolved, m, masked, err := resolveNamed(named, masks)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return Grant{}, fmt.Errorf("sandbox: %s %s: %w", flag, name, err)
+	}
+	if masked {
+		return Grant{}, fmt.Errorf("sandbox: %s %s: inside the device nucleus (%s); no grant can open it", flag, name, m.Why)
+	}
+	g := Grant{Path: resolved, Access: access, Why: flag + " " + name}
+	if resolved != named {
+		g.Via = named
+	}
+	return g, nil
+}
+
+// sortGrants orders grants by path, the strongest access and then the
+// named path first, so that [Policy.Normalize] keeps the same Via and
+// Why whatever order the capabilities and arguments came in.
+func sortGrants(gs []Grant) []Grant {
+	sort.SliceStable(gs, func(i, j int) bool {
+		a, b := gs[i], gs[j]
+		if a.Path != b.Path {
+			return a.Path < b.Path
+		}
+		if a.Access != b.Access {
+			return a.Access > b.Access
+		}
+		if a.Via != b.Via {
+			return a.Via < b.Via
+		}
+		return a.Why < b.Why
+	})
+	return gs
+}

@@ -1,0 +1,70 @@
+// Package sandbox runs a command confined to a [Policy], in the strongest
+// sandbox the operating system offers, and says honestly which one that
+// was.
+//
+// There is one entry point, [Run]. A [Policy] is plain data derived in one
+// portable place ([Derive] from an executor's manifest and arguments,
+// [ForProfile] for the named profiles); backends only translate it.
+//
+// # What Run guarantees on Linux
+//
+// With every layer ("bwrap+landlock+seccomp"):
+//
+//   - The command sees a mount view built by bubblewrap: the system
+//     directories read-only, a private /proc, /dev and /tmp (and so
+//     /dev/shm), and only the granted paths, read-only or writable as
+//     granted. Every path of the device nucleus ([Nucleus]: SSH and GPG
+//     keys, cloud and cluster credentials, password stores, browser
+//     profiles, the agent's own key and state, /etc/shadow...) and every
+//     session IPC endpoint ([SessionIPC]) that would be visible is covered
+//     by an empty read-only mount, whether or not it exists; an absent one
+//     under a writable grant is masked by a placeholder that bwrap creates
+//     and Run removes afterwards, so it cannot be created either.
+//   - It runs in new user, PID, IPC, UTS and cgroup namespaces and, unless
+//     the Policy allows the network, a new network namespace with only a
+//     loopback of its own. bwrap drops every capability, also when the
+//     agent runs as root.
+//   - Inside, the shim (package shim) sets no_new_privs, checks that no
+//     capability is left, and applies Landlock (file rules mirroring the
+//     mounts; without network, TCP bind and connect denied; abstract unix
+//     sockets and signals scoped to the sandbox) and a seccomp filter that
+//     denies ptrace and process_vm_*, module and kexec calls, mounts and
+//     namespaces (including clone with namespace flags), bpf, userfaultfd,
+//     perf_event_open, the keyrings, io_uring, handle-based opens,
+//     terminal injection, syscalls of a foreign ABI, and every socket
+//     family the Policy does not allow (AF_UNIX is denied unless the
+//     Policy asks for it; socketpair stays allowed).
+//   - The deadline kills the whole tree: the PID namespace dies with
+//     bwrap. When the command exits, whatever it left running dies too.
+//   - Memory, process count, file size and core dumps are bounded with
+//     rlimits (the process count is exact inside the user namespace).
+//
+// Without a usable bwrap (missing, or user namespaces refused) Run falls
+// back to the shim alone ("landlock+seccomp"): Landlock is then the only
+// file boundary, so every rule whose directory holds a masked path or a
+// read-only grant is split into rules for its entries (the directory
+// itself can then be neither listed nor written directly), /tmp is a
+// fresh private directory, and a supervising shim, a child subreaper,
+// kills every descendant at the end. With neither Landlock nor seccomp
+// the word is "none"; a Policy that cuts the network, a profile that
+// forbids fallback (full-fs-no-net) or a minimum the machine cannot meet
+// makes Run refuse with a [*RefusedError] rather than run weaker.
+//
+// # What it does not guarantee
+//
+//   - Landlock ABI 7 is what the shim is written against; an older kernel
+//     gives what it has (no TCP rules below 4, no scoping below 6) and
+//     [Probe] says so. Landlock does not restrict connect(2) to pathname
+//     unix sockets before ABI 9: the seccomp ban on AF_UNIX sockets is what
+//     keeps the command off host sockets, and a Policy with UnixSockets
+//     set relies on the masks alone.
+//   - A hard link that the host itself made from inside a grant to a
+//     secret file is the same file: masks work by path.
+//   - Rlimits bound each process's address space, not the tree's total;
+//     cgroup v2 limits are not used yet, so Output.OOMKilled stays false.
+//   - Inside bwrap a command that exits with status 128+n is reported as
+//     killed by signal n, as shells do.
+//   - The session IPC masks hide the user's session bus; rootful daemons'
+//     sockets elsewhere (the system bus, docker.sock) are reachable only
+//     when the Policy grants their directory and allows AF_UNIX.
+package sandbox

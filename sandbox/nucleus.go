@@ -1,0 +1,351 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Host is the facts of this device the derivation needs: where the
+// user's home is, which session endpoints exist and where the agent
+// keeps its own secrets. [HostFromEnv] reads them from the process;
+// tests build one by hand.
+type Host struct {
+	// Home is the user's home directory, absolute.
+	Home string
+	// UID is the user's numeric id, for /run/user/<uid>.
+	UID int
+	// RuntimeDir is $XDG_RUNTIME_DIR; it may be empty.
+	RuntimeDir string
+	// DBusSession is $DBUS_SESSION_BUS_ADDRESS; it may be empty.
+	DBusSession string
+	// AgentDataDirs are the agent's own data and configuration
+	// directories. The agent's key lives there, so they are masked.
+	AgentDataDirs []string
+	// SystemPaths are the candidates for Policy.System; those that
+	// exist are mounted read-only. Empty means /usr, /bin, /sbin, /lib,
+	// /lib64, /lib32, /etc, /opt and /var/lib/python3.
+	SystemPaths []string
+}
+
+// defaultSystemPaths are the read-only system paths of seed 000 §3.1.
+var defaultSystemPaths = []string{
+	"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32",
+	"/etc", "/opt", "/var/lib/python3",
+}
+
+// HostFromEnv describes the device the agent runs on: the home from
+// os.UserHomeDir, the uid from os.Getuid, $XDG_RUNTIME_DIR and
+// $DBUS_SESSION_BUS_ADDRESS from the environment, and as AgentDataDirs
+// ~/.config/metnos, ~/.local/share/metnos, ~/.cache/metnos and, when
+// set, $METNOS_DATA_DIR. SystemPaths is left empty (the default list).
+func HostFromEnv() (Host, error) {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return Host{}, fmt.Errorf("sandbox: finding the home directory: %w", err)
+	}
+	if !filepath.IsAbs(home) {
+		return Host{}, fmt.Errorf("sandbox: home directory %q is not absolute", home)
+	}
+	home = filepath.Clean(home)
+	h := Host{
+		Home:        home,
+		UID:         os.Getuid(),
+		RuntimeDir:  os.Getenv("XDG_RUNTIME_DIR"),
+		DBusSession: os.Getenv("DBUS_SESSION_BUS_ADDRESS"),
+		AgentDataDirs: []string{
+			filepath.Join(home, ".config", "metnos"),
+			filepath.Join(home, ".local", "share", "metnos"),
+			filepath.Join(home, ".cache", "metnos"),
+		},
+	}
+	if d := os.Getenv("METNOS_DATA_DIR"); d != "" {
+		d, err := filepath.Abs(expandTilde(d, home))
+		if err != nil {
+			return Host{}, fmt.Errorf("sandbox: METNOS_DATA_DIR: %w", err)
+		}
+		h.AgentDataDirs = append(h.AgentDataDirs, d)
+	}
+	return h, nil
+}
+
+// nucleusEntry is one path of the device nucleus. Paths starting with
+// "~/" are relative to the user's home.
+type nucleusEntry struct {
+	path string
+	kind MaskKind
+}
+
+// homeNucleus is the home-relative part of the device nucleus: the
+// credentials, keys, browser profiles and password stores of the user,
+// and the agent's own directories. It is fixed here on purpose (seed
+// 001 §8): a change needs a change of code.
+var homeNucleus = []nucleusEntry{
+	{"~/.ssh", MaskDir},
+	{"~/.gnupg", MaskDir},
+	{"~/.aws", MaskDir},
+	{"~/.azure", MaskDir},
+	{"~/.config/gcloud", MaskDir},
+	{"~/.gcloud", MaskDir},
+	{"~/.kube", MaskDir},
+	{"~/.docker", MaskDir},
+	{"~/.netrc", MaskFile},
+	{"~/.pypirc", MaskFile},
+	{"~/.npmrc", MaskFile},
+	{"~/.password-store", MaskDir},
+	{"~/.config/gh", MaskDir},
+	{"~/.config/claude", MaskDir},
+	{"~/.mozilla", MaskDir},
+	{"~/.config/google-chrome", MaskDir},
+	{"~/.config/chromium", MaskDir},
+	{"~/.config/BraveSoftware", MaskDir},
+	{"~/.config/microsoft-edge", MaskDir},
+	{"~/.var/app", MaskDir}, // flatpak app data, browser profiles included
+	{"~/.config/Bitwarden", MaskDir},
+	{"~/.config/1Password", MaskDir},
+	{"~/.local/share/keyrings", MaskDir},
+	{"~/.pki", MaskDir},
+	{"~/.git-credentials", MaskFile},
+	{"~/.config/git/credentials", MaskFile},
+	{"~/.vault-token", MaskFile},
+	{"~/.config/rclone", MaskDir},
+	{"~/.terraform.d", MaskDir},
+	{"~/.m2/settings.xml", MaskFile},
+	{"~/.cargo/credentials.toml", MaskFile},
+	// The agent's own directories: its key lives there.
+	{"~/.config/metnos", MaskDir},
+	{"~/.local/share/metnos", MaskDir},
+	{"~/.cache/metnos", MaskDir},
+}
+
+// systemNucleus is the system part of the device nucleus. /root is
+// added separately, unless it is the user's own home.
+var systemNucleus = []nucleusEntry{
+	{"/etc/shadow", MaskFile},
+	{"/etc/gshadow", MaskFile},
+	{"/etc/shadow-", MaskFile},
+	{"/etc/gshadow-", MaskFile},
+	{"/etc/ssh", MaskDir},
+	{"/etc/sudoers", MaskFile},
+	{"/etc/sudoers.d", MaskDir},
+	{"/var/backups", MaskDir},
+}
+
+// Nucleus returns the masks of the device nucleus on h: the paths no
+// grant can open, whether they exist or not. The list is fixed in code;
+// to it are added h.AgentDataDirs and, for every entry that resolves
+// elsewhere (a symlink, or beneath one), a second mask for the
+// resolved path. Nucleus returns nil when h.Home is not absolute.
+func Nucleus(h Host) []Mask {
+	if !filepath.IsAbs(h.Home) {
+		return nil
+	}
+	home := filepath.Clean(h.Home)
+	var ms []Mask
+	for _, e := range homeNucleus {
+		ms = append(ms, Mask{Path: expandTilde(e.path, home), Kind: e.kind, Why: e.path})
+	}
+	for _, d := range h.AgentDataDirs {
+		d = expandTilde(d, home)
+		if !filepath.IsAbs(d) {
+			continue
+		}
+		ms = append(ms, Mask{Path: filepath.Clean(d), Kind: MaskDir, Why: "agent data " + d})
+	}
+	for _, e := range systemNucleus {
+		ms = append(ms, Mask{Path: e.path, Kind: e.kind, Why: e.path})
+	}
+	if !pathWithin(home, "/root") {
+		ms = append(ms, Mask{Path: "/root", Kind: MaskDir, Why: "/root"})
+	}
+	return withLinkTargets(ms)
+}
+
+// SessionIPC returns the masks that hide the user's live session from
+// the sandbox (seed 003): $XDG_RUNTIME_DIR, /run/user/<uid> and
+// /tmp/.X11-unix, and the D-Bus session socket named by h.DBusSession
+// when it lies outside those directories. Abstract sockets need no
+// mask. The masks are returned whether or not the paths exist; an
+// entry that resolves elsewhere gets a second mask for its target.
+func SessionIPC(h Host) []Mask {
+	var ms []Mask
+	addDir := func(p, why string) {
+		if !filepath.IsAbs(p) {
+			return
+		}
+		p = filepath.Clean(p)
+		for _, m := range ms {
+			if m.Path == p {
+				return
+			}
+		}
+		ms = append(ms, Mask{Path: p, Kind: MaskDir, Why: why})
+	}
+	addDir(h.RuntimeDir, "session-ipc $XDG_RUNTIME_DIR")
+	addDir("/run/user/"+strconv.Itoa(h.UID), "session-ipc /run/user/"+strconv.Itoa(h.UID))
+	addDir("/tmp/.X11-unix", "session-ipc /tmp/.X11-unix")
+	dirs := len(ms)
+	for _, p := range dbusSocketPaths(h.DBusSession) {
+		if _, ok := CoveredByMask(p, ms[:dirs]); ok {
+			continue
+		}
+		if _, ok := CoveredByMask(p, ms[dirs:]); ok {
+			continue
+		}
+		ms = append(ms, Mask{Path: p, Kind: MaskFile, Why: "session-ipc $DBUS_SESSION_BUS_ADDRESS"})
+	}
+	return withLinkTargets(ms)
+}
+
+// dbusSocketPaths returns the filesystem sockets of a D-Bus address
+// list ("unix:path=/run/user/1000/bus;unix:abstract=/tmp/x"): the
+// unescaped, cleaned path= values of its unix: entries.
+func dbusSocketPaths(addr string) []string {
+	var out []string
+	for _, a := range strings.Split(addr, ";") {
+		transport, params, ok := strings.Cut(strings.TrimSpace(a), ":")
+		if !ok || transport != "unix" {
+			continue
+		}
+		for _, kv := range strings.Split(params, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k != "path" {
+				continue
+			}
+			if p, err := dbusUnescape(v); err == nil && filepath.IsAbs(p) {
+				out = append(out, filepath.Clean(p))
+			}
+		}
+	}
+	return out
+}
+
+// dbusUnescape undoes the %xx escaping of D-Bus address values.
+func dbusUnescape(s string) (string, error) {
+	if !strings.Contains(s, "%") {
+		return s, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+2 >= len(s) {
+			return "", errors.New("sandbox: truncated escape in D-Bus address")
+		}
+		n, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
+		if err != nil {
+			return "", fmt.Errorf("sandbox: bad escape in D-Bus address: %w", err)
+		}
+		b.WriteByte(byte(n))
+		i += 2
+	}
+	return b.String(), nil
+}
+
+// CoveredByMask reports whether path equals or lies beneath the path of
+// one of masks, comparing whole path components ("/a/bc" is not beneath
+// "/a/b"), and returns the first such mask. Both sides are cleaned;
+// nothing is resolved.
+func CoveredByMask(path string, masks []Mask) (Mask, bool) {
+	for _, m := range masks {
+		if pathWithin(path, m.Path) {
+			return m, true
+		}
+	}
+	return Mask{}, false
+}
+
+// pathWithin reports whether p equals dir or lies beneath it, by path
+// components. Both are cleaned first.
+func pathWithin(p, dir string) bool {
+	p, dir = filepath.Clean(p), filepath.Clean(dir)
+	if p == dir {
+		return true
+	}
+	if !strings.HasSuffix(dir, string(filepath.Separator)) {
+		dir += string(filepath.Separator)
+	}
+	return strings.HasPrefix(p, dir)
+}
+
+// expandTilde replaces a leading "~" or "~/" with home. Other paths,
+// "~user" among them, are returned unchanged.
+func expandTilde(p, home string) string {
+	if p == "~" {
+		return home
+	}
+	if strings.HasPrefix(p, "~/") {
+		return filepath.Join(home, p[2:])
+	}
+	return p
+}
+
+// withLinkTargets drops masks whose path is already listed and
+// appends, for each mask whose path resolves to another path, a mask
+// of the same kind for the resolved path.
+func withLinkTargets(in []Mask) []Mask {
+	seen := map[string]bool{}
+	var ms []Mask
+	add := func(m Mask) {
+		if !seen[m.Path] {
+			seen[m.Path] = true
+			ms = append(ms, m)
+		}
+	}
+	for _, m := range in {
+		add(m)
+	}
+	for _, m := range in {
+		if t := resolveLoose(m.Path); t != m.Path {
+			add(Mask{Path: t, Kind: m.Kind, Why: m.Why + " (link target)"})
+		}
+	}
+	return ms
+}
+
+// maxLinkHops bounds how many dangling symlinks resolveLoose follows.
+const maxLinkHops = 40
+
+// resolveLoose resolves the symlinks of an absolute path that need not
+// exist: the longest existing prefix is resolved with
+// filepath.EvalSymlinks, a dangling symlink right after it is followed
+// by hand, and the missing rest is appended unchanged.
+func resolveLoose(p string) string {
+	p = filepath.Clean(p)
+	for hops := 0; hops < maxLinkHops; hops++ {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return r
+		}
+		// Find the deepest ancestor that resolves.
+		dir, rest := p, []string(nil)
+		var base string
+		for {
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				return p
+			}
+			rest = append([]string{filepath.Base(dir)}, rest...)
+			dir = parent
+			if r, err := filepath.EvalSymlinks(dir); err == nil {
+				base = r
+				break
+			}
+		}
+		next := filepath.Join(base, rest[0])
+		target, err := os.Readlink(next)
+		if err != nil {
+			// Missing (or unreadable): nothing more to resolve.
+			return filepath.Join(append([]string{base}, rest...)...)
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(base, target)
+		}
+		p = filepath.Join(append([]string{target}, rest[1:]...)...)
+	}
+	return p
+}

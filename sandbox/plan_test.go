@@ -1,0 +1,124 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// planFixture lays out a small host tree under a temp dir: a home with
+// a present and an absent nucleus entry, a grant, a read-only grant
+// beneath it and a system dir. It returns the root and a Policy over it.
+func planFixture(t *testing.T) (string, Policy) {
+	t.Helper()
+	root := t.TempDir()
+	for _, d := range []string{"usr", "etc", "home/u/.ssh", "home/u/work/ro", "home/u/docs"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"etc/shadow", "home/u/.ssh/id_rsa", "home/u/.netrc", "home/u/notes.txt", "home/u/work/a"} {
+		if err := os.WriteFile(filepath.Join(root, f), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(root, "home/u/.ssh"), filepath.Join(root, "home/u/link")); err != nil {
+		t.Fatal(err)
+	}
+	r := func(p string) string { return filepath.Join(root, p) }
+	p := Policy{
+		Profile: ProfileSupervised,
+		System:  []string{r("usr"), r("etc")},
+		Grants: []Grant{
+			{Path: r("home/u"), Access: Write},
+			{Path: r("home/u/work/ro"), Access: Read},
+			{Path: r("home/u/docs"), Access: Read, Via: r("docs-link")},
+		},
+		Masks: []Mask{
+			{Path: r("etc/shadow"), Kind: MaskFile},
+			{Path: r("home/u/.ssh"), Kind: MaskDir},
+			{Path: r("home/u/.netrc"), Kind: MaskFile},
+			{Path: r("home/u/.kube"), Kind: MaskDir},
+			{Path: r("home/u/.config/gh"), Kind: MaskDir},
+			{Path: r("run/user/1000"), Kind: MaskDir},
+		},
+	}
+	p.Normalize()
+	return root, p
+}
+
+func checkPlanGolden(t *testing.T, name, root string, got any) {
+	t.Helper()
+	b, err := json.MarshalIndent(got, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(b), root, "$ROOT") + "\n"
+	file := filepath.Join("testdata", "plan", name+".golden")
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if text != string(want) {
+		t.Errorf("%s differs from %s (go test ./sandbox -run %s -update rewrites it):\n%s", name, file, t.Name(), text)
+	}
+}
+
+func TestBwrapArgsGolden(t *testing.T) {
+	root, p := planFixture(t)
+	args, phs := bwrapArgs(p, "/opt/metnos/metnos-shim", filepath.Join(root, "home/u/work"))
+	checkPlanGolden(t, "bwrap_supervised", root, map[string]any{"args": args, "placeholders": phs})
+
+	p.Network = true
+	p.RootWritable, p.RealDev, p.SharePID = true, true, true
+	args, _ = bwrapArgs(p, "/opt/metnos/metnos-shim", "/")
+	checkPlanGolden(t, "bwrap_full_fs", root, args)
+}
+
+func TestLandlockRulesGolden(t *testing.T) {
+	root, p := planFixture(t)
+	checkPlanGolden(t, "landlock_bwrap", root, landlockRules(p, true, ""))
+	// Without bwrap the home grant is split around .ssh, .netrc, the
+	// absent .kube and .config/gh, and the read-only work/ro.
+	checkPlanGolden(t, "landlock_only", root, landlockRules(p, false, filepath.Join(root, "tmp")))
+}
+
+func TestLandlockOnlyNeverGrantsMasked(t *testing.T) {
+	_, p := planFixture(t)
+	for _, r := range landlockRules(p, false, "") {
+		for _, m := range p.Masks {
+			if within(m.Path, r.Path) {
+				t.Errorf("rule %+v covers masked %s", r, m.Path)
+			}
+		}
+		for _, g := range p.Grants {
+			if g.Access == Read && r.Write && within(g.Path, r.Path) {
+				t.Errorf("writable rule %+v covers read-only grant %s", r, g.Path)
+			}
+		}
+	}
+}
+
+func TestWithin(t *testing.T) {
+	for _, c := range []struct {
+		path, root string
+		want       bool
+	}{
+		{"/a/b", "/a", true}, {"/a", "/a", true}, {"/ab", "/a", false},
+		{"/a", "/", true}, {"/", "/", true}, {"/a", "/a/b", false},
+	} {
+		if got := within(c.path, c.root); got != c.want {
+			t.Errorf("within(%q, %q) = %v, want %v", c.path, c.root, got, c.want)
+		}
+	}
+}

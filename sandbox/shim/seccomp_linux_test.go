@@ -1,0 +1,109 @@
+package shim
+
+import (
+	"bytes"
+	"encoding/binary"
+	"flag"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/seccomp_<arch>.golden")
+
+// seccompData lays out struct seccomp_data (nr, arch, instruction
+// pointer, six 64-bit arguments) as a little-endian kernel presents it to
+// a filter, for x/net/bpf's VM, which loads 32-bit words big-endian: each
+// word sits where the kernel has it, in the VM's byte order.
+func seccompData(nr int, args ...uint64) []byte {
+	b := make([]byte, 64)
+	binary.BigEndian.PutUint32(b[0:], uint32(nr))
+	for i, a := range args {
+		binary.BigEndian.PutUint32(b[16+8*i:], uint32(a))
+		binary.BigEndian.PutUint32(b[20+8*i:], uint32(a>>32))
+	}
+	return b
+}
+
+func TestArgFilter(t *testing.T) {
+	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
+		t.Skip("the test lays out seccomp_data little-endian")
+	}
+	const (
+		allow = unix.SECCOMP_RET_ALLOW
+		deny  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+	)
+	hi := uint64(1) << 32 // high bits the kernel ignores for 32-bit arguments
+	cases := []struct {
+		name string
+		spec Spec
+		nr   int
+		args []uint64
+		want uint32
+	}{
+		{"netcut inet", Spec{NetCut: true}, unix.SYS_SOCKET, []uint64{unix.AF_INET}, deny},
+		{"netcut inet6", Spec{NetCut: true}, unix.SYS_SOCKET, []uint64{unix.AF_INET6}, deny},
+		{"netcut unix denied", Spec{NetCut: true}, unix.SYS_SOCKET, []uint64{unix.AF_UNIX}, deny},
+		{"netcut unix allowed", Spec{NetCut: true, Unix: true}, unix.SYS_SOCKET, []uint64{unix.AF_UNIX}, allow},
+		{"netcut unix allowed, inet denied", Spec{NetCut: true, Unix: true}, unix.SYS_SOCKET, []uint64{unix.AF_INET}, deny},
+		{"net inet", Spec{}, unix.SYS_SOCKET, []uint64{unix.AF_INET}, allow},
+		{"net inet6", Spec{}, unix.SYS_SOCKET, []uint64{unix.AF_INET6}, allow},
+		{"net netlink", Spec{}, unix.SYS_SOCKET, []uint64{unix.AF_NETLINK}, allow},
+		{"net unix denied", Spec{}, unix.SYS_SOCKET, []uint64{unix.AF_UNIX}, deny},
+		{"net unix denied despite high bits", Spec{}, unix.SYS_SOCKET, []uint64{hi | unix.AF_UNIX}, deny},
+		{"net packet", Spec{}, unix.SYS_SOCKET, []uint64{unix.AF_PACKET}, deny},
+		{"net vsock", Spec{}, unix.SYS_SOCKET, []uint64{unix.AF_VSOCK}, deny},
+		{"clone thread", Spec{}, unix.SYS_CLONE, []uint64{unix.CLONE_VM | unix.CLONE_THREAD}, allow},
+		{"clone newuser", Spec{}, unix.SYS_CLONE, []uint64{unix.CLONE_NEWUSER}, deny},
+		{"clone newnet", Spec{}, unix.SYS_CLONE, []uint64{uint64(unix.SIGCHLD) | unix.CLONE_NEWNET}, deny},
+		{"ioctl tiocsti", Spec{}, unix.SYS_IOCTL, []uint64{0, unix.TIOCSTI}, deny},
+		{"ioctl tiocsti high bits", Spec{}, unix.SYS_IOCTL, []uint64{0, hi | unix.TIOCSTI}, deny},
+		{"ioctl tiocgwinsz", Spec{}, unix.SYS_IOCTL, []uint64{0, unix.TIOCGWINSZ}, allow},
+		{"read", Spec{NetCut: true}, unix.SYS_READ, nil, allow},
+		{"socketpair", Spec{NetCut: true}, unix.SYS_SOCKETPAIR, []uint64{unix.AF_UNIX}, allow},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			vm, err := bpf.NewVM(argFilter(c.spec))
+			if err != nil {
+				t.Fatalf("filter does not load: %v", err)
+			}
+			got, err := vm.Run(seccompData(c.nr, c.args...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if uint32(got) != c.want {
+				t.Errorf("filter returned %#x, want %#x", got, c.want)
+			}
+		})
+	}
+}
+
+func TestFilterPolicyGolden(t *testing.T) {
+	pol, err := FilterPolicy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := pol.Dump(&buf); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join("testdata", "seccomp_"+runtime.GOARCH+".golden")
+	if *update {
+		os.MkdirAll("testdata", 0o755)
+		if err := os.WriteFile(file, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(file)
+	if os.IsNotExist(err) {
+		t.Skipf("no golden filter for %s", runtime.GOARCH)
+	}
+	if !bytes.Equal(buf.Bytes(), want) {
+		t.Errorf("the seccomp filter changed; review it and run go test ./sandbox/shim -update:\n%s", buf.String())
+	}
+}
