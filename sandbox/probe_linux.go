@@ -46,6 +46,8 @@ func Probe() Caps {
 	}
 	if bw == "" {
 		c.BwrapError = "bwrap not found on PATH (install bubblewrap)"
+	} else if fi, err := os.Stat(bw); err != nil || fi.IsDir() {
+		c.BwrapError = "bwrap not found at " + bw + " (METNOS_BWRAP)"
 	} else {
 		c.BwrapVersion, c.BwrapUsable, c.BwrapError = probeBwrap(bw)
 	}

@@ -101,8 +101,9 @@ type Output struct {
 	// Sandbox names the layers actually applied, joined by "+":
 	// "bwrap+landlock+seccomp", "landlock+seccomp", "seccomp", "none".
 	Sandbox string `json:"sandbox"`
-	// Reason says why Sandbox is weaker than the best this machine
-	// could give for the Policy; empty when it is not.
+	// Reason says why Sandbox is weaker than every layer
+	// ("bwrap+landlock+seccomp"): what this machine lacks, or what
+	// turned a layer off. Empty when all were applied.
 	Reason string `json:"reason,omitempty"`
 	// Limits says how the limits were enforced: "cgroup" or "rlimit".
 	LimitsBy string `json:"limits_by,omitempty"`

@@ -58,7 +58,9 @@ type Plan struct {
 	Sandbox string `json:"sandbox"`
 	// Best is the word this machine could give with every layer it has.
 	Best string `json:"best"`
-	// Reason says why Sandbox is weaker than the full set of layers.
+	// Reason says why Sandbox is weaker than the full set of layers
+	// (bwrap+landlock+seccomp), whether the machine lacks a layer or the
+	// agent was told not to use it.
 	Reason string `json:"reason,omitempty"`
 	// Refused is set when Run would refuse this Policy here.
 	Refused string `json:"refused,omitempty"`
@@ -239,10 +241,10 @@ func run(ctx context.Context, req Request) (Output, error) {
 		return out, fmt.Errorf("sandbox: the sandbox for %s failed before the command started: %s", req.Argv[0], firstLine(stderr.buf, werr))
 	}
 	out.Sandbox = layers{bwrap: use.bwrap, landlock: ready.Landlock, seccomp: ready.Seccomp}.word()
-	if out.Sandbox != pl.Best {
+	if out.Sandbox != (layers{true, true, true}).word() {
 		out.Reason = pl.Reason
-		if out.Reason == "" {
-			out.Reason = fmt.Sprintf("the shim applied %q where %q was expected", out.Sandbox, pl.Best)
+		if want := pl.lay.word(); out.Sandbox != want {
+			out.Reason = strings.TrimPrefix(out.Reason+fmt.Sprintf("; the shim applied %q where %q was planned", out.Sandbox, want), "; ")
 		}
 	}
 	switch {

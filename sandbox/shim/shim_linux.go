@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
@@ -42,6 +43,11 @@ func run(status *os.File, spec Spec, raw string, argv []string) int {
 			return fail(status, fmt.Errorf("working directory: %w", err))
 		}
 	}
+	// RLIMIT_AS goes on last, right before execve: the Go runtime of
+	// this shim may already hold more address space than the command
+	// is allowed, and must not allocate under the limit.
+	asLimit, hasAS := spec.Rlimits["as"]
+	delete(spec.Rlimits, "as")
 	if err := setRlimits(spec.Rlimits); err != nil {
 		return fail(status, err)
 	}
@@ -68,10 +74,32 @@ func run(status *os.File, spec Spec, raw string, argv []string) int {
 	}
 	st.Ready = true
 	report(status, st)
-	err = syscall.Exec(path, argv, os.Environ())
-	// Only reached when exec failed; the status fd is closed by now
-	// only if exec succeeded, so report once more.
-	return fail(status, fmt.Errorf("executing %s: %w", path, err))
+	pathp, err := syscall.BytePtrFromString(path)
+	if err != nil {
+		return fail(status, err)
+	}
+	argvp, err := syscall.SlicePtrFromStrings(argv)
+	if err != nil {
+		return fail(status, err)
+	}
+	envp, err := syscall.SlicePtrFromStrings(os.Environ())
+	if err != nil {
+		return fail(status, err)
+	}
+	if hasAS {
+		lim := unix.Rlimit{Cur: asLimit, Max: asLimit}
+		var old unix.Rlimit
+		if unix.Getrlimit(unix.RLIMIT_AS, &old) == nil && old.Max < asLimit {
+			lim = old
+		}
+		if _, _, e := unix.RawSyscall6(unix.SYS_PRLIMIT64, 0, unix.RLIMIT_AS, uintptr(unsafe.Pointer(&lim)), 0, 0, 0); e != 0 {
+			return fail(status, fmt.Errorf("setting rlimit as: %w", e))
+		}
+	}
+	_, _, e := unix.RawSyscall(unix.SYS_EXECVE, uintptr(unsafe.Pointer(pathp)), uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])))
+	// Only reached when exec failed. Allocating may now fail under the
+	// address-space limit: the status line is what matters.
+	return fail(status, fmt.Errorf("executing %s: %w", path, e))
 }
 
 var rlimitNames = map[string]int{
@@ -190,8 +218,8 @@ func supervise(status *os.File, raw string, argv []string) int {
 	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGTERM), 0, 0, 0)
 	unix.CloseOnExec(StatusFD)
 
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
+	sigc := make(chan os.Signal, 16)
+	signal.Notify(sigc, unix.SIGCHLD, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
 
 	inner := strings.Replace(raw, `"supervise":true`, `"supervise":false`, 1)
 	self, err := os.Executable()
@@ -205,44 +233,59 @@ func supervise(status *os.File, raw string, argv []string) int {
 	if err := cmd.Start(); err != nil {
 		return fail(status, fmt.Errorf("starting the confined shim: %w", err))
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-
-	var st Status
-	select {
-	case err = <-done:
-	case <-stop:
-		killDescendants()
-		err = <-done
+	r := &reaper{main: cmd.Process.Pid}
+	for !r.done {
+		r.reap()
+		if r.done {
+			break
+		}
+		if s := <-sigc; s != unix.SIGCHLD {
+			_ = unix.Kill(r.main, unix.SIGKILL)
+			r.killDescendants()
+		}
 	}
 	// The command is gone; nothing it left behind may outlive it.
-	killDescendants()
-	st.Exited = true
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		ws := ee.Sys().(syscall.WaitStatus)
-		if ws.Signaled() {
-			st.ExitCode = -1
-			st.Signal = unix.SignalName(ws.Signal())
-		} else {
-			st.ExitCode = ws.ExitStatus()
-		}
-	default:
-		return fail(status, err)
+	r.killDescendants()
+	st := Status{Exited: true}
+	if r.status.Signaled() {
+		st.ExitCode = -1
+		st.Signal = unix.SignalName(r.status.Signal())
+	} else {
+		st.ExitCode = r.status.ExitStatus()
 	}
 	report(status, st)
 	if st.Signal != "" {
-		return 128 + int(unix.SignalNum(st.Signal))
+		return 128 + int(r.status.Signal())
 	}
 	return st.ExitCode
+}
+
+// reaper collects the supervisor's children, keeping the main child's
+// status.
+type reaper struct {
+	main   int
+	done   bool
+	status unix.WaitStatus
+}
+
+// reap collects every child that has ended, without blocking.
+func (r *reaper) reap() {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG|unix.WALL, nil)
+		if pid <= 0 || err != nil {
+			return
+		}
+		if pid == r.main {
+			r.done, r.status = true, ws
+		}
+	}
 }
 
 // killDescendants SIGKILLs every process below this one until none is
 // left. Orphans re-parent to us (we are a subreaper), so the tree can only
 // shrink while we walk it.
-func killDescendants() {
+func (r *reaper) killDescendants() {
 	self := os.Getpid()
 	for round := 0; round < 200; round++ {
 		kids := descendants(self)
@@ -252,14 +295,7 @@ func killDescendants() {
 		for _, pid := range kids {
 			_ = unix.Kill(pid, unix.SIGKILL)
 		}
-		// Reap what we can without blocking the Wait goroutine's child.
-		for {
-			var ws unix.WaitStatus
-			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG|unix.WALL, nil)
-			if pid <= 0 || err != nil {
-				break
-			}
-		}
+		r.reap()
 		time.Sleep(time.Millisecond)
 	}
 }
