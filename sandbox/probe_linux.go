@@ -17,12 +17,12 @@ import (
 var (
 	probeMu    sync.Mutex
 	probeCache = map[string]Caps{}
+	quickCache = map[string]Caps{}
 )
 
-// Probe reports what this machine offers. bwrap is looked up on the
-// agent's own PATH (or METNOS_BWRAP); the result is cached per bwrap path
-// for the life of the process, so only the first call runs bwrap.
-func Probe() Caps {
+// bwrapPath is the bubblewrap binary to use: $METNOS_BWRAP, else bwrap
+// on the agent's own PATH; "" when there is none.
+func bwrapPath() string {
 	bw := os.Getenv("METNOS_BWRAP")
 	if bw == "" {
 		bw, _ = exec.LookPath("bwrap")
@@ -32,12 +32,53 @@ func Probe() Caps {
 			bw = abs
 		}
 	}
+	return bw
+}
+
+// Probe reports what this machine offers. bwrap is looked up on the
+// agent's own PATH (or METNOS_BWRAP) and run once to see whether its
+// namespaces work here; the result is cached per bwrap path for the life
+// of the process.
+func Probe() Caps {
+	bw := bwrapPath()
 	key := bw + "\x00" + os.Getenv("METNOS_SANDBOX")
 	probeMu.Lock()
 	defer probeMu.Unlock()
 	if c, ok := probeCache[key]; ok {
 		return c
 	}
+	c := kernelCaps(bw)
+	if c.BwrapError == "" {
+		c.BwrapVersion, c.BwrapUsable, c.BwrapError = probeBwrap(bw)
+	}
+	c.Cgroup, c.CgroupNote = probeCgroup()
+	probeCache[key] = c
+	return c
+}
+
+// runCaps is what Run plans with. It does not start bwrap to find out
+// whether it works: that costs as much as a whole run. A bwrap that
+// exists is taken as usable until a run fails before its command
+// started, and then [Probe] decides (see run).
+func runCaps() Caps {
+	bw := bwrapPath()
+	key := bw + "\x00" + os.Getenv("METNOS_SANDBOX")
+	probeMu.Lock()
+	defer probeMu.Unlock()
+	if c, ok := probeCache[key]; ok {
+		return c
+	}
+	if c, ok := quickCache[key]; ok {
+		return c
+	}
+	c := kernelCaps(bw)
+	c.BwrapUsable = c.BwrapError == ""
+	quickCache[key] = c
+	return c
+}
+
+// kernelCaps fills in everything but the bwrap run.
+func kernelCaps(bw string) Caps {
 	c := Caps{OS: "linux", Bwrap: bw, LandlockPinned: 7}
 	c.LandlockABI, _ = llsys.LandlockGetABIVersion()
 	c.Seccomp = seccomp.Supported()
@@ -48,11 +89,7 @@ func Probe() Caps {
 		c.BwrapError = "bwrap not found on PATH (install bubblewrap)"
 	} else if fi, err := os.Stat(bw); err != nil || fi.IsDir() {
 		c.BwrapError = "bwrap not found at " + bw + " (METNOS_BWRAP)"
-	} else {
-		c.BwrapVersion, c.BwrapUsable, c.BwrapError = probeBwrap(bw)
 	}
-	c.Cgroup, c.CgroupNote = probeCgroup()
-	probeCache[key] = c
 	return c
 }
 

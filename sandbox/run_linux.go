@@ -3,18 +3,21 @@ package sandbox
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
+	"github.com/metnos/agent/sandbox/internal/filter"
 	"github.com/metnos/agent/sandbox/shim"
 	"golang.org/x/sys/unix"
 )
@@ -69,8 +72,9 @@ type Plan struct {
 
 // PlanFor returns how Run would sandbox p (with the agent-wide minimum
 // min) on this machine, without running anything.
-func PlanFor(p Policy, min Level) Plan {
-	c := Probe()
+func PlanFor(p Policy, min Level) Plan { return planFor(Probe(), p, min) }
+
+func planFor(c Caps, p Policy, min Level) Plan {
 	best := layers{bwrap: c.BwrapUsable, landlock: c.LandlockABI > 0, seccomp: c.Seccomp}
 	use := best
 	var why []string
@@ -107,17 +111,33 @@ func PlanFor(p Policy, min Level) Plan {
 }
 
 func run(ctx context.Context, req Request) (Output, error) {
+	out, bwrapBroke, err := runWith(ctx, req, runCaps())
+	if bwrapBroke {
+		// bwrap failed before the command started. If it cannot make
+		// its namespaces here at all, plan again without it; nothing
+		// has run yet, so nothing runs twice.
+		if c := Probe(); !c.BwrapUsable {
+			slog.Warn("sandbox: bubblewrap is not usable here; falling back", "reason", c.BwrapError)
+			out, _, err = runWith(ctx, req, c)
+		}
+	}
+	return out, err
+}
+
+// runWith runs req with the layers c offers. The bool reports that bwrap
+// itself failed before the shim started the command.
+func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 	p := req.Policy
-	pl := PlanFor(p, req.MinSandbox)
+	pl := planFor(c, p, req.MinSandbox)
 	out := Output{Policy: p.Fingerprint(), Sandbox: "none", LimitsBy: "rlimit"}
 	if pl.Refused != "" {
-		return out, &RefusedError{Have: pl.Sandbox, Why: pl.Refused}
+		return out, false, &RefusedError{Have: pl.Sandbox, Why: pl.Refused}
 	}
 	use := pl.lay
 
 	exe, err := shimExecutable()
 	if err != nil {
-		return out, err
+		return out, false, err
 	}
 	env := append([]string(nil), req.Env...)
 	if !hasEnv(env, "PATH") {
@@ -139,6 +159,11 @@ func run(ctx context.Context, req Request) (Output, error) {
 			"core":  0,
 		},
 	}
+	if use.seccomp {
+		if spec.Filters, err = filter.Programs(spec.NetCut, spec.Unix); err != nil {
+			return out, false, err
+		}
+	}
 	var argv []string
 	var phs []placeholder
 	if use.bwrap {
@@ -147,16 +172,21 @@ func run(ctx context.Context, req Request) (Output, error) {
 		spec.Rlimits["nproc"] = uint64(lim.MaxProcs)
 		spec.Rules = landlockRules(p, true, "")
 		spec.Supervise = p.SharePID
+		locks, err := placeholderLocks(p)
+		if err != nil {
+			return out, false, err
+		}
+		defer func() { releasePlaceholders(locks, phs) }()
 		var bargs []string
 		bargs, phs = bwrapArgs(p, exe, dir)
-		argv = append([]string{Probe().Bwrap}, bargs...)
+		argv = append([]string{c.Bwrap}, bargs...)
 	} else {
 		// Without a user namespace RLIMIT_NPROC counts every process of
 		// this uid, so the limit is what already runs plus MaxProcs.
 		spec.Rlimits["nproc"] = uint64(countTasks(os.Getuid()) + lim.MaxProcs)
 		tmp, err := os.MkdirTemp("", "metnos-run-")
 		if err != nil {
-			return out, fmt.Errorf("sandbox: private temporary directory: %w", err)
+			return out, false, fmt.Errorf("sandbox: private temporary directory: %w", err)
 		}
 		defer os.RemoveAll(tmp)
 		env = setEnv(env, "TMPDIR", tmp)
@@ -167,16 +197,13 @@ func run(ctx context.Context, req Request) (Output, error) {
 	}
 	sargs, err := shim.EncodeArgs(spec, req.Argv)
 	if err != nil {
-		return out, err
+		return out, false, err
 	}
 	argv = append(argv, sargs...)
 
-	release := holdPlaceholders(phs)
-	defer release()
-
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
-		return out, fmt.Errorf("sandbox: status pipe: %w", err)
+		return out, false, fmt.Errorf("sandbox: status pipe: %w", err)
 	}
 	defer statusR.Close()
 	stdout := &capped{limit: lim.OutputBytes}
@@ -195,7 +222,7 @@ func run(ctx context.Context, req Request) (Output, error) {
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		statusW.Close()
-		return out, fmt.Errorf("sandbox: starting %s: %w", argv[0], err)
+		return out, false, fmt.Errorf("sandbox: starting %s: %w", argv[0], err)
 	}
 	statusW.Close()
 	if use.bwrap {
@@ -231,14 +258,14 @@ func run(ctx context.Context, req Request) (Output, error) {
 		case sts[i].Exited:
 			final = &sts[i]
 		case sts[i].Error != "" && ready == nil:
-			return out, fmt.Errorf("sandbox: could not start %s: %s", req.Argv[0], sts[i].Error)
+			return out, false, fmt.Errorf("sandbox: could not start %s: %s", req.Argv[0], sts[i].Error)
 		}
 	}
 	if ready == nil {
 		if out.TimedOut || ctxErr != nil {
-			return out, ctxErr
+			return out, false, ctxErr
 		}
-		return out, fmt.Errorf("sandbox: the sandbox for %s failed before the command started: %s", req.Argv[0], firstLine(stderr.buf, werr))
+		return out, use.bwrap, fmt.Errorf("sandbox: the sandbox for %s failed before the command started: %s", req.Argv[0], firstLine(stderr.buf, werr))
 	}
 	out.Sandbox = layers{bwrap: use.bwrap, landlock: ready.Landlock, seccomp: ready.Seccomp}.word()
 	if out.Sandbox != (layers{true, true, true}).word() {
@@ -256,7 +283,7 @@ func run(ctx context.Context, req Request) (Output, error) {
 	if out.TimedOut {
 		out.ExitCode, out.Signal = -1, "SIGKILL"
 	}
-	return out, ctxErr
+	return out, false, ctxErr
 }
 
 // killTree ends the run's whole process tree: inside bwrap's PID
@@ -407,41 +434,79 @@ func (c *capped) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-var (
-	placeholderMu   sync.Mutex
-	placeholderRefs = map[string]int{}
-)
-
-// holdPlaceholders counts the placeholders a run's bwrap creates, and
-// returns the function that removes them (when empty, and when no other
-// run of this process still masks them) after the run.
-func holdPlaceholders(phs []placeholder) func() {
-	if len(phs) == 0 {
-		return func() {}
+// placeholderLocks takes, shared, one lock per masked path that lies
+// under a writable bind of p, before the run looks at the host to plan
+// its masks, and holds them until bwrap is gone. The locks are files
+// named after each path, shared by every run of this user in any process:
+// a placeholder that one run created must not vanish while another run,
+// having seen it, is about to mount over it. A run removes the
+// placeholders it created only when it can take their lock exclusively,
+// that is when no other run masks the same path; otherwise they stay,
+// empty, and the last run out removes them.
+func placeholderLocks(p Policy) (map[string]*os.File, error) {
+	binds := viewBinds(p)
+	var paths []string
+	for i, m := range p.Masks {
+		if coveredByEarlier(p.Masks[:i], m.Path) {
+			continue
+		}
+		if vis, wr := lookupView(binds, m.Path); vis && wr {
+			paths = append(paths, m.Path)
+		}
 	}
-	placeholderMu.Lock()
-	for _, ph := range phs {
-		placeholderRefs[ph.Path]++
+	if len(paths) == 0 {
+		return nil, nil
 	}
-	placeholderMu.Unlock()
-	return func() {
-		placeholderMu.Lock()
-		defer placeholderMu.Unlock()
-		for _, ph := range phs {
-			placeholderRefs[ph.Path]--
-			if placeholderRefs[ph.Path] > 0 {
-				continue
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	dir = filepath.Join(dir, "metnos-agent", fmt.Sprintf("placeholders-%d", os.Getuid()))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox: placeholder locks: %w", err)
+	}
+	locks := map[string]*os.File{}
+	for _, path := range paths {
+		sum := sha256.Sum256([]byte(path))
+		name := filepath.Join(dir, hex.EncodeToString(sum[:12])+".lock")
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+		if err == nil {
+			if err = unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
+				f.Close()
 			}
-			delete(placeholderRefs, ph.Path)
-			for i := len(ph.Created) - 1; i >= 0; i-- {
-				p := ph.Created[i]
-				if fi, err := os.Lstat(p); err == nil && !fi.IsDir() && fi.Size() != 0 {
-					break
-				}
-				if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-					slog.Debug("sandbox: placeholder left in place", "path", p, "err", err)
-					break
-				}
+		}
+		if err != nil {
+			closeLocks(locks)
+			return nil, fmt.Errorf("sandbox: placeholder lock for %s: %w", path, err)
+		}
+		locks[path] = f
+	}
+	return locks, nil
+}
+
+func closeLocks(locks map[string]*os.File) {
+	for _, f := range locks {
+		f.Close()
+	}
+}
+
+// releasePlaceholders removes, when empty, the placeholders phs created
+// whose lock no other run holds, then releases every lock.
+func releasePlaceholders(locks map[string]*os.File, phs []placeholder) {
+	defer closeLocks(locks)
+	for _, ph := range phs {
+		f := locks[ph.Path]
+		if f == nil || unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+			continue
+		}
+		for i := len(ph.Created) - 1; i >= 0; i-- {
+			p := ph.Created[i]
+			if fi, err := os.Lstat(p); err == nil && !fi.IsDir() && fi.Size() != 0 {
+				break
+			}
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				slog.Debug("sandbox: placeholder left in place", "path", p, "err", err)
+				break
 			}
 		}
 	}

@@ -56,8 +56,10 @@ type Spec struct {
 	// to what the kernel has). When false, no Landlock ruleset is made.
 	Landlock bool   `json:"landlock,omitempty"`
 	Rules    []Rule `json:"rules,omitempty"`
-	// Seccomp installs the deny-list filter.
-	Seccomp bool `json:"seccomp,omitempty"`
+	// Seccomp installs Filters, raw struct sock_filter programs in native
+	// byte order, in order (package sandbox/internal/filter builds them).
+	Seccomp bool     `json:"seccomp,omitempty"`
+	Filters [][]byte `json:"filters,omitempty"`
 	// NetCut denies TCP bind/connect (Landlock) and every socket family
 	// but AF_UNIX (seccomp).
 	NetCut bool `json:"net_cut,omitempty"`

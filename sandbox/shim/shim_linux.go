@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -67,7 +68,7 @@ func run(status *os.File, spec Spec, raw string, argv []string) int {
 		st.Landlock = true
 	}
 	if spec.Seccomp {
-		if err := applySeccomp(spec); err != nil {
+		if err := applySeccomp(spec.Filters); err != nil {
 			return fail(status, err)
 		}
 		st.Seccomp = true
@@ -339,4 +340,28 @@ func descendants(root int) []int {
 		}
 	}
 	return out
+}
+
+// applySeccomp installs the programs on the calling thread only (no
+// TSYNC): the shim execs from this thread, and the new program inherits
+// its filters.
+func applySeccomp(progs [][]byte) error {
+	if len(progs) == 0 {
+		return errors.New("seccomp: no filter given (refusing to run unfiltered)")
+	}
+	for i, b := range progs {
+		if len(b) == 0 || len(b)%8 != 0 || len(b)/8 > 4096 {
+			return fmt.Errorf("seccomp: filter %d is %d bytes, not a whole program", i, len(b))
+		}
+		filter := make([]unix.SockFilter, len(b)/8)
+		for j := range filter {
+			w := b[8*j:]
+			filter[j] = unix.SockFilter{Code: binary.NativeEndian.Uint16(w), Jt: w[2], Jf: w[3], K: binary.NativeEndian.Uint32(w[4:])}
+		}
+		fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+		if _, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog))); errno != 0 {
+			return fmt.Errorf("seccomp: loading filter %d: %w", i, errno)
+		}
+	}
+	return nil
 }

@@ -1,8 +1,29 @@
-package shim
+//go:build linux
+
+// Package filter builds the seccomp filters the sandbox shim installs.
+// They are assembled here, in the agent, with go-seccomp-bpf (pure Go, so
+// release builds stay static) and travel to the shim as raw sock_filter
+// programs: the shim, started for every run, links no assembler and no
+// syscall tables.
+//
+// [Programs] returns three filters, installed in order; the kernel runs
+// them all and the strictest answer wins:
+//
+//  1. the architecture check: a syscall made through a foreign ABI (i386
+//     int 0x80 on amd64) kills the process, since the other filters only
+//     know native numbers;
+//  2. the argument filter ([ArgFilter]): clone with namespace flags,
+//     terminal-injection ioctls, and socket families the policy does not
+//     allow, compared on the low 32 bits the kernel actually reads;
+//  3. the name filter ([NamePolicy]): the [Denied] syscalls with EPERM,
+//     clone3 with ENOSYS (libc then falls back to clone, whose flags
+//     filter 2 sees), x32 calls with ENOSYS.
+package filter
 
 import (
+	"encoding/binary"
 	"fmt"
-	"unsafe"
+	"sync"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
 	"github.com/elastic/go-seccomp-bpf/arch"
@@ -32,10 +53,10 @@ var Denied = []string{
 const cloneNewFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWUSER |
 	unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP
 
-// FilterPolicy returns the name-based part of the seccomp filter: a
-// default-allow policy denying [Denied] with EPERM and clone3 with ENOSYS
-// (so that libc falls back to clone, whose flags [argFilter] inspects).
-func FilterPolicy() (seccomp.Policy, error) {
+// NamePolicy returns the name-based filter: a default-allow policy
+// denying [Denied] with EPERM and clone3 with ENOSYS (so that libc falls
+// back to clone, whose flags [ArgFilter] inspects).
+func NamePolicy() (seccomp.Policy, error) {
 	info, err := arch.GetInfo("")
 	if err != nil {
 		return seccomp.Policy{}, fmt.Errorf("seccomp: %w (refusing to run unfiltered)", err)
@@ -73,22 +94,22 @@ func archFilter(info *arch.Info) []bpf.Instruction {
 // could be dodged by setting the high ones.
 func argLo(i uint32) bpf.LoadAbsolute { return bpf.LoadAbsolute{Off: 16 + 8*i, Size: 4} }
 
-// argFilter denies, with EPERM: clone(2) asking for a new namespace; the
+// ArgFilter denies, with EPERM: clone(2) asking for a new namespace; the
 // terminal-injection ioctls TIOCSTI and TIOCLINUX; and socket(2) for any
 // family the spec does not allow. With the network cut only AF_UNIX may
 // be allowed; with it open, AF_INET, AF_INET6 and AF_NETLINK (which
 // getaddrinfo uses), plus AF_UNIX when allowed. socketpair(2) stays
 // allowed: it reaches nothing outside.
-func argFilter(spec Spec) []bpf.Instruction {
+func ArgFilter(netCut, unixOK bool) []bpf.Instruction {
 	const (
 		allow = unix.SECCOMP_RET_ALLOW
 		deny  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
 	)
 	var families []uint32
-	if !spec.NetCut {
+	if !netCut {
 		families = append(families, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK)
 	}
-	if spec.Unix {
+	if unixOK {
 		families = append(families, unix.AF_UNIX)
 	}
 	var sock []bpf.Instruction
@@ -132,41 +153,43 @@ func argFilter(spec Spec) []bpf.Instruction {
 	return prog
 }
 
-func applySeccomp(spec Spec) error {
+var cache sync.Map // [2]bool -> [][]byte
+
+// Programs returns the three filters for a run, each as raw struct
+// sock_filter bytes in native byte order, ready for seccomp(2). netCut
+// denies every socket family but AF_UNIX; unixOK allows AF_UNIX. Results
+// are cached: a long-running agent assembles each variant once.
+func Programs(netCut, unixOK bool) ([][]byte, error) {
+	key := [2]bool{netCut, unixOK}
+	if v, ok := cache.Load(key); ok {
+		return v.([][]byte), nil
+	}
 	info, err := arch.GetInfo("")
 	if err != nil {
-		return fmt.Errorf("seccomp: %w (refusing to run unfiltered)", err)
+		return nil, fmt.Errorf("seccomp: %w (refusing to run unfiltered)", err)
 	}
-	pol, err := FilterPolicy()
+	pol, err := NamePolicy()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	insts, err := pol.Assemble()
+	names, err := pol.Assemble()
 	if err != nil {
-		return fmt.Errorf("seccomp: assembling the filter: %w", err)
+		return nil, fmt.Errorf("seccomp: assembling the filter: %w", err)
 	}
-	for _, prog := range [][]bpf.Instruction{archFilter(info), argFilter(spec), insts} {
-		if err := loadFilter(prog); err != nil {
-			return err
+	var out [][]byte
+	for _, prog := range [][]bpf.Instruction{archFilter(info), ArgFilter(netCut, unixOK), names} {
+		raw, err := bpf.Assemble(prog)
+		if err != nil {
+			return nil, fmt.Errorf("seccomp: assembling: %w", err)
 		}
+		b := make([]byte, 0, 8*len(raw))
+		for _, r := range raw {
+			b = binary.NativeEndian.AppendUint16(b, r.Op)
+			b = append(b, r.Jt, r.Jf)
+			b = binary.NativeEndian.AppendUint32(b, r.K)
+		}
+		out = append(out, b)
 	}
-	return nil
-}
-
-// loadFilter installs prog on the calling thread only (no TSYNC): the
-// shim execs from this thread, and the new program inherits its filter.
-func loadFilter(prog []bpf.Instruction) error {
-	raw, err := bpf.Assemble(prog)
-	if err != nil {
-		return fmt.Errorf("seccomp: assembling: %w", err)
-	}
-	filter := make([]unix.SockFilter, len(raw))
-	for i, r := range raw {
-		filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
-	}
-	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
-	if _, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog))); errno != 0 {
-		return fmt.Errorf("seccomp: loading the filter: %w", errno)
-	}
-	return nil
+	cache.Store(key, out)
+	return out, nil
 }

@@ -1,4 +1,4 @@
-package shim
+package filter
 
 import (
 	"bytes"
@@ -38,6 +38,7 @@ func TestArgFilter(t *testing.T) {
 		deny  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
 	)
 	hi := uint64(1) << 32 // high bits the kernel ignores for 32-bit arguments
+	type Spec struct{ NetCut, Unix bool }
 	cases := []struct {
 		name string
 		spec Spec
@@ -68,7 +69,7 @@ func TestArgFilter(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			vm, err := bpf.NewVM(argFilter(c.spec))
+			vm, err := bpf.NewVM(ArgFilter(c.spec.NetCut, c.spec.Unix))
 			if err != nil {
 				t.Fatalf("filter does not load: %v", err)
 			}
@@ -84,7 +85,7 @@ func TestArgFilter(t *testing.T) {
 }
 
 func TestFilterPolicyGolden(t *testing.T) {
-	pol, err := FilterPolicy()
+	pol, err := NamePolicy()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +105,23 @@ func TestFilterPolicyGolden(t *testing.T) {
 		t.Skipf("no golden filter for %s", runtime.GOARCH)
 	}
 	if !bytes.Equal(buf.Bytes(), want) {
-		t.Errorf("the seccomp filter changed; review it and run go test ./sandbox/shim -update:\n%s", buf.String())
+		t.Errorf("the seccomp filter changed; review it and run go test ./sandbox/internal/filter -update:\n%s", buf.String())
+	}
+}
+
+func TestProgramsAssemble(t *testing.T) {
+	for _, k := range [][2]bool{{true, false}, {true, true}, {false, false}, {false, true}} {
+		progs, err := Programs(k[0], k[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(progs) != 3 {
+			t.Fatalf("got %d programs, want 3", len(progs))
+		}
+		for i, p := range progs {
+			if len(p) == 0 || len(p)%8 != 0 {
+				t.Errorf("program %d is %d bytes, not whole sock_filters", i, len(p))
+			}
+		}
 	}
 }
