@@ -314,3 +314,22 @@ func splitRule(out []shim.Rule, r shim.Rule, excl []string) []shim.Rule {
 	}
 	return out
 }
+
+// Visible reports whether the absolute path appears inside the sandbox,
+// as it is on the host, under p: beneath a bind of the host (a system
+// path, a grant or the root of a root profile) and outside every mask.
+// The private /tmp, /dev and /proc hide the host's, except where a grant
+// opens a path beneath them.
+func Visible(p Policy, path string) bool {
+	path = filepath.Clean(path)
+	if _, masked := CoveredByMask(path, p.Masks); masked {
+		return false
+	}
+	for _, g := range p.Grants {
+		if g.Via != "" && within(path, g.Via) {
+			return true
+		}
+	}
+	vis, _ := lookupView(viewBinds(p), path)
+	return vis
+}

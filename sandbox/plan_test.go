@@ -122,3 +122,41 @@ func TestWithin(t *testing.T) {
 		}
 	}
 }
+
+func TestVisible(t *testing.T) {
+	p := Policy{
+		System: []string{"/usr"},
+		Grants: []Grant{{Path: "/data/x", Access: Read, Via: "/home/u/x"}},
+		Masks:  []Mask{{Path: "/data/x/.ssh"}},
+	}
+	for path, want := range map[string]bool{
+		"/usr":           true,
+		"/usr/bin/env":   true,
+		"/usrx":          false,
+		"/data/x/a":      true,
+		"/home/u/x/a":    true,
+		"/data/x/.ssh/k": false,
+		"/home/u":        false,
+		"/":              false,
+	} {
+		if got := Visible(p, path); got != want {
+			t.Errorf("Visible(%q) = %v, want %v", path, got, want)
+		}
+	}
+	p.RootReadable = true
+	if !Visible(p, "/home/u") || Visible(p, "/data/x/.ssh") {
+		t.Errorf("readonly profile: want everything but the masks visible")
+	}
+	// Only full-fs-no-net keeps the host's /tmp; grants open it.
+	if Visible(p, "/tmp/w") || Visible(p, "/tmp") {
+		t.Errorf("readonly profile: want the host's /tmp hidden")
+	}
+	p.Grants = append(p.Grants, Grant{Path: "/tmp/w", Access: Write})
+	if !Visible(p, "/tmp/w/a") || Visible(p, "/tmp/v") {
+		t.Errorf("readonly profile: want a /tmp grant visible, and only it")
+	}
+	p.RootReadable, p.RootWritable, p.RealDev = false, true, true
+	if !Visible(p, "/tmp/v") {
+		t.Errorf("full-fs-no-net: want the host's /tmp visible")
+	}
+}

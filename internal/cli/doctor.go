@@ -1,0 +1,277 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"runtime"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/metnos/agent/sandbox"
+)
+
+const doctorHelp = `
+Doctor reports what this machine offers the sandbox (bubblewrap and its
+user namespaces, Landlock, seccomp, cgroups) and, for each profile, the
+sandbox a command would run in and why it is not stronger. It runs
+bubblewrap once to probe its namespaces and changes nothing.
+
+Profiles are built as "metnos-agent exec --profile NAME" would build them
+with no --read or --write; only full has the network.
+
+With --json it prints one JSON object: {"caps": ..., "profiles": {...}}.
+`
+
+// doctorProfiles are the profiles doctor reports, the CLI's default
+// first.
+var doctorProfiles = []sandbox.Profile{
+	sandbox.ProfileSupervised,
+	sandbox.ProfileReadonly,
+	sandbox.ProfileFull,
+	sandbox.ProfileFullFSNoNet,
+}
+
+// landlockFeatures says what each Landlock ABI added, by ABI.
+var landlockFeatures = map[int]string{
+	2: "cross-directory rename and link (refer)",
+	3: "truncate control",
+	4: "TCP bind/connect rules",
+	5: "device ioctl control",
+	6: "abstract-socket and signal scoping",
+	7: "audit logging control",
+}
+
+// doctorReport is what doctor --json prints.
+type doctorReport struct {
+	Version  string                   `json:"version"`
+	Caps     sandbox.Caps             `json:"caps"`
+	UID      int                      `json:"uid"`
+	User     string                   `json:"user,omitempty"`
+	Userns   usernsReport             `json:"userns"`
+	Landlock landlockReport           `json:"landlock"`
+	Profiles map[string]profileReport `json:"profiles"`
+}
+
+type usernsReport struct {
+	// Probe is "ok" when bwrap created its namespaces, else why not.
+	Probe string `json:"probe"`
+	// MaxUserNamespaces is /proc/sys/user/max_user_namespaces.
+	MaxUserNamespaces string `json:"max_user_namespaces,omitempty"`
+	// AppArmorRestrict is
+	// /proc/sys/kernel/apparmor_restrict_unprivileged_userns, if present.
+	AppArmorRestrict string `json:"apparmor_restrict_unprivileged_userns,omitempty"`
+}
+
+type landlockReport struct {
+	ABI    int `json:"abi"`
+	Pinned int `json:"pinned"`
+	// Missing lists what the kernel lacks below the pinned ABI, as
+	// "<N feature".
+	Missing []string `json:"missing,omitempty"`
+}
+
+type profileReport struct {
+	Sandbox string `json:"sandbox"`
+	Best    string `json:"best"`
+	Reason  string `json:"reason"`
+	Refused string `json:"refused"`
+	Policy  string `json:"policy"`
+	Error   string `json:"error,omitempty"`
+}
+
+func runDoctor(std stdio, args []string) int {
+	fs := newFlagSet("doctor", std.err, doctorHelp)
+	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
+	if code, done := parseFlags(fs, args); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return usageError(std.err, "doctor", "doctor takes no arguments")
+	}
+	r := doctor()
+	if *asJSON {
+		enc := json.NewEncoder(std.out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(r); err != nil {
+			fmt.Fprintf(std.err, "metnos-agent: %v\n", err)
+			return exitFailure
+		}
+		return exitOK
+	}
+	printDoctor(std.out, r)
+	return exitOK
+}
+
+// doctor probes the machine and plans every profile.
+func doctor() doctorReport {
+	c := sandbox.Probe()
+	r := doctorReport{
+		Version:  version(),
+		Caps:     c,
+		UID:      os.Getuid(),
+		Profiles: map[string]profileReport{},
+		Landlock: landlockReport{ABI: c.LandlockABI, Pinned: c.LandlockPinned},
+	}
+	if u, err := user.LookupId(strconv.Itoa(r.UID)); err == nil {
+		r.User = u.Username
+	}
+	switch {
+	case c.BwrapUsable:
+		r.Userns.Probe = "ok"
+	case c.Bwrap == "":
+		r.Userns.Probe = "not probed: no bwrap"
+	default:
+		r.Userns.Probe = c.BwrapError
+	}
+	r.Userns.MaxUserNamespaces = readSysctl("/proc/sys/user/max_user_namespaces")
+	r.Userns.AppArmorRestrict = readSysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+	if c.LandlockABI > 0 {
+		for abi := c.LandlockABI + 1; abi <= c.LandlockPinned; abi++ {
+			if f, ok := landlockFeatures[abi]; ok {
+				r.Landlock.Missing = append(r.Landlock.Missing, fmt.Sprintf("<%d %s", abi, f))
+			}
+		}
+	}
+
+	host, herr := sandbox.HostFromEnv()
+	for _, prof := range doctorProfiles {
+		var pr profileReport
+		if herr != nil {
+			pr.Error = herr.Error()
+			r.Profiles[string(prof)] = pr
+			continue
+		}
+		pol, err := sandbox.ForProfile(sandbox.ProfileInput{
+			Profile: prof,
+			Network: prof == sandbox.ProfileFull,
+			Host:    host,
+		})
+		if err != nil {
+			pr.Error = err.Error()
+			r.Profiles[string(prof)] = pr
+			continue
+		}
+		pl := sandbox.PlanFor(pol, sandbox.LevelNone)
+		pr = profileReport{
+			Sandbox: pl.Sandbox,
+			Best:    pl.Best,
+			Reason:  pl.Reason,
+			Refused: pl.Refused,
+			Policy:  pol.Fingerprint(),
+		}
+		r.Profiles[string(prof)] = pr
+	}
+	return r
+}
+
+// readSysctl returns the trimmed contents of a /proc/sys file, or ""
+// when it cannot be read.
+func readSysctl(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// printDoctor writes the report as two aligned tables: the machine,
+// then the profiles.
+func printDoctor(w io.Writer, r doctorReport) {
+	c := r.Caps
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+
+	row("agent", fmt.Sprintf("metnos-agent %s %s/%s", r.Version, runtime.GOOS, runtime.GOARCH))
+	if c.Disabled != "" {
+		row("disabled", c.Disabled)
+	}
+	switch {
+	case c.Bwrap == "":
+		row("bwrap", "missing: "+c.BwrapError)
+	default:
+		v := c.Bwrap
+		if c.BwrapVersion != "" {
+			v += " (" + c.BwrapVersion + ")"
+		}
+		if c.BwrapUsable {
+			v += ", usable"
+		} else {
+			v += ", not usable"
+		}
+		row("bwrap", v)
+	}
+	var ns []string
+	if r.Userns.Probe == "ok" {
+		ns = append(ns, "ok (bwrap created its namespaces)")
+	} else {
+		ns = append(ns, r.Userns.Probe)
+	}
+	if r.Userns.MaxUserNamespaces != "" {
+		ns = append(ns, "user.max_user_namespaces="+r.Userns.MaxUserNamespaces)
+	}
+	if r.Userns.AppArmorRestrict != "" {
+		ns = append(ns, "kernel.apparmor_restrict_unprivileged_userns="+r.Userns.AppArmorRestrict)
+	}
+	row("userns", strings.Join(ns, "; "))
+	row("landlock", landlockLine(r.Landlock))
+	row("seccomp", yesNo(c.Seccomp))
+	cg := c.Cgroup
+	if cg == "" {
+		cg = "none"
+	}
+	if c.CgroupNote != "" {
+		cg += ": " + c.CgroupNote
+	}
+	row("cgroup", cg)
+	uid := strconv.Itoa(r.UID)
+	if r.User != "" {
+		uid += " (" + r.User + ")"
+	}
+	row("uid", uid)
+	tw.Flush()
+
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintf(tw, "PROFILE\tSANDBOX\tPOLICY\tNOTE\n")
+	for _, prof := range doctorProfiles {
+		pr := r.Profiles[string(prof)]
+		switch {
+		case pr.Error != "":
+			fmt.Fprintf(tw, "%s\t-\t-\terror: %s\n", prof, pr.Error)
+		case pr.Refused != "":
+			fmt.Fprintf(tw, "%s\trefused\t%s\t%s\n", prof, pr.Policy, pr.Refused)
+		default:
+			note := pr.Reason
+			if note == "" {
+				note = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", prof, pr.Sandbox, pr.Policy, note)
+		}
+	}
+	tw.Flush()
+}
+
+func landlockLine(l landlockReport) string {
+	switch {
+	case l.ABI == 0 && l.Pinned == 0:
+		return "none"
+	case l.ABI == 0:
+		return fmt.Sprintf("none (pinned ABI %d): the kernel has no Landlock", l.Pinned)
+	case l.ABI < l.Pinned:
+		return fmt.Sprintf("ABI %d, pinned %d; missing %s", l.ABI, l.Pinned, strings.Join(l.Missing, ", "))
+	case l.ABI > l.Pinned:
+		return fmt.Sprintf("ABI %d, pinned %d (newer features unused)", l.ABI, l.Pinned)
+	}
+	return fmt.Sprintf("ABI %d, pinned %d", l.ABI, l.Pinned)
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

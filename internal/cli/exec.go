@@ -1,0 +1,426 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/metnos/agent/sandbox"
+)
+
+const execHelp = `
+Exec runs COMMAND in the strongest sandbox this machine offers for the
+policy of --profile (default supervised): the system directories
+read-only, plus the paths given with --read and --write. The device
+nucleus (~/.ssh, ~/.gnupg, browser profiles, the agent's own key, ...) and
+the session's IPC stay hidden whatever is granted.
+
+Profiles: supervised (system paths and the grants only), readonly (the
+whole root readable, nothing writable but a private /tmp), full (the
+whole root writable, the network open), full-fs-no-net (the real root
+writable, the network cut, refused rather than weakened).
+
+A COMMAND without a slash is looked up on the agent's PATH; when it lies
+outside what the policy shows, its directory is granted read-only (and
+a line on stderr says so). The command gets only PATH (filtered to what it
+can see), HOME, LANG, and TERM and TZ when set: nothing else of the
+agent's environment. Its working directory is the current one if the
+policy shows it, else /. Standard input is passed on when it is not a
+terminal.
+
+The exit status is the command's own, 128+N when signal N killed it, 124
+when --timeout killed it, and 125 when the sandbox refused to run it or
+it could not be started.
+`
+
+// execFlags are the parsed flags of exec.
+type execFlags struct {
+	read, write stringList
+	net         bool
+	profile     string
+	timeout     time.Duration
+	memory      byteSize
+	maxProcs    int
+	minSandbox  levelFlag
+	json        bool
+	cwd         string
+}
+
+func runExec(std stdio, args []string) int {
+	fs := newFlagSet("exec", std.err, execHelp)
+	var f execFlags
+	f.memory = byteSize(sandbox.DefaultLimits.MemoryBytes)
+	fs.Var(&f.read, "read", "grant read access beneath `PATH` (repeatable)")
+	fs.Var(&f.write, "write", "grant write access beneath `PATH` (repeatable)")
+	fs.BoolVar(&f.net, "net", false, "let the command use the network")
+	fs.StringVar(&f.profile, "profile", string(sandbox.ProfileSupervised), "policy `NAME`: supervised, readonly, full or full-fs-no-net")
+	fs.DurationVar(&f.timeout, "timeout", sandbox.DefaultLimits.Timeout, "kill the command after `DUR`")
+	fs.Var(&f.memory, "memory", "cap memory at `BYTES` (suffixes K, M, G, T: powers of 1024)")
+	fs.IntVar(&f.maxProcs, "max-procs", sandbox.DefaultLimits.MaxProcs, "cap processes and threads at `N`")
+	fs.Var(&f.minSandbox, "min-sandbox", "refuse to run in a sandbox weaker than `LEVEL`: none, contained, isolated or full")
+	fs.BoolVar(&f.json, "json", false, "print the result as one JSON object instead of the command's output")
+	fs.StringVar(&f.cwd, "cwd", "", "run the command in `DIR` (default: the current directory if visible, else /)")
+	if code, done := parseFlags(fs, args); done {
+		return code
+	}
+	argv := fs.Args()
+	if len(argv) == 0 || argv[0] == "" {
+		return usageError(std.err, "exec", "exec needs a command")
+	}
+	prof := sandbox.Profile(f.profile)
+	switch prof {
+	case sandbox.ProfileSupervised, sandbox.ProfileReadonly, sandbox.ProfileFull, sandbox.ProfileFullFSNoNet:
+	default:
+		return usageError(std.err, "exec", "unknown profile %q (want supervised, readonly, full or full-fs-no-net)", f.profile)
+	}
+	if prof == sandbox.ProfileFullFSNoNet && f.net {
+		return usageError(std.err, "exec", "--net contradicts --profile full-fs-no-net, which cuts the network")
+	}
+	if f.timeout <= 0 || f.maxProcs <= 0 {
+		return usageError(std.err, "exec", "--timeout and --max-procs must be positive")
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return execute(ctx, std, f, argv)
+}
+
+func execute(ctx context.Context, std stdio, f execFlags, argv []string) int {
+	fail := func(err error) int {
+		// The sandbox's errors start with "sandbox: "; ours says who speaks.
+		msg := strings.TrimPrefix(err.Error(), "sandbox: ")
+		fmt.Fprintf(std.err, "metnos-agent: %s\n", msg)
+		if f.json {
+			writeJSON(std, execError{Error: msg, Refused: errors.Is(err, sandbox.ErrRefused)})
+		}
+		return exitAgent
+	}
+	host, err := sandbox.HostFromEnv()
+	if err != nil {
+		return fail(err)
+	}
+	in := sandbox.ProfileInput{
+		Profile: sandbox.Profile(f.profile),
+		Read:    f.read,
+		Write:   f.write,
+		Network: f.net,
+		Host:    host,
+	}
+	pol, err := sandbox.ForProfile(in)
+	if err != nil {
+		return fail(err)
+	}
+
+	// The command: looked up on the host PATH and its directory granted
+	// when the policy does not show it.
+	cmdPath, resolved, err := findCommand(argv[0])
+	if err != nil {
+		return fail(err)
+	}
+	if !sandbox.Visible(pol, resolved) {
+		dir := filepath.Dir(resolved)
+		fmt.Fprintf(std.err, "metnos-agent: granting read of %s to run %s\n", dir, argv[0])
+		in.Read = append(append([]string(nil), in.Read...), dir)
+		if pol, err = sandbox.ForProfile(in); err != nil {
+			return fail(err)
+		}
+	}
+	// Keep the name the command was found under (multi-call binaries
+	// look at argv[0]) when the sandbox shows it, else use its target.
+	if !sandbox.Visible(pol, filepath.Dir(cmdPath)) {
+		cmdPath = resolved
+	}
+	argv = append([]string{cmdPath}, argv[1:]...)
+
+	dir, err := workDir(pol, f.cwd)
+	if err != nil {
+		return fail(err)
+	}
+	stdin, err := readStdin(std.in)
+	if err != nil {
+		return fail(err)
+	}
+	req := sandbox.Request{
+		Argv:   argv,
+		Stdin:  stdin,
+		Env:    commandEnv(pol, host),
+		Dir:    dir,
+		Policy: pol,
+		Limits: sandbox.Limits{
+			Timeout:     f.timeout,
+			MemoryBytes: int64(f.memory),
+			MaxProcs:    f.maxProcs,
+		},
+		MinSandbox: sandbox.Level(f.minSandbox),
+	}
+	slog.Debug("exec", "argv", req.Argv, "dir", req.Dir, "policy", pol.Fingerprint(), "profile", pol.Profile)
+
+	out, err := sandbox.Run(ctx, req)
+	if err != nil && !(errors.Is(err, context.Canceled) && ctx.Err() != nil) {
+		return fail(err)
+	}
+	code := exitCode(out)
+	interrupted := ctx.Err() != nil
+	if interrupted {
+		code = 128 + int(syscall.SIGINT)
+	}
+	if f.json {
+		writeJSON(std, execResult{Output: out, Stdout: string(out.Stdout), Stderr: string(out.Stderr)})
+	} else {
+		if out.Reason != "" {
+			fmt.Fprintf(std.err, "metnos-agent: sandbox %s: %s\n", out.Sandbox, out.Reason)
+		}
+		std.out.Write(out.Stdout)
+		std.err.Write(out.Stderr)
+		if out.StdoutTruncated || out.StderrTruncated {
+			fmt.Fprintf(std.err, "metnos-agent: output truncated at %d bytes per stream\n", sandbox.DefaultLimits.OutputBytes)
+		}
+	}
+	switch {
+	case interrupted:
+		fmt.Fprint(std.err, "metnos-agent: interrupted\n")
+	case out.TimedOut:
+		fmt.Fprintf(std.err, "metnos-agent: timed out after %v\n", f.timeout)
+	case out.OOMKilled:
+		fmt.Fprint(std.err, "metnos-agent: killed by the kernel: out of memory\n")
+	}
+	return code
+}
+
+// execResult is what exec --json prints when the command ran: the
+// sandbox's Output with the command's output as strings.
+type execResult struct {
+	sandbox.Output
+	// Stdout and Stderr shadow the byte slices of Output, which
+	// encoding/json would write in base64.
+	Stdout string `json:"stdout"`
+	Stderr string `json:"stderr"`
+}
+
+// execError is what exec --json prints when the command did not run.
+type execError struct {
+	Error string `json:"error"`
+	// Refused is true when the sandbox refused the run.
+	Refused bool `json:"refused"`
+}
+
+func writeJSON(std stdio, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		fmt.Fprintf(std.err, "metnos-agent: %v\n", err)
+		return
+	}
+	std.out.Write(append(b, '\n'))
+}
+
+// exitCode maps how the command ended to the agent's exit status.
+func exitCode(out sandbox.Output) int {
+	switch {
+	case out.TimedOut:
+		return exitTimeout
+	case out.Signal != "":
+		if n := signalNum(out.Signal); n > 0 {
+			return 128 + n
+		}
+		return exitFailure
+	case out.ExitCode < 0:
+		return exitFailure
+	}
+	return out.ExitCode
+}
+
+// findCommand returns the absolute path of the command name, as found
+// (on the agent's PATH when it has no slash), and with symlinks
+// resolved.
+func findCommand(name string) (found, resolved string, err error) {
+	found = name
+	if !strings.Contains(name, "/") {
+		if found, err = exec.LookPath(name); err != nil {
+			if errors.Is(err, exec.ErrNotFound) {
+				return "", "", fmt.Errorf("%s: not found on PATH", name)
+			}
+			return "", "", err
+		}
+	}
+	if found, err = filepath.Abs(found); err != nil {
+		return "", "", err
+	}
+	if resolved, err = filepath.EvalSymlinks(found); err != nil {
+		return "", "", fmt.Errorf("%s: %w", name, unwrapPathError(err))
+	}
+	return found, resolved, nil
+}
+
+func unwrapPathError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// workDir returns the command's working directory: cwd when set (made
+// absolute), else the current directory when the policy shows it,
+// else "/".
+func workDir(p sandbox.Policy, cwd string) (string, error) {
+	if cwd != "" {
+		abs, err := filepath.Abs(cwd)
+		if err != nil {
+			return "", fmt.Errorf("--cwd %s: %w", cwd, err)
+		}
+		if r, err := filepath.EvalSymlinks(abs); err == nil {
+			abs = r
+		}
+		if !sandbox.Visible(p, abs) {
+			return "", fmt.Errorf("--cwd %s: not visible in the sandbox (grant it with --read or --write)", cwd)
+		}
+		return abs, nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "/", nil
+	}
+	if r, err := filepath.EvalSymlinks(wd); err == nil {
+		wd = r
+	}
+	if sandbox.Visible(p, wd) {
+		return wd, nil
+	}
+	return "/", nil
+}
+
+// defaultPath is the command's PATH when none of the agent's PATH
+// directories is visible.
+const defaultPath = "/usr/local/bin:/usr/bin:/bin"
+
+// commandEnv is the command's whole environment: PATH (the agent's,
+// filtered to the directories the policy shows), HOME, LANG, and TERM
+// and TZ when set. Nothing else of the agent's environment goes in: it
+// may hold secrets.
+func commandEnv(p sandbox.Policy, h sandbox.Host) []string {
+	var dirs []string
+	seen := map[string]bool{}
+	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
+		if !filepath.IsAbs(d) || seen[d] {
+			continue
+		}
+		seen[d] = true
+		if sandbox.Visible(p, d) {
+			dirs = append(dirs, filepath.Clean(d))
+		}
+	}
+	path := strings.Join(dirs, ":")
+	if path == "" {
+		path = defaultPath
+	}
+	lang := os.Getenv("LANG")
+	if lang == "" {
+		lang = "C.UTF-8"
+	}
+	env := []string{"PATH=" + path, "HOME=" + h.Home, "LANG=" + lang}
+	for _, k := range []string{"TERM", "TZ"} {
+		if v, ok := os.LookupEnv(k); ok && v != "" {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+// readStdin reads all of f unless it is a terminal (or missing): the
+// command then gets an empty input rather than waiting on the user.
+func readStdin(f *os.File) ([]byte, error) {
+	if f == nil {
+		return nil, nil
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Mode()&os.ModeCharDevice != 0 {
+		return nil, nil
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("reading standard input: %w", err)
+	}
+	return b, nil
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(s string) error {
+	*l = append(*l, s)
+	return nil
+}
+
+// byteSize is a size flag: plain bytes, or a number with a K, M, G or T
+// suffix (powers of 1024, "KiB" and "KB" accepted alike).
+type byteSize int64
+
+func (b *byteSize) String() string {
+	if b == nil {
+		return "0"
+	}
+	v := int64(*b)
+	for _, u := range []string{"T", "G", "M", "K"} {
+		m := unitBytes[u]
+		if v >= m && v%m == 0 {
+			return strconv.FormatInt(v/m, 10) + u
+		}
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+var unitBytes = map[string]int64{"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+func (b *byteSize) Set(s string) error {
+	num := strings.TrimSpace(s)
+	mult := int64(1)
+	u := strings.ToUpper(num)
+	u = strings.TrimSuffix(strings.TrimSuffix(u, "IB"), "B")
+	if u != "" {
+		if m, ok := unitBytes[u[len(u)-1:]]; ok {
+			mult = m
+			u = u[:len(u)-1]
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(u), 10, 64)
+	if err != nil || n <= 0 || n > (1<<62)/mult {
+		return fmt.Errorf("%q is not a size (want bytes, or a number with K, M, G or T, e.g. 512M)", s)
+	}
+	*b = byteSize(n * mult)
+	return nil
+}
+
+// levelFlag is a sandbox.Level flag.
+type levelFlag sandbox.Level
+
+func (l *levelFlag) String() string {
+	if l == nil {
+		return sandbox.LevelNone.String()
+	}
+	return sandbox.Level(*l).String()
+}
+
+func (l *levelFlag) Set(s string) error {
+	v, err := sandbox.ParseLevel(s)
+	if err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "sandbox: "))
+	}
+	*l = levelFlag(v)
+	return nil
+}
+
+var _ flag.Value = (*levelFlag)(nil)
