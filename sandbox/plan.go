@@ -100,6 +100,12 @@ func bwrapArgs(p Policy, shimExe, dir string) ([]string, []placeholder) {
 		a = append(a, "--ro-bind", "/", "/")
 	default:
 		for _, s := range p.System {
+			// On a merged-/usr system /bin, /lib... are links into
+			// /usr: recreate the link instead of mounting /usr twice.
+			if target, ok := systemLink(p.System, s); ok {
+				a = append(a, "--symlink", target, s)
+				continue
+			}
 			a = append(a, "--ro-bind", s, s)
 		}
 	}
@@ -163,6 +169,28 @@ func bwrapArgs(p Policy, shimExe, dir string) ([]string, []placeholder) {
 		a = append(a, shimExe)
 	}
 	return a, phs
+}
+
+// systemLink reports whether the system path s is a symbolic link whose
+// target is another system path (or beneath one), and returns the link's
+// text.
+func systemLink(system []string, s string) (string, bool) {
+	target, err := os.Readlink(s)
+	if err != nil {
+		return "", false
+	}
+	resolved, err := filepath.EvalSymlinks(s)
+	if err != nil {
+		return "", false
+	}
+	for _, o := range system {
+		if o != s && within(resolved, o) {
+			if _, err := os.Readlink(o); err != nil {
+				return target, true
+			}
+		}
+	}
+	return "", false
 }
 
 func coveredByEarlier(ms []Mask, path string) bool {

@@ -14,7 +14,7 @@ import (
 func planFixture(t *testing.T) (string, Policy) {
 	t.Helper()
 	root := t.TempDir()
-	for _, d := range []string{"usr", "etc", "home/u/.ssh", "home/u/work/ro", "home/u/docs"} {
+	for _, d := range []string{"usr/bin", "etc", "home/u/.ssh", "home/u/work/ro", "home/u/docs"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -27,10 +27,14 @@ func planFixture(t *testing.T) (string, Policy) {
 	if err := os.Symlink(filepath.Join(root, "home/u/.ssh"), filepath.Join(root, "home/u/link")); err != nil {
 		t.Fatal(err)
 	}
+	// A merged-/usr system directory: bwrap gets a link, not a mount.
+	if err := os.Symlink("usr/bin", filepath.Join(root, "bin")); err != nil {
+		t.Fatal(err)
+	}
 	r := func(p string) string { return filepath.Join(root, p) }
 	p := Policy{
 		Profile: ProfileSupervised,
-		System:  []string{r("usr"), r("etc")},
+		System:  []string{r("bin"), r("usr"), r("etc")},
 		Grants: []Grant{
 			{Path: r("home/u"), Access: Write},
 			{Path: r("home/u/work/ro"), Access: Read},
