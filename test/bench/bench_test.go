@@ -1,0 +1,293 @@
+// Package bench measures what the sandbox adds to starting a command.
+//
+// TestStartupRatios builds metnos-agent and metnos-shim side by side
+// (CGO_ENABLED=0, as release builds are static), plus a copy of
+// metnos-agent alone in another directory (no sibling shim, so the agent
+// re-executes itself as the shim). Then, for each workload W in
+// "/bin/true" and "/usr/bin/python3 -c pass", it times fork+exec+wait of
+// these variants in one interleaved run (round-robin, the starting
+// variant rotating each round; 3 warm-up rounds, then N timed rounds):
+//
+//   - bare: W itself;
+//   - bwrap-minimal: bwrap --ro-bind / / --unshare-all --die-with-parent W,
+//     the baseline every ratio is taken against;
+//   - agent-exec: metnos-agent exec -- W, every layer the CLI applies by
+//     default, through the lean metnos-shim (stdout discarded);
+//   - agent-exec-selfshim: the same without a sibling metnos-shim, which
+//     shows what the lean shim saves;
+//   - sandbox.Run: sandbox.Run called in process with the CLI's default
+//     policy (profile supervised) and the lean shim, which is what the
+//     agent's run loop pays per command (the machine probe is cached
+//     after the first call, as it is in a long-running agent).
+//
+// It prints, per workload, the median, p10 and p90 in milliseconds, each
+// median's ratio to bwrap-minimal's median and agent-exec / bare, and
+// whether the target "agent-exec ≤ 1.3× bwrap-minimal" is met. Timings
+// are information only: the machine may be shared and noisy, so nothing
+// fails on a number. The test fails only when a variant does not run
+// cleanly, or, with METNOS_REQUIRE_SANDBOX=1, when the agent did not
+// apply "bwrap+landlock+seccomp".
+//
+// Run it (it is skipped under -short; about 20 s on 2 cores once the
+// build is cached):
+//
+//	go test ./test/bench -run StartupRatios -count=1 -v
+//
+// METNOS_BENCH_N sets the number of timed rounds (default 30).
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/metnos/agent/sandbox"
+)
+
+const (
+	warmups  = 3
+	defaultN = 30
+	target   = 1.3
+	fullWord = "bwrap+landlock+seccomp"
+)
+
+// variant is one way of starting the workload; run returns the wall
+// time of one start-to-end.
+type variant struct {
+	name string
+	run  func() (time.Duration, error)
+}
+
+func TestStartupRatios(t *testing.T) {
+	if testing.Short() {
+		t.Skip("startup benchmark skipped under -short")
+	}
+	n := defaultN
+	if s := os.Getenv("METNOS_BENCH_N"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			t.Fatalf("METNOS_BENCH_N=%q: want a positive integer", s)
+		}
+		n = v
+	}
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
+		t.Skip("bwrap not found on PATH")
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go not found on PATH")
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Build the agent and the lean shim side by side, and a copy of the
+	// agent alone.
+	dir, soloDir := t.TempDir(), t.TempDir()
+	build := exec.Command(gobin, "build", "-o", dir+string(os.PathSeparator), "./cmd/metnos-agent", "./cmd/metnos-shim")
+	build.Dir = root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	agent := filepath.Join(dir, "metnos-agent")
+	shimBin := filepath.Join(dir, "metnos-shim")
+	soloAgent := filepath.Join(soloDir, "metnos-agent")
+	copyFile(t, agent, soloAgent)
+
+	// The in-process variant finds the lean shim through METNOS_SHIM;
+	// the agent binaries must not see it, or the self-shim variant
+	// would use the lean shim too.
+	t.Setenv("METNOS_SHIM", shimBin)
+	childEnv := withoutEnv(os.Environ(), "METNOS_SHIM")
+
+	// Which layers the agent applies.
+	word := agentSandboxWord(t, agent, childEnv)
+	policy := defaultPolicy(t)
+
+	workloads := [][]string{{"/bin/true"}, {"/usr/bin/python3", "-c", "pass"}}
+	for _, w := range workloads {
+		if _, err := os.Stat(w[0]); err != nil {
+			t.Logf("workload %q skipped: %v", strings.Join(w, " "), err)
+			continue
+		}
+		var inWord string
+		variants := []variant{
+			{"bare", command(w, nil)},
+			{"bwrap-minimal", command(append([]string{bwrap, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent"}, w...), nil)},
+			{"agent-exec", command(append([]string{agent, "exec", "--"}, w...), childEnv)},
+			{"agent-exec-selfshim", command(append([]string{soloAgent, "exec", "--"}, w...), childEnv)},
+			{"sandbox.Run", func() (time.Duration, error) {
+				start := time.Now()
+				out, err := sandbox.Run(context.Background(), sandbox.Request{Argv: w, Policy: policy})
+				d := time.Since(start)
+				if err != nil {
+					return d, err
+				}
+				inWord = out.Sandbox
+				if out.ExitCode != 0 || out.Signal != "" {
+					return d, fmt.Errorf("exit %d %s: %s", out.ExitCode, out.Signal, bytes.TrimSpace(out.Stderr))
+				}
+				return d, nil
+			}},
+		}
+		times := make([][]time.Duration, len(variants))
+		for round := 0; round < warmups+n; round++ {
+			for k := range variants {
+				i := (round + k) % len(variants)
+				d, err := variants[i].run()
+				if err != nil {
+					t.Fatalf("%s of %q: %v", variants[i].name, strings.Join(w, " "), err)
+				}
+				if round >= warmups {
+					times[i] = append(times[i], d)
+				}
+			}
+		}
+		t.Log(report(w, variants, times, n, word, inWord))
+		if os.Getenv("METNOS_REQUIRE_SANDBOX") == "1" && inWord != fullWord {
+			t.Errorf("METNOS_REQUIRE_SANDBOX=1: sandbox.Run applied %q, want %q", inWord, fullWord)
+		}
+	}
+	if os.Getenv("METNOS_REQUIRE_SANDBOX") == "1" && word != fullWord {
+		t.Errorf("METNOS_REQUIRE_SANDBOX=1: metnos-agent exec applied %q, want %q", word, fullWord)
+	}
+}
+
+// command returns a variant that runs argv with stdin, stdout and stderr
+// on /dev/null (env nil means this process's environment). On failure it
+// runs argv once more to capture its stderr for the message.
+func command(argv []string, env []string) func() (time.Duration, error) {
+	return func() (time.Duration, error) {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = env
+		start := time.Now()
+		err := cmd.Run()
+		d := time.Since(start)
+		if err != nil {
+			var stderr bytes.Buffer
+			again := exec.Command(argv[0], argv[1:]...)
+			again.Env, again.Stderr = env, &stderr
+			_ = again.Run()
+			return d, fmt.Errorf("%v: %s", err, bytes.TrimSpace(stderr.Bytes()))
+		}
+		return d, nil
+	}
+}
+
+// agentSandboxWord runs "metnos-agent exec --json -- /bin/true" once and
+// returns the "sandbox" field of its report.
+func agentSandboxWord(t *testing.T, agent string, env []string) string {
+	t.Helper()
+	cmd := exec.Command(agent, "exec", "--json", "--", "/bin/true")
+	cmd.Env = env
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("metnos-agent exec --json -- /bin/true: %v\n%s%s", err, out, stderr.Bytes())
+	}
+	var rep map[string]any
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("metnos-agent exec --json: output is not one JSON object: %v\n%s", err, out)
+	}
+	word, _ := rep["sandbox"].(string)
+	if word == "" {
+		t.Fatalf("metnos-agent exec --json: no \"sandbox\" field in\n%s", out)
+	}
+	return word
+}
+
+// defaultPolicy is the policy the CLI's exec uses without flags: the
+// supervised profile for this host, network cut.
+func defaultPolicy(t *testing.T) sandbox.Policy {
+	t.Helper()
+	h, err := sandbox.HostFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := sandbox.ForProfile(sandbox.ProfileInput{Profile: sandbox.ProfileSupervised, Host: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func report(w []string, vs []variant, times [][]time.Duration, n int, word, inWord string) string {
+	med := make([]time.Duration, len(vs))
+	idx := map[string]int{}
+	for i, v := range vs {
+		sort.Slice(times[i], func(a, b int) bool { return times[i][a] < times[i][b] })
+		med[i] = pct(times[i], 50)
+		idx[v.name] = i
+	}
+	base := med[idx["bwrap-minimal"]]
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nworkload %q: %d timed rounds after %d warm-ups, interleaved\n", strings.Join(w, " "), n, warmups)
+	fmt.Fprintf(&b, "sandbox applied: metnos-agent exec %q, sandbox.Run %q\n", word, inWord)
+	fmt.Fprintf(&b, "%-20s %9s %9s %9s %9s\n", "variant", "median", "p10", "p90", "/bwrap")
+	for i, v := range vs {
+		fmt.Fprintf(&b, "%-20s %9s %9s %9s %8.2f×\n", v.name, ms(med[i]), ms(pct(times[i], 10)), ms(pct(times[i], 90)), ratio(med[i], base))
+	}
+	ae := med[idx["agent-exec"]]
+	fmt.Fprintf(&b, "agent-exec / bare: %.2f×\n", ratio(ae, med[idx["bare"]]))
+	met := "met"
+	if ratio(ae, base) > target {
+		met = "NOT met"
+	}
+	fmt.Fprintf(&b, "target: agent-exec ≤ %.1f× bwrap-minimal: %s (%.2f×)", target, met, ratio(ae, base))
+	return b.String()
+}
+
+// pct returns the p-th percentile (nearest rank) of sorted d.
+func pct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	i := (p*len(d) + 99) / 100
+	if i < 1 {
+		i = 1
+	}
+	return d[i-1]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/1e6) }
+
+func ratio(a, b time.Duration) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+func withoutEnv(env []string, key string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, key+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
