@@ -45,6 +45,9 @@ func TestScripts(t *testing.T) {
 		Setup: func(env *testscript.Env) error {
 			home := filepath.Join(env.WorkDir, "home")
 			env.Setenv("HOME", home)
+			// The directory testscript puts its commands in, so that a
+			// script can run them with a PATH that lacks bwrap.
+			env.Setenv("SCRIPTBIN", filepath.SplitList(env.Getenv("PATH"))[0])
 			return os.MkdirAll(home, 0o755)
 		},
 		Condition: func(cond string) (bool, error) {
