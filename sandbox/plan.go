@@ -45,6 +45,9 @@ func viewBinds(p Policy) []bind {
 	bs = append(bs, bind{"/proc", false, false})
 	if !privateTmpKept(p) {
 		bs = append(bs, bind{"/tmp", true, false})
+		if p.RootReadable || p.RootWritable {
+			bs = append(bs, bind{"/var/tmp", true, false})
+		}
 	}
 	for _, g := range p.Grants {
 		bs = append(bs, bind{g.Path, g.Access == Write, true})
@@ -115,6 +118,9 @@ func bwrapArgs(p Policy, shimExe, dir string) ([]string, []placeholder) {
 	a = append(a, "--proc", "/proc")
 	if !privateTmpKept(p) {
 		a = append(a, "--tmpfs", "/tmp")
+		if p.RootReadable || p.RootWritable {
+			a = append(a, "--tmpfs", "/var/tmp")
+		}
 	}
 	binds := viewBinds(p)
 	for _, g := range p.Grants {
@@ -152,7 +158,7 @@ func bwrapArgs(p Policy, shimExe, dir string) ([]string, []placeholder) {
 			a = append(a, "--tmpfs", m.Path, "--remount-ro", m.Path)
 		case err == nil:
 			a = append(a, "--ro-bind", "/dev/null", m.Path)
-		case wr:
+		case wr && creatable(m.Path):
 			phs = append(phs, placeholder{Path: m.Path, Created: missingComponents(m.Path)})
 			if m.Kind == MaskFile {
 				a = append(a, "--ro-bind", "/dev/null", m.Path)
@@ -202,6 +208,28 @@ func coveredByEarlier(ms []Mask, path string) bool {
 	return false
 }
 
+// creatable reports whether a process of this user without capabilities
+// (as the sandboxed command runs) could create path: whether the nearest
+// existing ancestor grants it write permission by its mode bits. Only
+// then does an absent masked path need a placeholder; bwrap could not
+// create one anyway where the command could not.
+func creatable(path string) bool {
+	dir := filepath.Dir(path)
+	for {
+		fi, err := os.Stat(dir)
+		if err == nil {
+			if !fi.IsDir() {
+				return false
+			}
+			return writableByMode(fi)
+		}
+		if dir == "/" {
+			return false
+		}
+		dir = filepath.Dir(dir)
+	}
+}
+
 // missingComponents lists path and those of its parents that do not
 // exist, shallowest first.
 func missingComponents(path string) []string {
@@ -214,6 +242,14 @@ func missingComponents(path string) []string {
 	}
 	return out
 }
+
+// hostPrivate are the host directories a broad rule (the root of the
+// readonly and full profiles) never opens without bwrap: the shared
+// temporary directories, where other programs leave files and sockets,
+// and /dev, whose raw disks would bypass every mask. The run gets its own
+// temporary directory and [devFiles] instead; an explicit grant beneath
+// them still works.
+var hostPrivate = []string{"/tmp", "/var/tmp", "/dev"}
 
 // devFiles are the device nodes a command gets without bwrap's private
 // /dev.
@@ -269,7 +305,7 @@ func landlockRules(p Policy, inBwrap bool, tmpDir string) []shim.Rule {
 	}
 	var out []shim.Rule
 	for _, r := range rules {
-		excl := beneath(masks, r.Path)
+		excl := append(beneath(masks, r.Path), beneath(hostPrivate, r.Path)...)
 		if r.Write {
 			excl = append(excl, beneath(readOnly, r.Path)...)
 		}

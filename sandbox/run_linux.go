@@ -102,6 +102,11 @@ func planFor(c Caps, p Policy, min Level) Plan {
 	switch {
 	case p.NoFallback && !use.bwrap:
 		pl.Refused = fmt.Sprintf("profile %s needs bubblewrap's namespaces and will not fall back: %s", p.Profile, pl.Reason)
+	case p.UnixSockets && !use.bwrap && len(p.Masks) > 0:
+		// Landlock (ABI < 9) does not check connect(2) on a unix socket
+		// path, so without bwrap's masks a masked socket (the session
+		// bus) would be reachable.
+		pl.Refused = "the policy allows unix sockets, and without bwrap nothing here can keep the masked session sockets out of reach: " + pl.Reason
 	case !p.Network && !use.bwrap && !use.seccomp:
 		pl.Refused = "the policy cuts the network, and without bwrap or seccomp nothing here can enforce the cut: " + pl.Reason
 	case use.level() < need:

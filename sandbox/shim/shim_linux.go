@@ -73,6 +73,11 @@ func run(status *os.File, spec Spec, raw string, argv []string) int {
 		}
 		st.Seccomp = true
 	}
+	// Descriptors the agent itself inherited without close-on-exec
+	// must not reach the command: only 0, 1 and 2 do.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fail(status, fmt.Errorf("closing inherited descriptors: %w", err))
+	}
 	st.Ready = true
 	report(status, st)
 	pathp, err := syscall.BytePtrFromString(path)
@@ -142,20 +147,21 @@ func dropCapabilities() (bool, error) {
 		return false, fmt.Errorf("reading capabilities: %w", err)
 	}
 	if data[0].Permitted|data[1].Permitted|data[0].Effective|data[1].Effective != 0 {
-		// Only a privileged shim can (and needs to) lock securebits
-		// and shrink the bounding set.
+		// Only a privileged shim can (and needs to) lock securebits and
+		// shrink the bounding set: without capabilities, no_new_privs
+		// already keeps exec from granting any.
 		if cur, err := unix.PrctlRetInt(unix.PR_GET_SECUREBITS, 0, 0, 0, 0); err == nil && cur&secbits != secbits {
 			if err := unix.Prctl(unix.PR_SET_SECUREBITS, uintptr(cur|secbits)&^(1<<4), 0, 0, 0); err != nil {
 				return false, fmt.Errorf("locking securebits: %w", err)
 			}
 		}
-	}
-	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
-		if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err != nil || in == 0 {
-			continue
-		}
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
-			return false, fmt.Errorf("dropping capability %d from the bounding set: %w", c, err)
+		for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+			if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err != nil || in == 0 {
+				continue
+			}
+			if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+				return false, fmt.Errorf("dropping capability %d from the bounding set: %w", c, err)
+			}
 		}
 	}
 	_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)

@@ -95,16 +95,15 @@ func archFilter(info *arch.Info) []bpf.Instruction {
 func argLo(i uint32) bpf.LoadAbsolute { return bpf.LoadAbsolute{Off: 16 + 8*i, Size: 4} }
 
 // ArgFilter denies, with EPERM: clone(2) asking for a new namespace; the
-// terminal-injection ioctls TIOCSTI and TIOCLINUX; and socket(2) for any
-// family the spec does not allow. With the network cut only AF_UNIX may
-// be allowed; with it open, AF_INET, AF_INET6 and AF_NETLINK (which
-// getaddrinfo uses), plus AF_UNIX when allowed. socketpair(2) stays
-// allowed: it reaches nothing outside.
+// terminal-injection ioctls TIOCSTI and TIOCLINUX; calls that change
+// another process's limits or scheduling (prlimit64, sched_set*,
+// setpriority, ioprio_set with a target other than the caller itself,
+// which Landlock does not cover); and socket(2) for any family the spec
+// does not allow. With the network cut only AF_UNIX may be allowed; with
+// it open, AF_INET, AF_INET6 and AF_NETLINK (which getaddrinfo uses),
+// plus AF_UNIX when allowed. socketpair(2) stays allowed: it reaches
+// nothing outside.
 func ArgFilter(netCut, unixOK bool) []bpf.Instruction {
-	const (
-		allow = unix.SECCOMP_RET_ALLOW
-		deny  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
-	)
 	var families []uint32
 	if !netCut {
 		families = append(families, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK)
@@ -118,40 +117,69 @@ func ArgFilter(netCut, unixOK bool) []bpf.Instruction {
 		// Jump to the final "allow" (len(families)-i) instructions ahead.
 		sock = append(sock, bpf.JumpIf{Cond: bpf.JumpEqual, Val: f, SkipTrue: uint8(len(families) - i)})
 	}
-	sock = append(sock, bpf.RetConstant{Val: deny}, bpf.RetConstant{Val: allow})
+	sock = append(sock, retDeny, retAllow)
 
 	clone := []bpf.Instruction{
 		argLo(0),
 		bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: cloneNewFlags, SkipFalse: 1},
-		bpf.RetConstant{Val: deny},
-		bpf.RetConstant{Val: allow},
+		retDeny, retAllow,
 	}
 	ioctl := []bpf.Instruction{
 		argLo(1),
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.TIOCSTI, SkipTrue: 1},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.TIOCLINUX, SkipFalse: 1},
-		bpf.RetConstant{Val: deny},
-		bpf.RetConstant{Val: allow},
+		retDeny, retAllow,
 	}
-	// Dispatch on the syscall number; each block ends in a return.
+	// self allows the call only when argument i is 0 (the caller).
+	self := func(i uint32) []bpf.Instruction {
+		return []bpf.Instruction{argLo(i), bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipFalse: 1}, retAllow, retDeny}
+	}
+	// whoSelf allows setpriority/ioprio_set only for which == kind and
+	// who == 0: the calling process alone, not its group or its user.
+	whoSelf := func(kind uint32) []bpf.Instruction {
+		return []bpf.Instruction{
+			argLo(0), bpf.JumpIf{Cond: bpf.JumpEqual, Val: kind, SkipFalse: 3},
+			argLo(1), bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipFalse: 1},
+			retAllow, retDeny,
+		}
+	}
+	blocks := []struct {
+		nr   uint32
+		code []bpf.Instruction
+	}{
+		{unix.SYS_SOCKET, sock},
+		{unix.SYS_CLONE, clone},
+		{unix.SYS_IOCTL, ioctl},
+		{unix.SYS_PRLIMIT64, self(0)},
+		{unix.SYS_SCHED_SETAFFINITY, self(0)},
+		{unix.SYS_SCHED_SETSCHEDULER, self(0)},
+		{unix.SYS_SCHED_SETPARAM, self(0)},
+		{unix.SYS_SCHED_SETATTR, self(0)},
+		{unix.SYS_SETPRIORITY, whoSelf(unix.PRIO_PROCESS)},
+		{unix.SYS_IOPRIO_SET, whoSelf(1)}, // IOPRIO_WHO_PROCESS
+	}
+	// Dispatch on the syscall number: one jump per block, then "allow";
+	// each block ends in a return.
 	prog := []bpf.Instruction{bpf.LoadAbsolute{Off: 0, Size: 4}}
-	blocks := [][]bpf.Instruction{sock, clone, ioctl}
-	nrs := []uint32{unix.SYS_SOCKET, unix.SYS_CLONE, unix.SYS_IOCTL}
-	// Header: one jump per block, then "allow"; block k starts after the
-	// header and the blocks before it.
-	header := len(nrs) + 1
 	offset := 0
-	for k, nr := range nrs {
-		target := header - (k + 1) + offset // instructions to skip from after this jump
-		prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipTrue: uint8(target)})
-		offset += len(blocks[k])
+	for k, b := range blocks {
+		// From after jump k, skip the remaining jumps, the "allow" and
+		// the blocks before block k.
+		skip := (len(blocks) - k - 1) + 1 + offset
+		prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: b.nr, SkipTrue: uint8(skip)})
+		offset += len(b.code)
 	}
-	prog = append(prog, bpf.RetConstant{Val: allow})
+	prog = append(prog, retAllow)
 	for _, b := range blocks {
-		prog = append(prog, b...)
+		prog = append(prog, b.code...)
 	}
 	return prog
 }
+
+var (
+	retAllow = bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW}
+	retDeny  = bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)}
+)
 
 var cache sync.Map // [2]bool -> [][]byte
 

@@ -65,6 +65,15 @@ func TestArgFilter(t *testing.T) {
 		{"ioctl tiocsti high bits", Spec{}, unix.SYS_IOCTL, []uint64{0, hi | unix.TIOCSTI}, deny},
 		{"ioctl tiocgwinsz", Spec{}, unix.SYS_IOCTL, []uint64{0, unix.TIOCGWINSZ}, allow},
 		{"read", Spec{NetCut: true}, unix.SYS_READ, nil, allow},
+		{"prlimit self", Spec{}, unix.SYS_PRLIMIT64, []uint64{0, unix.RLIMIT_NOFILE}, allow},
+		{"prlimit other", Spec{}, unix.SYS_PRLIMIT64, []uint64{1234, unix.RLIMIT_NOFILE}, deny},
+		{"sched_setaffinity other", Spec{}, unix.SYS_SCHED_SETAFFINITY, []uint64{1234}, deny},
+		{"sched_setattr self", Spec{}, unix.SYS_SCHED_SETATTR, []uint64{0}, allow},
+		{"setpriority self", Spec{}, unix.SYS_SETPRIORITY, []uint64{unix.PRIO_PROCESS, 0, 10}, allow},
+		{"setpriority other", Spec{}, unix.SYS_SETPRIORITY, []uint64{unix.PRIO_PROCESS, 1234, 10}, deny},
+		{"setpriority own user", Spec{}, unix.SYS_SETPRIORITY, []uint64{unix.PRIO_USER, 0, 10}, deny},
+		{"ioprio_set self", Spec{}, unix.SYS_IOPRIO_SET, []uint64{1, 0, 0}, allow},
+		{"ioprio_set user", Spec{}, unix.SYS_IOPRIO_SET, []uint64{3, 0, 0}, deny},
 		{"socketpair", Spec{NetCut: true}, unix.SYS_SOCKETPAIR, []uint64{unix.AF_UNIX}, allow},
 	}
 	for _, c := range cases {
