@@ -36,8 +36,14 @@
 //     Policy asks for it; socketpair stays allowed).
 //   - The deadline kills the whole tree: the PID namespace dies with
 //     bwrap. When the command exits, whatever it left running dies too.
-//   - Memory, process count, file size and core dumps are bounded with
-//     rlimits (the process count is exact inside the user namespace).
+//   - The process count and the memory of the whole tree are bounded by
+//     a cgroup made for the run (pids.max and the memory limit) where the
+//     agent may create one: a delegated cgroup v2, or the v1 pids and
+//     memory hierarchies when it runs as root. The kernel's OOM counter
+//     of that cgroup is what sets Output.OOMKilled. Elsewhere rlimits
+//     bound them (RLIMIT_NPROC, exact inside the user namespace;
+//     RLIMIT_AS per process). File size and core dumps always use
+//     rlimits. Output.LimitsBy says which.
 //
 // Without a usable bwrap (missing, or user namespaces refused) Run falls
 // back to the shim alone ("landlock+seccomp"): Landlock is then the only
@@ -60,8 +66,10 @@
 //     set relies on the masks alone.
 //   - A hard link that the host itself made from inside a grant to a
 //     secret file is the same file: masks work by path.
-//   - Rlimits bound each process's address space, not the tree's total;
-//     cgroup v2 limits are not used yet, so Output.OOMKilled stays false.
+//   - Without a cgroup, RLIMIT_AS bounds each process's address space,
+//     not the tree's total, OOMKilled stays false, and RLIMIT_NPROC does
+//     not bind root at all: a root agent without cgroups has no process
+//     limit, and LimitsBy says "rlimit".
 //   - Inside bwrap a command that exits with status 128+n is reported as
 //     killed by signal n, as shells do.
 //   - The session IPC masks hide the user's session bus; rootful daemons'

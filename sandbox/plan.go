@@ -45,9 +45,6 @@ func viewBinds(p Policy) []bind {
 	bs = append(bs, bind{"/proc", false, false})
 	if !privateTmpKept(p) {
 		bs = append(bs, bind{"/tmp", true, false})
-		if p.RootReadable || p.RootWritable {
-			bs = append(bs, bind{"/var/tmp", true, false})
-		}
 	}
 	for _, g := range p.Grants {
 		bs = append(bs, bind{g.Path, g.Access == Write, true})
@@ -118,9 +115,6 @@ func bwrapArgs(p Policy, shimExe, dir string) ([]string, []placeholder) {
 	a = append(a, "--proc", "/proc")
 	if !privateTmpKept(p) {
 		a = append(a, "--tmpfs", "/tmp")
-		if p.RootReadable || p.RootWritable {
-			a = append(a, "--tmpfs", "/var/tmp")
-		}
 	}
 	binds := viewBinds(p)
 	for _, g := range p.Grants {
@@ -244,12 +238,12 @@ func missingComponents(path string) []string {
 }
 
 // hostPrivate are the host directories a broad rule (the root of the
-// readonly and full profiles) never opens without bwrap: the shared
-// temporary directories, where other programs leave files and sockets,
+// readonly and full profiles) never opens without bwrap, as bwrap's view
+// replaces them too: /tmp, where other programs leave files and sockets,
 // and /dev, whose raw disks would bypass every mask. The run gets its own
 // temporary directory and [devFiles] instead; an explicit grant beneath
 // them still works.
-var hostPrivate = []string{"/tmp", "/var/tmp", "/dev"}
+var hostPrivate = []string{"/tmp", "/dev"}
 
 // devFiles are the device nodes a command gets without bwrap's private
 // /dev.

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -123,33 +124,17 @@ func probeBwrap(bw string) (version string, ok bool, why string) {
 	return version, true, ""
 }
 
-// probeCgroup looks for a delegated cgroup v2 with the memory and pids
-// controllers, which would let limits hold for the whole tree.
+// probeCgroup tries what Run does: make a cgroup for a run (then removes
+// it) and says which limits it would enforce.
 func probeCgroup() (string, string) {
-	b, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return "", "cannot read /proc/self/cgroup"
+	cg := newRunCgroup(DefaultLimits.MaxProcs, DefaultLimits.MemoryBytes)
+	if cg == nil {
+		return "", "no cgroup this process may create with the pids and memory controllers (a delegated cgroup v2, or v1 hierarchies as root); limits use rlimits"
 	}
-	var rel string
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "0::") {
-			rel = strings.TrimPrefix(line, "0::")
-		}
+	defer cg.remove()
+	kind := "v1 (pids and memory hierarchies)"
+	if cg.v2 {
+		kind = "v2 under " + filepath.Dir(cg.dirs[0])
 	}
-	if rel == "" {
-		return "", "no cgroup v2 hierarchy for this process"
-	}
-	for _, mnt := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
-		dir := filepath.Join(mnt, rel)
-		ctrl, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
-		if err != nil {
-			continue
-		}
-		have := " " + strings.TrimSpace(string(ctrl)) + " "
-		if !strings.Contains(have, " memory ") || !strings.Contains(have, " pids ") {
-			return "", "cgroup v2 at " + dir + " lacks the memory and pids controllers (have:" + strings.TrimRight(have, " ") + "); limits use rlimits"
-		}
-		return "", "cgroup v2 at " + dir + " has memory and pids, but delegated sub-cgroups are not used yet; limits use rlimits"
-	}
-	return "", "no cgroup v2 mount found; limits use rlimits"
+	return cg.by(), fmt.Sprintf("cgroup %s; limits use %s", kind, cg.by())
 }

@@ -134,7 +134,7 @@ func run(ctx context.Context, req Request) (Output, error) {
 func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 	p := req.Policy
 	pl := planFor(c, p, req.MinSandbox)
-	out := Output{Policy: p.Fingerprint(), Sandbox: "none", LimitsBy: "rlimit"}
+	out := Output{Policy: p.Fingerprint(), Sandbox: "none"}
 	if pl.Refused != "" {
 		return out, false, &RefusedError{Have: pl.Sandbox, Why: pl.Refused}
 	}
@@ -200,6 +200,25 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 		spec.Dir = dir
 		argv = []string{exe}
 	}
+	// A cgroup, where this process may make one, bounds the whole tree
+	// (and RLIMIT_NPROC does not hold for root at all); the rlimits it
+	// replaces are dropped.
+	cg := newRunCgroup(lim.MaxProcs, lim.MemoryBytes)
+	defer cg.remove()
+	out.LimitsBy = cg.by()
+	extra := []*os.File{nil} // fd 3, the status pipe, set below
+	if cg != nil {
+		for _, f := range cg.procs {
+			spec.CgroupFDs = append(spec.CgroupFDs, 3+len(extra))
+			extra = append(extra, f)
+		}
+		if cg.pids {
+			delete(spec.Rlimits, "nproc")
+		}
+		if cg.memory {
+			delete(spec.Rlimits, "as")
+		}
+	}
 	sargs, err := shim.EncodeArgs(spec, req.Argv)
 	if err != nil {
 		return out, false, err
@@ -216,7 +235,8 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 	cmd := &exec.Cmd{Path: argv[0], Args: argv, Env: env, Dir: "/"}
 	cmd.Stdin = strings.NewReader(string(req.Stdin))
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.ExtraFiles = []*os.File{statusW}
+	extra[0] = statusW
+	cmd.ExtraFiles = extra
 	cmd.WaitDelay = 2 * time.Second
 	sig := syscall.SIGKILL
 	if spec.Supervise {
@@ -285,6 +305,7 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 	default:
 		out.ExitCode, out.Signal = exitStatus(cmd.ProcessState, use.bwrap)
 	}
+	out.OOMKilled = cg.oomKilled()
 	if out.TimedOut {
 		out.ExitCode, out.Signal = -1, "SIGKILL"
 	}

@@ -67,6 +67,10 @@ type Spec struct {
 	Unix bool `json:"unix,omitempty"`
 	// Rlimits to set, by name: "as", "nproc", "fsize", "nofile", "core".
 	Rlimits map[string]uint64 `json:"rlimits,omitempty"`
+	// CgroupFDs are open cgroup.procs files (inherited descriptors) the
+	// shim joins, by writing "0", before anything else: the run's
+	// cgroups for its process and memory limits.
+	CgroupFDs []int `json:"cgroup_fds,omitempty"`
 	// Dir is the working directory to enter before restricting.
 	Dir string `json:"dir,omitempty"`
 }
@@ -124,7 +128,7 @@ func Main(args []string) int {
 	if err := json.Unmarshal([]byte(args[0]), &spec); err != nil {
 		return fail(status, fmt.Errorf("decoding spec: %w", err))
 	}
-	return run(status, spec, args[0], args[2:])
+	return run(status, spec, args[2:])
 }
 
 func fail(status *os.File, err error) int {

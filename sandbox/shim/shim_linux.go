@@ -2,6 +2,7 @@ package shim
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -25,9 +26,17 @@ import (
 // ABI it got; it never asks for more than V7 without a code change.
 var LandlockConfig = landlock.V7
 
-func run(status *os.File, spec Spec, raw string, argv []string) int {
+func run(status *os.File, spec Spec, argv []string) int {
+	for _, fd := range spec.CgroupFDs {
+		f := os.NewFile(uintptr(fd), "cgroup.procs")
+		_, err := f.Write([]byte("0"))
+		f.Close()
+		if err != nil {
+			return fail(status, fmt.Errorf("joining the run's cgroup: %w", err))
+		}
+	}
 	if spec.Supervise {
-		return supervise(status, raw, argv)
+		return supervise(status, spec, argv)
 	}
 	// Everything below is per thread (capabilities, no_new_privs,
 	// Landlock and seccomp without TSYNC); execve keeps this thread's
@@ -218,7 +227,7 @@ func applyLandlock(spec Spec) error {
 // supervise runs the confined shim as a child, as a subreaper, and kills
 // every descendant when the child ends or this process is told to stop
 // (SIGTERM from the agent at the deadline, or the agent's death).
-func supervise(status *os.File, raw string, argv []string) int {
+func supervise(status *os.File, spec Spec, argv []string) int {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return fail(status, fmt.Errorf("becoming a subreaper: %w", err))
 	}
@@ -228,12 +237,18 @@ func supervise(status *os.File, raw string, argv []string) int {
 	sigc := make(chan os.Signal, 16)
 	signal.Notify(sigc, unix.SIGCHLD, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
 
-	inner := strings.Replace(raw, `"supervise":true`, `"supervise":false`, 1)
+	// The confined shim gets the same spec, minus supervision and the
+	// cgroups this process has already joined (its children inherit them).
+	spec.Supervise, spec.CgroupFDs = false, nil
+	inner, err := json.Marshal(spec)
+	if err != nil {
+		return fail(status, err)
+	}
 	self, err := os.Executable()
 	if err != nil {
 		self = "/proc/self/exe"
 	}
-	cmd := exec.Command(self, append([]string{Arg, inner, "--"}, argv...)...)
+	cmd := exec.Command(self, append([]string{Arg, string(inner), "--"}, argv...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.ExtraFiles = []*os.File{status}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}

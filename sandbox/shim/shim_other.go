@@ -8,6 +8,6 @@ import (
 	"runtime"
 )
 
-func run(status *os.File, spec Spec, raw string, argv []string) int {
+func run(status *os.File, spec Spec, argv []string) int {
 	return fail(status, fmt.Errorf("the sandbox shim is not implemented on %s", runtime.GOOS))
 }

@@ -1,0 +1,257 @@
+package sandbox
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// A runCgroup is the cgroup (or, on a v1 hierarchy, the cgroups) one
+// run is confined to: pids.max bounds the number of tasks of the whole
+// tree and the memory limit bounds its total, and the kernel's own OOM
+// counter tells when it killed. The shim joins it through descriptors of
+// the cgroup.procs files the agent opens, so even a shim inside bwrap's
+// namespaces lands in it before it executes anything.
+type runCgroup struct {
+	dirs    []string   // created directories, removed afterwards
+	procs   []*os.File // cgroup.procs of each, passed to the shim
+	pids    bool       // pids.max applies
+	memory  bool       // the memory limit applies
+	oomFile string     // memory.events (v2) or memory.oom_control (v1)
+	v2      bool
+}
+
+// cgroupMount is one mounted cgroup hierarchy.
+type cgroupMount struct {
+	point, root string
+	v2          bool
+	controllers map[string]bool // v1 only
+}
+
+var cgroupSeq atomic.Int64
+
+// newRunCgroup makes a cgroup for one run with pids.max = maxProcs and a
+// memory limit of memBytes, wherever this process may create one: a
+// cgroup v2 child of its own cgroup whose controllers include pids and
+// memory, else children of its own cgroups in the v1 pids and memory
+// hierarchies (root only, in practice). It returns nil when neither
+// works; then limits fall back to rlimits.
+func newRunCgroup(maxProcs int, memBytes int64) *runCgroup {
+	mounts, self := readCgroupMounts(), readSelfCgroups()
+	name := fmt.Sprintf("metnos-run-%d-%d", os.Getpid(), cgroupSeq.Add(1))
+	c := &runCgroup{}
+	for _, m := range mounts {
+		if !m.v2 {
+			continue
+		}
+		dir, ok := cgroupDir(m, self[""])
+		if !ok {
+			continue
+		}
+		child := filepath.Join(dir, name)
+		if os.Mkdir(child, 0o755) != nil {
+			continue
+		}
+		ctrl, _ := os.ReadFile(filepath.Join(child, "cgroup.controllers"))
+		have := " " + strings.TrimSpace(string(ctrl)) + " "
+		if !strings.Contains(have, " pids ") || !strings.Contains(have, " memory ") {
+			os.Remove(child)
+			continue
+		}
+		if writeCgroupFile(child, "pids.max", strconv.Itoa(maxProcs)) != nil ||
+			writeCgroupFile(child, "memory.max", strconv.FormatInt(memBytes, 10)) != nil ||
+			!c.add(child) {
+			os.Remove(child)
+			continue
+		}
+		_ = writeCgroupFile(child, "memory.swap.max", "0")
+		c.pids, c.memory, c.v2 = true, true, true
+		c.oomFile = filepath.Join(child, "memory.events")
+		return c
+	}
+	for _, m := range mounts {
+		if m.v2 {
+			continue
+		}
+		for _, ctrl := range []string{"pids", "memory"} {
+			if !m.controllers[ctrl] || (ctrl == "pids" && c.pids) || (ctrl == "memory" && c.memory) {
+				continue
+			}
+			dir, ok := cgroupDir(m, self[ctrl])
+			if !ok {
+				continue
+			}
+			child := filepath.Join(dir, name)
+			if os.Mkdir(child, 0o755) != nil {
+				continue
+			}
+			var err error
+			if ctrl == "pids" {
+				err = writeCgroupFile(child, "pids.max", strconv.Itoa(maxProcs))
+			} else {
+				err = writeCgroupFile(child, "memory.limit_in_bytes", strconv.FormatInt(memBytes, 10))
+				// With swap accounting, the limit covers swap too.
+				_ = writeCgroupFile(child, "memory.memsw.limit_in_bytes", strconv.FormatInt(memBytes, 10))
+			}
+			if err != nil || !c.add(child) {
+				os.Remove(child)
+				continue
+			}
+			if ctrl == "pids" {
+				c.pids = true
+			} else {
+				c.memory = true
+				c.oomFile = filepath.Join(child, "memory.oom_control")
+			}
+		}
+	}
+	if len(c.dirs) == 0 {
+		return nil
+	}
+	return c
+}
+
+func (c *runCgroup) add(dir string) bool {
+	f, err := os.OpenFile(filepath.Join(dir, "cgroup.procs"), os.O_WRONLY, 0)
+	if err != nil {
+		return false
+	}
+	c.dirs = append(c.dirs, dir)
+	c.procs = append(c.procs, f)
+	return true
+}
+
+// by says which limits the cgroup enforces, for Output.LimitsBy.
+func (c *runCgroup) by() string {
+	switch {
+	case c == nil:
+		return "rlimit"
+	case c.pids && c.memory:
+		return "cgroup"
+	case c.pids:
+		return "cgroup(pids)+rlimit"
+	default:
+		return "cgroup(memory)+rlimit"
+	}
+}
+
+// oomKilled reports whether the kernel OOM-killed a task of the run.
+func (c *runCgroup) oomKilled() bool {
+	if c == nil || c.oomFile == "" {
+		return false
+	}
+	f, err := os.Open(c.oomFile)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), " "); ok && k == "oom_kill" {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n > 0
+		}
+	}
+	return false
+}
+
+// remove closes the descriptors and removes the run's cgroups; the tree
+// is dead by then, but the last tasks may take a moment to leave.
+func (c *runCgroup) remove() {
+	if c == nil {
+		return
+	}
+	for _, f := range c.procs {
+		f.Close()
+	}
+	for _, d := range c.dirs {
+		for i := 0; i < 50; i++ {
+			if err := os.Remove(d); err == nil || os.IsNotExist(err) {
+				break
+			}
+			if c.v2 {
+				_ = writeCgroupFile(d, "cgroup.kill", "1")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+func writeCgroupFile(dir, name, val string) error {
+	return os.WriteFile(filepath.Join(dir, name), []byte(val), 0)
+}
+
+// cgroupDir maps a cgroup path of /proc/self/cgroup to its directory
+// under the mount.
+func cgroupDir(m cgroupMount, path string) (string, bool) {
+	if path == "" {
+		return "", false
+	}
+	rel := path
+	if m.root != "/" {
+		if !within(path, m.root) {
+			return "", false
+		}
+		rel = strings.TrimPrefix(path, m.root)
+	}
+	return filepath.Join(m.point, rel), true
+}
+
+// readSelfCgroups maps each v1 controller (and "" for v2) to this
+// process's cgroup path.
+func readSelfCgroups() map[string]string {
+	out := map[string]string{}
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[1] == "" {
+			out[""] = parts[2]
+			continue
+		}
+		for _, ctrl := range strings.Split(parts[1], ",") {
+			out[ctrl] = parts[2]
+		}
+	}
+	return out
+}
+
+// readCgroupMounts lists the cgroup hierarchies in /proc/self/mountinfo.
+func readCgroupMounts() []cgroupMount {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []cgroupMount
+	for _, line := range strings.Split(string(b), "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if len(f) < 5 || len(g) < 3 {
+			continue
+		}
+		switch g[0] {
+		case "cgroup2":
+			out = append(out, cgroupMount{point: f[4], root: f[3], v2: true})
+		case "cgroup":
+			m := cgroupMount{point: f[4], root: f[3], controllers: map[string]bool{}}
+			for _, o := range strings.Split(g[2], ",") {
+				m.controllers[o] = true
+			}
+			out = append(out, m)
+		}
+	}
+	return out
+}
