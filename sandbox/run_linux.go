@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -181,9 +182,10 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 		if err != nil {
 			return out, false, err
 		}
-		defer func() { releasePlaceholders(locks, phs) }()
+		defer releasePlaceholders(locks)
 		var bargs []string
 		bargs, phs = bwrapArgs(p, exe, dir)
+		recordPlaceholders(locks, phs)
 		argv = append([]string{c.Bwrap}, bargs...)
 	} else {
 		// Without a user namespace RLIMIT_NPROC counts every process of
@@ -460,15 +462,14 @@ func (c *capped) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// placeholderLocks takes, shared, one lock per masked path that lies
-// under a writable bind of p, before the run looks at the host to plan
-// its masks, and holds them until bwrap is gone. The locks are files
-// named after each path, shared by every run of this user in any process:
-// a placeholder that one run created must not vanish while another run,
-// having seen it, is about to mount over it. A run removes the
-// placeholders it created only when it can take their lock exclusively,
-// that is when no other run masks the same path; otherwise they stay,
-// empty, and the last run out removes them.
+// placeholderLocks takes, shared, one lock per masked path visible in
+// p's bwrap view, before the run looks at the host to plan its masks,
+// and holds them until bwrap is gone. The locks are files named after
+// each path, shared by every run of this user in any process: a
+// placeholder that one run created must not vanish while another run,
+// having seen it, is about to mount over it. A run that creates
+// placeholders records them in their lock files; whichever run is last
+// out (it can take a lock exclusively) removes them, when still empty.
 func placeholderLocks(p Policy) (map[string]*os.File, error) {
 	binds := viewBinds(p)
 	var paths []string
@@ -476,7 +477,7 @@ func placeholderLocks(p Policy) (map[string]*os.File, error) {
 		if coveredByEarlier(p.Masks[:i], m.Path) {
 			continue
 		}
-		if vis, wr := lookupView(binds, m.Path); vis && wr {
+		if vis, _ := lookupView(binds, m.Path); vis {
 			paths = append(paths, m.Path)
 		}
 	}
@@ -510,23 +511,42 @@ func placeholderLocks(p Policy) (map[string]*os.File, error) {
 	return locks, nil
 }
 
+// recordPlaceholders notes in each placeholder's lock file the path
+// components bwrap is about to create, so that whichever run is last out
+// can remove them.
+func recordPlaceholders(locks map[string]*os.File, phs []placeholder) {
+	for _, ph := range phs {
+		if f := locks[ph.Path]; f != nil {
+			b, _ := json.Marshal(ph.Created)
+			_, _ = f.WriteAt(b, 0)
+		}
+	}
+}
+
 func closeLocks(locks map[string]*os.File) {
 	for _, f := range locks {
 		f.Close()
 	}
 }
 
-// releasePlaceholders removes, when empty, the placeholders phs created
-// whose lock no other run holds, then releases every lock.
-func releasePlaceholders(locks map[string]*os.File, phs []placeholder) {
+// releasePlaceholders removes the recorded placeholders whose lock no
+// other run holds (when they are still empty), then releases every lock.
+func releasePlaceholders(locks map[string]*os.File) {
 	defer closeLocks(locks)
-	for _, ph := range phs {
-		f := locks[ph.Path]
-		if f == nil || unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+	for _, f := range locks {
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
 			continue
 		}
-		for i := len(ph.Created) - 1; i >= 0; i-- {
-			p := ph.Created[i]
+		b, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<16))
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		var created []string
+		if json.Unmarshal(b, &created) != nil {
+			continue
+		}
+		for i := len(created) - 1; i >= 0; i-- {
+			p := created[i]
 			if fi, err := os.Lstat(p); err == nil && !fi.IsDir() && fi.Size() != 0 {
 				break
 			}
@@ -535,5 +555,6 @@ func releasePlaceholders(locks map[string]*os.File, phs []placeholder) {
 				break
 			}
 		}
+		_ = f.Truncate(0)
 	}
 }

@@ -165,21 +165,18 @@ func TestStartupRatios(t *testing.T) {
 	}
 }
 
-// command returns a variant that runs argv with stdin, stdout and stderr
-// on /dev/null (env nil means this process's environment). On failure it
-// runs argv once more to capture its stderr for the message.
+// command returns a variant that runs argv with stdin and stdout on
+// /dev/null and stderr kept for the message when it fails (env nil means
+// this process's environment).
 func command(argv []string, env []string) func() (time.Duration, error) {
 	return func() (time.Duration, error) {
+		var stderr bytes.Buffer
 		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = env
+		cmd.Env, cmd.Stderr = env, &stderr
 		start := time.Now()
 		err := cmd.Run()
 		d := time.Since(start)
 		if err != nil {
-			var stderr bytes.Buffer
-			again := exec.Command(argv[0], argv[1:]...)
-			again.Env, again.Stderr = env, &stderr
-			_ = again.Run()
 			return d, fmt.Errorf("%v: %s", err, bytes.TrimSpace(stderr.Bytes()))
 		}
 		return d, nil
