@@ -1,7 +1,7 @@
 // Package bench measures what the sandbox adds to starting a command.
 //
 // TestStartupRatios builds metnos-agent and metnos-shim side by side
-// (CGO_ENABLED=0, as release builds are static), plus a copy of
+// (CGO_ENABLED=0, -trimpath, -ldflags=-s -w: as release builds are made), plus a copy of
 // metnos-agent alone in another directory (no sibling shim, so the agent
 // re-executes itself as the shim). Then, for each workload W in
 // "/bin/true" and "/usr/bin/python3 -c pass", it times fork+exec+wait of
@@ -95,7 +95,7 @@ func TestStartupRatios(t *testing.T) {
 	// Build the agent and the lean shim side by side, and a copy of the
 	// agent alone.
 	dir, soloDir := t.TempDir(), t.TempDir()
-	build := exec.Command(gobin, "build", "-o", dir+string(os.PathSeparator), "./cmd/metnos-agent", "./cmd/metnos-shim")
+	build := exec.Command(gobin, "build", "-trimpath", "-ldflags=-s -w", "-o", dir+string(os.PathSeparator), "./cmd/metnos-agent", "./cmd/metnos-shim")
 	build.Dir = root
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
