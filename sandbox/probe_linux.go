@@ -40,28 +40,18 @@ func bwrapPath() string {
 // agent's own PATH (or METNOS_BWRAP) and run once to see whether its
 // namespaces work here; the result is cached per bwrap path for the life
 // of the process.
-func Probe() Caps {
-	bw := bwrapPath()
-	key := bw + "\x00" + os.Getenv("METNOS_SANDBOX")
-	probeMu.Lock()
-	defer probeMu.Unlock()
-	if c, ok := probeCache[key]; ok {
-		return c
-	}
-	c := kernelCaps(bw)
-	if c.BwrapError == "" {
-		c.BwrapVersion, c.BwrapUsable, c.BwrapError = probeBwrap(bw)
-	}
-	c.Cgroup, c.CgroupNote = probeCgroup()
-	probeCache[key] = c
-	return c
-}
+func Probe() Caps { return cachedCaps(true) }
 
 // runCaps is what Run plans with. It does not start bwrap to find out
 // whether it works: that costs as much as a whole run. A bwrap that
 // exists is taken as usable until a run fails before its command
 // started, and then [Probe] decides (see run).
-func runCaps() Caps {
+func runCaps() Caps { return cachedCaps(false) }
+
+// cachedCaps returns the Caps for the current bwrap and METNOS_SANDBOX,
+// from the full probe when one was made, else from the kernel alone
+// (full false) or by making the full probe (full true).
+func cachedCaps(full bool) Caps {
 	bw := bwrapPath()
 	key := bw + "\x00" + os.Getenv("METNOS_SANDBOX")
 	probeMu.Lock()
@@ -69,12 +59,20 @@ func runCaps() Caps {
 	if c, ok := probeCache[key]; ok {
 		return c
 	}
-	if c, ok := quickCache[key]; ok {
+	if c, ok := quickCache[key]; ok && !full {
 		return c
 	}
 	c := kernelCaps(bw)
-	c.BwrapUsable = c.BwrapError == ""
-	quickCache[key] = c
+	if !full {
+		c.BwrapUsable = c.BwrapError == ""
+		quickCache[key] = c
+		return c
+	}
+	if c.BwrapError == "" {
+		c.BwrapVersion, c.BwrapUsable, c.BwrapError = probeBwrap(bw)
+	}
+	c.Cgroup, c.CgroupNote = probeCgroup()
+	probeCache[key] = c
 	return c
 }
 
