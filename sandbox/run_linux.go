@@ -170,12 +170,30 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 			return out, false, err
 		}
 	}
+	// A cgroup, where this process may make one, bounds the whole tree
+	// (RLIMIT_NPROC does not hold for root at all, and RLIMIT_AS bounds
+	// each process alone); the rlimits it replaces are not set.
+	cg := newRunCgroup(lim.MaxProcs, lim.MemoryBytes)
+	defer cg.remove()
+	out.LimitsBy = cg.by()
+	extra := []*os.File{nil} // fd 3, the status pipe, set below
+	if cg != nil {
+		for _, f := range cg.procs {
+			spec.CgroupFDs = append(spec.CgroupFDs, 3+len(extra))
+			extra = append(extra, f)
+		}
+		if cg.memory {
+			delete(spec.Rlimits, "as")
+		}
+	}
 	var argv []string
 	var phs []placeholder
 	if use.bwrap {
 		// A new user namespace counts its own processes, so the limit
 		// is exact there.
-		spec.Rlimits["nproc"] = uint64(lim.MaxProcs)
+		if cg == nil || !cg.pids {
+			spec.Rlimits["nproc"] = uint64(lim.MaxProcs)
+		}
 		spec.Rules = landlockRules(p, true, "")
 		spec.Supervise = p.SharePID
 		locks, err := placeholderLocks(p)
@@ -190,7 +208,9 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 	} else {
 		// Without a user namespace RLIMIT_NPROC counts every process of
 		// this uid, so the limit is what already runs plus MaxProcs.
-		spec.Rlimits["nproc"] = uint64(countTasks(os.Getuid()) + lim.MaxProcs)
+		if cg == nil || !cg.pids {
+			spec.Rlimits["nproc"] = uint64(countTasks(os.Getuid()) + lim.MaxProcs)
+		}
 		tmp, err := os.MkdirTemp("", "metnos-run-")
 		if err != nil {
 			return out, false, fmt.Errorf("sandbox: private temporary directory: %w", err)
@@ -201,25 +221,6 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 		spec.Supervise = true
 		spec.Dir = dir
 		argv = []string{exe}
-	}
-	// A cgroup, where this process may make one, bounds the whole tree
-	// (and RLIMIT_NPROC does not hold for root at all); the rlimits it
-	// replaces are dropped.
-	cg := newRunCgroup(lim.MaxProcs, lim.MemoryBytes)
-	defer cg.remove()
-	out.LimitsBy = cg.by()
-	extra := []*os.File{nil} // fd 3, the status pipe, set below
-	if cg != nil {
-		for _, f := range cg.procs {
-			spec.CgroupFDs = append(spec.CgroupFDs, 3+len(extra))
-			extra = append(extra, f)
-		}
-		if cg.pids {
-			delete(spec.Rlimits, "nproc")
-		}
-		if cg.memory {
-			delete(spec.Rlimits, "as")
-		}
 	}
 	sargs, err := shim.EncodeArgs(spec, req.Argv)
 	if err != nil {
