@@ -134,7 +134,11 @@ func bwrapArgs(p Policy, shimExe, dir string) ([]string, []placeholder) {
 	if shimExe != "" {
 		a = append(a, "--ro-bind", shimExe, shimExe)
 	}
+	// Masks: an empty read-only tmpfs over a directory, /dev/null over a
+	// file, a placeholder where an absent path could be created.
 	var phs []placeholder
+	var masks []string
+	var mounted []string
 	for i, m := range p.Masks {
 		if coveredByEarlier(p.Masks[:i], m.Path) {
 			continue
@@ -149,18 +153,49 @@ func bwrapArgs(p Policy, shimExe, dir string) ([]string, []placeholder) {
 			// The link's target carries its own mask.
 			continue
 		case err == nil && fi.IsDir():
-			a = append(a, "--tmpfs", m.Path, "--remount-ro", m.Path)
+			masks = append(masks, "--tmpfs", m.Path, "--remount-ro", m.Path)
 		case err == nil:
-			a = append(a, "--ro-bind", "/dev/null", m.Path)
+			masks = append(masks, "--ro-bind", "/dev/null", m.Path)
 		case wr && creatable(m.Path):
 			phs = append(phs, placeholder{Path: m.Path, Created: missingComponents(m.Path)})
 			if m.Kind == MaskFile {
-				a = append(a, "--ro-bind", "/dev/null", m.Path)
+				masks = append(masks, "--ro-bind", "/dev/null", m.Path)
 			} else {
-				a = append(a, "--tmpfs", m.Path, "--remount-ro", m.Path)
+				masks = append(masks, "--tmpfs", m.Path, "--remount-ro", m.Path)
 			}
+		default:
+			continue
+		}
+		mounted = append(mounted, m.Path)
+	}
+	// A mask is a mount point, so it cannot be renamed or removed; but
+	// its parents could be, taking the mask along and leaving the path
+	// free for the next run. Under a writable bind every directory
+	// between the bind and a mask is first bound onto itself, which makes
+	// it a mount point too; the masks then go on top. (bwrap takes bind
+	// sources from the host, so these come before the masks, and the
+	// directories must exist: see run.)
+	pinned := map[string]bool{}
+	for _, g := range p.Grants {
+		pinned[g.Path] = true
+	}
+	for _, path := range mounted {
+		root, ok := writableBindOf(binds, path)
+		if !ok {
+			continue
+		}
+		for _, anc := range ancestorsBelow(path, root) {
+			if pinned[anc] {
+				continue
+			}
+			pinned[anc] = true
+			if fi, err := os.Lstat(anc); err == nil && !fi.IsDir() {
+				continue
+			}
+			a = append(a, "--bind", anc, anc)
 		}
 	}
+	a = append(a, masks...)
 	if dir != "" {
 		a = append(a, "--chdir", dir)
 	}
@@ -191,6 +226,31 @@ func systemLink(system []string, s string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// writableBindOf returns the deepest bind covering path, when it is a
+// writable bind of the host.
+func writableBindOf(bs []bind, path string) (string, bool) {
+	var best *bind
+	for i := range bs {
+		if within(path, bs[i].path) && (best == nil || len(bs[i].path) >= len(best.path)) {
+			best = &bs[i]
+		}
+	}
+	if best == nil || !best.host || !best.write {
+		return "", false
+	}
+	return best.path, true
+}
+
+// ancestorsBelow lists the directories strictly between root and path,
+// shallowest first.
+func ancestorsBelow(path, root string) []string {
+	var out []string
+	for d := filepath.Dir(path); d != root && within(d, root) && d != "/"; d = filepath.Dir(d) {
+		out = append([]string{d}, out...)
+	}
+	return out
 }
 
 func coveredByEarlier(ms []Mask, path string) bool {
@@ -286,7 +346,30 @@ func landlockRules(p Policy, inBwrap bool, tmpDir string) []shim.Rule {
 		rules = append(rules, shim.Rule{Path: g.Path, Write: g.Access == Write, File: isFile(g.Path)})
 	}
 	if inBwrap {
-		return rules
+		// A nucleus entry that is itself a symbolic link cannot be
+		// covered by a mount (bwrap mounts over its target): under a
+		// writable rule the link could be removed and the path
+		// recreated. Landlock then keeps the link's directory from
+		// being written, by splitting the rule around it, as it does
+		// for every mask without bwrap.
+		var links []string
+		for _, m := range p.Masks {
+			if fi, err := os.Lstat(m.Path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+				links = append(links, m.Path)
+			}
+		}
+		if len(links) == 0 {
+			return rules
+		}
+		var out []shim.Rule
+		for _, r := range rules {
+			if excl := beneath(links, r.Path); r.Write && !r.File && len(excl) > 0 {
+				out = splitRule(out, r, excl)
+				continue
+			}
+			out = append(out, r)
+		}
+		return out
 	}
 	var masks, readOnly []string
 	for _, m := range p.Masks {

@@ -86,7 +86,17 @@ func TestBwrapArgsGolden(t *testing.T) {
 	p.Network = true
 	p.RootWritable, p.RealDev, p.SharePID = true, true, true
 	args, _ = bwrapArgs(p, "/opt/metnos/metnos-shim", "/")
-	checkPlanGolden(t, "bwrap_full_fs", root, args)
+	// With the root writable, the directories above the fixture are
+	// pinned too; they depend on where the temporary directory is.
+	var kept []string
+	for i := 0; i < len(args); i++ {
+		if args[i] == "--bind" && i+2 < len(args) && args[i+1] == args[i+2] && args[i+1] != root && within(root, args[i+1]) {
+			i += 2
+			continue
+		}
+		kept = append(kept, args[i])
+	}
+	checkPlanGolden(t, "bwrap_full_fs", root, kept)
 }
 
 func TestLandlockRulesGolden(t *testing.T) {

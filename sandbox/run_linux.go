@@ -204,6 +204,14 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 		var bargs []string
 		bargs, phs = bwrapArgs(p, exe, dir)
 		recordPlaceholders(locks, phs)
+		// bwrap resolves every bind source before it mounts anything, so
+		// the directories above a placeholder, which it binds onto
+		// themselves, must exist beforehand.
+		for _, ph := range phs {
+			if err := os.MkdirAll(filepath.Dir(ph.Path), 0o755); err != nil {
+				return out, false, fmt.Errorf("sandbox: placeholder for %s: %w", ph.Path, err)
+			}
+		}
 		argv = append([]string{c.Bwrap}, bargs...)
 	} else {
 		// Without a user namespace RLIMIT_NPROC counts every process of
@@ -489,7 +497,9 @@ func placeholderLocks(p Policy) (map[string]*os.File, error) {
 	if err != nil {
 		dir = os.TempDir()
 	}
-	dir = filepath.Join(dir, "metnos-agent", fmt.Sprintf("placeholders-%d", os.Getuid()))
+	// Inside the agent's own cache directory, which is in the nucleus:
+	// no sandboxed command can see or forge these files.
+	dir = filepath.Join(dir, "metnos", fmt.Sprintf("placeholders-%d", os.Getuid()))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox: placeholder locks: %w", err)
 	}
@@ -534,7 +544,7 @@ func closeLocks(locks map[string]*os.File) {
 // other run holds (when they are still empty), then releases every lock.
 func releasePlaceholders(locks map[string]*os.File) {
 	defer closeLocks(locks)
-	for _, f := range locks {
+	for mask, f := range locks {
 		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
 			continue
 		}
@@ -548,6 +558,11 @@ func releasePlaceholders(locks map[string]*os.File) {
 		}
 		for i := len(created) - 1; i >= 0; i-- {
 			p := created[i]
+			if !within(mask, p) {
+				// Only the mask's own path and its parents are ever
+				// recorded; anything else is not ours to remove.
+				break
+			}
 			if fi, err := os.Lstat(p); err == nil && !fi.IsDir() && fi.Size() != 0 {
 				break
 			}

@@ -246,6 +246,19 @@ func TestWriteEscape(t *testing.T) {
 			sh:      "mv {{HOME}}/.config {{HOME}}/cfg2; cat {{HOME}}/cfg2/gh/hosts.yml {{HOME}}/cfg2/metnos/key",
 			secrets: []string{fx.Secrets[4].Token, fx.Secrets[7].Token},
 		})
+		// The rename must not land on the host either: a later run would
+		// find the secrets at the new name, outside every mask.
+		attack(t, fx, m, attackCase{
+			name:   "rename-parent-of-masked-dir-for-a-later-run",
+			policy: supervised(nil, []string{"{{HOME}}"}),
+			sh:     "mv {{HOME}}/.config {{HOME}}/cfg2 && echo PWNED",
+			landed: func(t *testing.T, fx *fixture, r result) []string {
+				if exists(fx.path("cfg2/gh/hosts.yml")) {
+					return []string{"a masked directory's parent was renamed on the host: " + fx.path("cfg2")}
+				}
+				return nil
+			},
+		})
 
 		// Creating an absent nucleus path must fail and leave nothing.
 		for _, c := range []struct {
