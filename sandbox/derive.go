@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -134,6 +135,7 @@ func Derive(in DeriveInput) (Policy, error) {
 			}
 		})
 	}
+	grants = guardSystem(grants)
 	for _, e := range in.Extra {
 		named := expandTilde(e.Path, home)
 		if !filepath.IsAbs(named) {
@@ -168,6 +170,42 @@ func Derive(in DeriveInput) (Policy, error) {
 	p.Grants = sortGrants(grants)
 	p.Normalize()
 	return p, nil
+}
+
+// kernelPaths are never granted from a manifest or its arguments: the
+// sandbox has a private /proc and /dev of its own, and a bind of the
+// host's (/proc/sys, /sys/kernel) would hand the command the kernel's
+// knobs.
+var kernelPaths = []string{"/proc", "/sys", "/dev"}
+
+// systemPaths are never granted writable from a manifest or its
+// arguments, nor is anything that holds them ("/", "/var"): an executor
+// that names "/etc" in its arguments gets to read it, not to rewrite the
+// system (which, for an agent running as root, it otherwise could).
+var protectedPaths = []string{"/bin", "/boot", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/run", "/sbin", "/usr", "/var/cache", "/var/lib", "/var/log", "/var/spool"}
+
+// guardSystem drops grants of kernel interfaces and makes grants of
+// system paths read-only. It applies to what a manifest and its
+// arguments ask for, not to the agent's own Extra grants.
+func guardSystem(grants []Grant) []Grant {
+	var out []Grant
+	for _, g := range grants {
+		if g.Path == "/" && g.Access == Read {
+			out = append(out, g)
+			continue
+		}
+		if slices.ContainsFunc(kernelPaths, func(k string) bool { return pathWithin(g.Path, k) }) {
+			continue
+		}
+		if g.Access == Write && (g.Path == "/" || slices.ContainsFunc(protectedPaths, func(k string) bool {
+			return pathWithin(g.Path, k) || pathWithin(k, g.Path)
+		})) {
+			g.Access = Read
+			g.Why += " (system path: read-only)"
+		}
+		out = append(out, g)
+	}
+	return out
 }
 
 // ProfileInput is what [ForProfile] reads to build one of the named

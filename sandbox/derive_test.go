@@ -730,3 +730,32 @@ func checkGolden(t *testing.T, name string, p Policy, root string) {
 		t.Errorf("%s differs from the golden file (go test -run Golden -update rewrites it):\n%s", file, got)
 	}
 }
+
+// Arguments naming kernel interfaces or system paths do not hand them to
+// a writing executor: /proc/sys is dropped, /etc and / become read-only.
+func TestDeriveGuardsSystemPaths(t *testing.T) {
+	h, _ := testHost(t)
+	for _, c := range []struct {
+		arg  string
+		want []Grant
+	}{
+		{"/proc/sys/kernel", nil},
+		{"/sys/kernel", nil},
+		{"/dev/shm", nil},
+		{"/etc", []Grant{{Path: "/etc", Access: Read}}},
+		{"/", []Grant{{Path: "/", Access: Read}}},
+		{"/usr/lib", []Grant{{Path: "/usr/lib", Access: Read}}},
+	} {
+		p, err := Derive(DeriveInput{Host: h, Capabilities: []Capability{{Name: "fs:write"}}, Args: map[string]any{"path": c.arg}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []Grant
+		for _, g := range p.Grants {
+			got = append(got, Grant{Path: g.Path, Access: g.Access})
+		}
+		if len(got) != len(c.want) || (len(got) > 0 && got[0] != c.want[0]) {
+			t.Errorf("arg %s with fs:write: grants %v, want %v", c.arg, got, c.want)
+		}
+	}
+}
