@@ -185,6 +185,23 @@ func TestWriteEscape(t *testing.T) {
 			attack(t, fx, m, c)
 		}
 
+		// A set-user-ID or set-group-ID file made by the command: run by
+		// a root agent, it would give root to any local user.
+		attack(t, fx, m, attackCase{
+			name:   "setuid-file-in-write-grant",
+			policy: supervised(nil, []string{"{{WORK}}"}),
+			sh:     "cp /bin/sh {{WORK}}/suid; chmod 4755 {{WORK}}/suid; chmod g+s {{WORK}}/suid; python3 -c 'import os; os.close(os.open(\"{{WORK}}/suid2\", os.O_CREAT|os.O_WRONLY, 0o6755))'",
+			landed: func(t *testing.T, fx *fixture, r result) []string {
+				var ev []string
+				for _, f := range []string{"suid", "suid2"} {
+					if fi, err := os.Stat(fx.Work + "/" + f); err == nil && fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+						ev = append(ev, "a set-id file landed on the host: "+fx.Work+"/"+f+" "+fi.Mode().String())
+					}
+				}
+				return ev
+			},
+		})
+
 		// Write grants that the profile or the autonomy level demote to
 		// read-only.
 		workWritten := func(t *testing.T, fx *fixture, r result) []string {

@@ -71,7 +71,12 @@ func NamePolicy() (seccomp.Policy, error) {
 		{Names: names, Action: seccomp.ActionErrno},
 	}
 	if _, ok := info.SyscallNames["clone3"]; ok {
-		groups = append(groups, seccomp.SyscallGroup{Names: []string{"clone3"}, Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS)})
+		// openat2 takes its mode in a struct no filter can read.
+		enosys := []string{"clone3"}
+		if _, ok := info.SyscallNames["openat2"]; ok {
+			enosys = append(enosys, "openat2")
+		}
+		groups = append(groups, seccomp.SyscallGroup{Names: enosys, Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS)})
 	}
 	return seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: groups}, nil
 }
@@ -143,10 +148,43 @@ func ArgFilter(netCut, unixOK bool) []bpf.Instruction {
 			retAllow, retDeny,
 		}
 	}
-	blocks := []struct {
+	// setid refuses a mode with the set-user-ID or set-group-ID bit
+	// (argument m): a file made setuid by a command that runs as root
+	// would hand root to any local user (systemd's RestrictSUIDSGID).
+	setid := func(m uint32) []bpf.Instruction {
+		return []bpf.Instruction{argLo(m), bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: unix.S_ISUID | unix.S_ISGID, SkipFalse: 1}, retDeny, retAllow}
+	}
+	// setidCreate does the same for open calls, only when they create
+	// (flags in argument f, mode in argument m).
+	setidCreate := func(f, m uint32) []bpf.Instruction {
+		return []bpf.Instruction{
+			argLo(f), bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: unix.O_CREAT | oTmpfileBit, SkipFalse: 3},
+			argLo(m), bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: unix.S_ISUID | unix.S_ISGID, SkipFalse: 1},
+			retDeny, retAllow,
+		}
+	}
+	type block struct {
 		nr   uint32
 		code []bpf.Instruction
-	}{
+	}
+	var blocks []block
+	// Calls this architecture may lack (the legacy ones are x86 only)
+	// are looked up by name.
+	if info, err := arch.GetInfo(""); err == nil {
+		for _, c := range []struct {
+			name string
+			code []bpf.Instruction
+		}{
+			{"chmod", setid(1)}, {"fchmod", setid(1)}, {"fchmodat", setid(2)}, {"fchmodat2", setid(2)},
+			{"mkdir", setid(1)}, {"mkdirat", setid(2)}, {"mknod", setid(1)}, {"mknodat", setid(2)},
+			{"creat", setid(1)}, {"open", setidCreate(1, 2)}, {"openat", setidCreate(2, 3)},
+		} {
+			if nr, ok := info.SyscallNames[c.name]; ok {
+				blocks = append(blocks, block{uint32(nr), c.code})
+			}
+		}
+	}
+	blocks = append(blocks, []block{
 		{unix.SYS_SOCKET, sock},
 		{unix.SYS_CLONE, clone},
 		{unix.SYS_IOCTL, ioctl},
@@ -157,7 +195,7 @@ func ArgFilter(netCut, unixOK bool) []bpf.Instruction {
 		{unix.SYS_SCHED_SETATTR, self(0)},
 		{unix.SYS_SETPRIORITY, whoSelf(unix.PRIO_PROCESS)},
 		{unix.SYS_IOPRIO_SET, whoSelf(1)}, // IOPRIO_WHO_PROCESS
-	}
+	}...)
 	// Dispatch on the syscall number: one jump per block, then "allow";
 	// each block ends in a return.
 	prog := []bpf.Instruction{bpf.LoadAbsolute{Off: 0, Size: 4}}
@@ -166,6 +204,9 @@ func ArgFilter(netCut, unixOK bool) []bpf.Instruction {
 		// From after jump k, skip the remaining jumps, the "allow" and
 		// the blocks before block k.
 		skip := (len(blocks) - k - 1) + 1 + offset
+		if skip > 255 {
+			panic("filter: argument filter too long for one BPF jump")
+		}
 		prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: b.nr, SkipTrue: uint8(skip)})
 		offset += len(b.code)
 	}
@@ -175,6 +216,9 @@ func ArgFilter(netCut, unixOK bool) []bpf.Instruction {
 	}
 	return prog
 }
+
+// oTmpfileBit is __O_TMPFILE: O_TMPFILE creates a file too.
+const oTmpfileBit = 0o20000000
 
 var (
 	retAllow = bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW}
