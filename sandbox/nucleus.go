@@ -22,6 +22,9 @@ type Host struct {
 	RuntimeDir string
 	// DBusSession is $DBUS_SESSION_BUS_ADDRESS; it may be empty.
 	DBusSession string
+	// SSHAuthSock is $SSH_AUTH_SOCK, the ssh-agent's socket; it may be
+	// empty.
+	SSHAuthSock string
 	// AgentDataDirs are the agent's own data and configuration
 	// directories. The agent's key lives there, so they are masked.
 	AgentDataDirs []string
@@ -56,6 +59,7 @@ func HostFromEnv() (Host, error) {
 		UID:         os.Getuid(),
 		RuntimeDir:  os.Getenv("XDG_RUNTIME_DIR"),
 		DBusSession: os.Getenv("DBUS_SESSION_BUS_ADDRESS"),
+		SSHAuthSock: os.Getenv("SSH_AUTH_SOCK"),
 		AgentDataDirs: []string{
 			filepath.Join(home, ".config", "metnos"),
 			filepath.Join(home, ".local", "share", "metnos"),
@@ -187,7 +191,16 @@ func SessionIPC(h Host) []Mask {
 	addDir(h.RuntimeDir, "session-ipc $XDG_RUNTIME_DIR")
 	addDir("/run/user/"+strconv.Itoa(h.UID), "session-ipc /run/user/"+strconv.Itoa(h.UID))
 	addDir("/tmp/.X11-unix", "session-ipc /tmp/.X11-unix")
+	// Terminals and multiplexers: a command that can type into the
+	// user's terminal or a tmux/screen session runs outside the sandbox.
+	addDir("/dev/pts", "session-ipc /dev/pts")
+	addDir("/run/screen", "session-ipc /run/screen")
 	dirs := len(ms)
+	if p := filepath.Clean(h.SSHAuthSock); filepath.IsAbs(p) {
+		if _, ok := CoveredByMask(p, ms); !ok {
+			ms = append(ms, Mask{Path: p, Kind: MaskFile, Why: "session-ipc $SSH_AUTH_SOCK"})
+		}
+	}
 	for _, p := range dbusSocketPaths(h.DBusSession) {
 		if _, ok := CoveredByMask(p, ms[:dirs]); ok {
 			continue

@@ -43,9 +43,7 @@ func viewBinds(p Policy) []bind {
 		bs = append(bs, bind{"/dev", true, false})
 	}
 	bs = append(bs, bind{"/proc", false, false})
-	if !privateTmpKept(p) {
-		bs = append(bs, bind{"/tmp", true, false})
-	}
+	bs = append(bs, bind{"/tmp", true, false})
 	for _, g := range p.Grants {
 		bs = append(bs, bind{g.Path, g.Access == Write, true})
 	}
@@ -53,9 +51,6 @@ func viewBinds(p Policy) []bind {
 	return bs
 }
 
-// privateTmpKept is true for the profile that works on the real host
-// /tmp (full-fs-no-net); every other gets a private tmpfs.
-func privateTmpKept(p Policy) bool { return p.RootWritable && p.RealDev }
 
 // lookupView tells whether the host path is visible in the bwrap view
 // and whether it is writable there.
@@ -113,9 +108,10 @@ func bwrapArgs(p Policy, shimExe, dir string) ([]string, []placeholder) {
 		a = append(a, "--dev", "/dev")
 	}
 	a = append(a, "--proc", "/proc")
-	if !privateTmpKept(p) {
-		a = append(a, "--tmpfs", "/tmp")
-	}
+	// Every profile gets a private /tmp, full-fs-no-net too: the host's
+	// holds the user's live session sockets (tmux, ssh-agent, editors),
+	// and one of them is a way out of any sandbox.
+	a = append(a, "--tmpfs", "/tmp")
 	binds := viewBinds(p)
 	for _, g := range p.Grants {
 		if g.Access == Write {

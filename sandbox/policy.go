@@ -128,8 +128,10 @@ const (
 	// permissions go), the network open.
 	ProfileFull Profile = "full"
 	// ProfileFullFSNoNet: the real root writable, the real /dev, host
-	// PIDs visible, the network cut and the session IPC masked; refused
-	// rather than weakened when the cut cannot be enforced (seed 003).
+	// PIDs visible, the network cut and the session IPC masked (the
+	// session bus, X11, terminals, ssh-agent; /tmp is private, as the
+	// user's tmux and editor sockets live there); refused rather than
+	// weakened when the cut cannot be enforced (seed 003).
 	ProfileFullFSNoNet Profile = "full-fs-no-net"
 )
 
