@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -176,6 +177,8 @@ func (c *runCgroup) remove() {
 			}
 			if c.v2 {
 				_ = writeCgroupFile(d, "cgroup.kill", "1")
+			} else {
+				killCgroupTasks(d)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -254,4 +257,19 @@ func readCgroupMounts() []cgroupMount {
 		}
 	}
 	return out
+}
+
+// killCgroupTasks SIGKILLs whatever is still in a v1 cgroup (v1 has no
+// cgroup.kill): by the time the run's cgroup is removed nothing of the
+// run may be left.
+func killCgroupTasks(dir string) {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return
+	}
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }

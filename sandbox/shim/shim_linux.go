@@ -27,6 +27,11 @@ import (
 var LandlockConfig = landlock.V7
 
 func run(status *os.File, spec Spec, argv []string) int {
+	if spec.Supervise {
+		return supervise(status, spec, argv)
+	}
+	// Only the confined shim joins the run's cgroups, so that the
+	// memory limit's OOM killer can never pick the supervisor.
 	for _, fd := range spec.CgroupFDs {
 		f := os.NewFile(uintptr(fd), "cgroup.procs")
 		_, err := f.Write([]byte("0"))
@@ -34,9 +39,6 @@ func run(status *os.File, spec Spec, argv []string) int {
 		if err != nil {
 			return fail(status, fmt.Errorf("joining the run's cgroup: %w", err))
 		}
-	}
-	if spec.Supervise {
-		return supervise(status, spec, argv)
 	}
 	// Everything below is per thread (capabilities, no_new_privs,
 	// Landlock and seccomp without TSYNC); execve keeps this thread's
@@ -237,9 +239,9 @@ func supervise(status *os.File, spec Spec, argv []string) int {
 	sigc := make(chan os.Signal, 16)
 	signal.Notify(sigc, unix.SIGCHLD, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
 
-	// The confined shim gets the same spec, minus supervision and the
-	// cgroups this process has already joined (its children inherit them).
-	spec.Supervise, spec.CgroupFDs = false, nil
+	// The confined shim gets the same spec minus supervision, and the
+	// cgroup descriptors at the same numbers.
+	spec.Supervise = false
 	inner, err := json.Marshal(spec)
 	if err != nil {
 		return fail(status, err)
@@ -251,6 +253,12 @@ func supervise(status *os.File, spec Spec, argv []string) int {
 	cmd := exec.Command(self, append([]string{Arg, string(inner), "--"}, argv...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.ExtraFiles = []*os.File{status}
+	for _, fd := range spec.CgroupFDs {
+		for len(cmd.ExtraFiles) < fd-StatusFD {
+			cmd.ExtraFiles = append(cmd.ExtraFiles, nil)
+		}
+		cmd.ExtraFiles = append(cmd.ExtraFiles, os.NewFile(uintptr(fd), "cgroup.procs"))
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fail(status, fmt.Errorf("starting the confined shim: %w", err))
