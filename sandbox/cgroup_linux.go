@@ -2,11 +2,13 @@ package sandbox
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -54,6 +56,7 @@ func newRunCgroup(maxProcs int, memBytes int64) *runCgroup {
 		if !ok {
 			continue
 		}
+		removeStale(dir)
 		child := filepath.Join(dir, name)
 		if os.Mkdir(child, 0o755) != nil {
 			continue
@@ -87,6 +90,7 @@ func newRunCgroup(maxProcs int, memBytes int64) *runCgroup {
 			if !ok {
 				continue
 			}
+			removeStale(dir)
 			child := filepath.Join(dir, name)
 			if os.Mkdir(child, 0o755) != nil {
 				continue
@@ -271,5 +275,36 @@ func killCgroupTasks(dir string) {
 		if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
+	}
+}
+
+var staleOnce sync.Map // dir -> struct{}
+
+// removeStale removes, once per directory and process, the run cgroups
+// that an agent killed mid-run (kill -9) left behind: those named after
+// a process that no longer exists.
+func removeStale(dir string) {
+	if _, done := staleOnce.LoadOrStore(dir, struct{}{}); done {
+		return
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), "metnos-run-")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidText, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil || !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			continue
+		}
+		stale := filepath.Join(dir, e.Name())
+		killCgroupTasks(stale)
+		_ = writeCgroupFile(stale, "cgroup.kill", "1")
+		time.Sleep(10 * time.Millisecond)
+		_ = os.Remove(stale)
 	}
 }

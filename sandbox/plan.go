@@ -51,7 +51,6 @@ func viewBinds(p Policy) []bind {
 	return bs
 }
 
-
 // lookupView tells whether the host path is visible in the bwrap view
 // and whether it is writable there.
 func lookupView(bs []bind, path string) (visible, writable bool) {
