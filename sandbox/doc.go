@@ -66,6 +66,18 @@
 //     set relies on the masks alone.
 //   - A hard link that the host itself made from inside a grant to a
 //     secret file is the same file: masks work by path.
+//   - Paths are resolved when the Policy is made and mounted when the run
+//     starts. Another process of the user's that swaps a directory for a
+//     symbolic link in between (a concurrent run with a write grant above
+//     it, say) can move a grant or a mask. The agent runs one invocation
+//     at a time, and a run's whole tree is dead before the next starts,
+//     so no executor can be that process; binding grants by descriptor
+//     (bwrap --bind-fd, openat2 RESOLVE_NO_SYMLINKS) would close it for
+//     concurrent runs of the CLI too.
+//   - A home-wide write grant is a home-wide write grant: shell start-up
+//     files, ~/.config/autostart, ~/.config/systemd/user, ~/.local/bin
+//     and Python's user site-packages are not in the nucleus, and what
+//     an executor writes there runs later, outside the sandbox.
 //   - Without a cgroup, RLIMIT_AS bounds each process's address space,
 //     not the tree's total, OOMKilled stays false, and RLIMIT_NPROC does
 //     not bind root at all: a root agent without cgroups has no process
@@ -75,4 +87,10 @@
 //   - The session IPC masks hide the user's session bus; rootful daemons'
 //     sockets elsewhere (the system bus, docker.sock) are reachable only
 //     when the Policy grants their directory and allows AF_UNIX.
+//   - An agent running as root runs executors as root (in a user
+//     namespace, without capabilities): the files of a granted
+//     directory are theirs to change whoever owns them. Set-user-ID and
+//     set-group-ID modes are refused by seccomp; a Policy derived from a
+//     manifest never grants /proc, /sys or /dev, and system directories
+//     only read-only.
 package sandbox
