@@ -277,6 +277,31 @@ func TestWriteEscape(t *testing.T) {
 			},
 		})
 
+		// A nucleus entry that is a symbolic link (dotfile managers make
+		// them): the mask covers its target, and the link itself must
+		// not be replaceable by a directory of the command's.
+		attack(t, fx, m, attackCase{
+			name:   "replace-symlinked-nucleus-entry",
+			policy: supervised(nil, []string{"{{HOME}}"}),
+			setup: func(t *testing.T, fx *fixture) {
+				if err := os.Rename(fx.path(".ssh"), fx.Outside+"/ssh-real"); err != nil {
+					t.Fatal(err)
+				}
+				symlink(t, fx.Outside+"/ssh-real", fx.path(".ssh"))
+			},
+			sh: "rm {{HOME}}/.ssh; mkdir {{HOME}}/.ssh; echo PWNED > {{HOME}}/.ssh/authorized_keys",
+			landed: func(t *testing.T, fx *fixture, r result) []string {
+				if fileHas(fx.path(".ssh/authorized_keys"), "PWNED") {
+					return []string{"the command replaced ~/.ssh and planted authorized_keys on the host"}
+				}
+				return nil
+			},
+			cleanup: func(t *testing.T, fx *fixture) {
+				os.RemoveAll(fx.path(".ssh"))
+				os.RemoveAll(fx.Outside + "/ssh-real")
+			},
+		})
+
 		// Creating an absent nucleus path must fail and leave nothing.
 		for _, c := range []struct {
 			name, rel, sh string
