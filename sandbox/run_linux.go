@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -219,7 +220,8 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 		if cg == nil || !cg.pids {
 			spec.Rlimits["nproc"] = uint64(countTasks(os.Getuid()) + lim.MaxProcs)
 		}
-		tmp, err := os.MkdirTemp("", "metnos-run-")
+		removeStaleTemps()
+		tmp, err := os.MkdirTemp("", fmt.Sprintf("metnos-run-%d-", os.Getpid()))
 		if err != nil {
 			return out, false, fmt.Errorf("sandbox: private temporary directory: %w", err)
 		}
@@ -573,4 +575,26 @@ func releasePlaceholders(locks map[string]*os.File) {
 		}
 		_ = f.Truncate(0)
 	}
+}
+
+var staleTempsOnce sync.Once
+
+// removeStaleTemps removes, once per process, the private temporary
+// directories of landlock-only runs whose agent was killed mid-run
+// (named metnos-run-<pid>-*, for a pid that no longer exists).
+func removeStaleTemps() {
+	staleTempsOnce.Do(func() {
+		matches, _ := filepath.Glob(filepath.Join(os.TempDir(), "metnos-run-*-*"))
+		for _, m := range matches {
+			rest := strings.TrimPrefix(filepath.Base(m), "metnos-run-")
+			pidText, _, _ := strings.Cut(rest, "-")
+			pid, err := strconv.Atoi(pidText)
+			if err != nil || pid == os.Getpid() || !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+				continue
+			}
+			if fi, err := os.Lstat(m); err == nil && fi.IsDir() && writableByMode(fi) {
+				_ = os.RemoveAll(m)
+			}
+		}
+	})
 }
