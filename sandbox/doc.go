@@ -66,14 +66,15 @@
 //     set relies on the masks alone.
 //   - A hard link that the host itself made from inside a grant to a
 //     secret file is the same file: masks work by path.
-//   - Paths are resolved when the Policy is made and mounted when the run
-//     starts. Another process of the user's that swaps a directory for a
-//     symbolic link in between (a concurrent run with a write grant above
-//     it, say) can move a grant or a mask. The agent runs one invocation
-//     at a time, and a run's whole tree is dead before the next starts,
-//     so no executor can be that process; binding grants by descriptor
-//     (bwrap --bind-fd, openat2 RESOLVE_NO_SYMLINKS) would close it for
-//     concurrent runs of the CLI too.
+//   - Grants are resolved when the Policy is made and opened again,
+//     without following any symbolic link, when the run starts: bwrap
+//     binds those descriptors, and the shim gives Landlock descriptors
+//     too, so a grant swapped for a link in between is refused or gets
+//     no rule. Masks and their pinned parents are still mounted by path:
+//     another process of the user's that swaps a directory above a mask
+//     for a link at that very moment could move the mask. The agent runs
+//     one invocation at a time, and a run's whole tree is dead before the
+//     next starts, so no executor can be that process.
 //   - A home-wide write grant is a home-wide write grant: shell start-up
 //     files, ~/.config/autostart, ~/.config/systemd/user, ~/.local/bin
 //     and Python's user site-packages are not in the nucleus, and what

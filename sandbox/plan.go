@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/metnos/agent/sandbox/shim"
@@ -76,7 +77,10 @@ type placeholder struct {
 
 // bwrapArgs returns bubblewrap's arguments for p, up to and including
 // "--" and the shim executable, and the placeholders it will create.
-func bwrapArgs(p Policy, shimExe, dir string) ([]string, []placeholder) {
+// grantFDs, when it has a grant's path, names the descriptor (as bwrap
+// will see it) of that grant, opened when the run started: bwrap then
+// binds that very directory, whatever the path has become since.
+func bwrapArgs(p Policy, shimExe, dir string, grantFDs map[string]int) ([]string, []placeholder) {
 	a := []string{"--unshare-user", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"}
 	if !p.SharePID {
 		a = append(a, "--unshare-pid")
@@ -113,9 +117,15 @@ func bwrapArgs(p Policy, shimExe, dir string) ([]string, []placeholder) {
 	a = append(a, "--tmpfs", "/tmp")
 	binds := viewBinds(p)
 	for _, g := range p.Grants {
-		if g.Access == Write {
+		fd, byFD := grantFDs[g.Path]
+		switch {
+		case byFD && g.Access == Write:
+			a = append(a, "--bind-fd", strconv.Itoa(fd), g.Path)
+		case byFD:
+			a = append(a, "--ro-bind-fd", strconv.Itoa(fd), g.Path)
+		case g.Access == Write:
 			a = append(a, "--bind", g.Path, g.Path)
-		} else {
+		default:
 			a = append(a, "--ro-bind", g.Path, g.Path)
 		}
 	}

@@ -202,8 +202,17 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 			return out, false, err
 		}
 		defer releasePlaceholders(locks)
+		// Each grant is opened now, without following any symbolic
+		// link, and bwrap binds the descriptor: a path swapped for a
+		// link since the Policy was made cannot redirect the bind.
+		grantFDs, grantFiles, err := openGrants(p, 3+len(extra))
+		if err != nil {
+			return out, false, err
+		}
+		defer closeFiles(grantFiles)
+		extra = append(extra, grantFiles...)
 		var bargs []string
-		bargs, phs = bwrapArgs(p, exe, dir)
+		bargs, phs = bwrapArgs(p, exe, dir, grantFDs)
 		recordPlaceholders(locks, phs)
 		// bwrap resolves every bind source before it mounts anything, so
 		// the directories above a placeholder, which it binds onto
@@ -597,4 +606,34 @@ func removeStaleTemps() {
 			}
 		}
 	})
+}
+
+// openGrants opens every grant of p with O_PATH and RESOLVE_NO_SYMLINKS
+// (the paths are canonical, so a symbolic link anywhere in one means it
+// changed since the Policy was made) and returns the descriptor numbers
+// they will have in the child, counting from first. Where openat2 is
+// missing (Linux < 5.6) it returns nothing and bwrap binds by path.
+func openGrants(p Policy, first int) (map[string]int, []*os.File, error) {
+	fds := map[string]int{}
+	var files []*os.File
+	for _, g := range p.Grants {
+		fd, err := unix.Openat2(unix.AT_FDCWD, g.Path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
+		if errors.Is(err, unix.ENOSYS) {
+			closeFiles(files)
+			return nil, nil, nil
+		}
+		if err != nil {
+			closeFiles(files)
+			return nil, nil, fmt.Errorf("sandbox: grant %s changed since the policy was made (it is now a symbolic link or gone): %w", g.Path, err)
+		}
+		fds[g.Path] = first + len(files)
+		files = append(files, os.NewFile(uintptr(fd), g.Path))
+	}
+	return fds, files, nil
+}
+
+func closeFiles(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
 }

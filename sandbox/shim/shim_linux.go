@@ -196,16 +196,32 @@ func applyLandlock(spec Spec) error {
 	}
 	var rules []landlock.Rule
 	for _, r := range spec.Rules {
+		// Rule paths are canonical: open each without following any
+		// symbolic link, and give Landlock the descriptor's own path,
+		// so that a directory swapped for a link since the agent
+		// planned the run (by a concurrent process) cannot redirect a
+		// rule. A path that has become a link gets no rule at all.
+		path := r.Path
+		fd, err := unix.Openat2(unix.AT_FDCWD, r.Path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
+		switch {
+		case err == nil:
+			defer unix.Close(fd)
+			path = "/proc/self/fd/" + strconv.Itoa(fd)
+		case errors.Is(err, unix.ENOSYS):
+			// Linux < 5.6: by path, as go-landlock does.
+		default:
+			continue
+		}
 		var fr landlock.FSRule
 		switch {
 		case r.File && r.Write:
-			fr = landlock.RWFiles(r.Path)
+			fr = landlock.RWFiles(path)
 		case r.File:
-			fr = landlock.ROFiles(r.Path)
+			fr = landlock.ROFiles(path)
 		case r.Write:
-			fr = landlock.RWDirs(r.Path)
+			fr = landlock.RWDirs(path)
 		default:
-			fr = landlock.RODirs(r.Path)
+			fr = landlock.RODirs(path)
 		}
 		if r.Dev {
 			fr = fr.WithIoctlDev()
