@@ -216,7 +216,11 @@ func TestDeriveArgWalkUpToRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkGrants(t, p, []Grant{{Path: "/", Access: Read, Why: "arg /no-such-dir-metnos/x/y"}})
+	// A grant of "/" becomes the readonly profile's shape.
+	checkGrants(t, p, nil)
+	if !p.RootReadable || p.RootWritable {
+		t.Errorf("RootReadable=%v RootWritable=%v, want the root readable only", p.RootReadable, p.RootWritable)
+	}
 }
 
 func TestDeriveAutonomy(t *testing.T) {
@@ -743,7 +747,7 @@ func TestDeriveGuardsSystemPaths(t *testing.T) {
 		{"/sys/kernel", nil},
 		{"/dev/shm", nil},
 		{"/etc", []Grant{{Path: "/etc", Access: Read}}},
-		{"/", []Grant{{Path: "/", Access: Read}}},
+		{"/", nil}, // RootReadable, checked below
 		{"/usr/lib", []Grant{{Path: "/usr/lib", Access: Read}}},
 	} {
 		p, err := Derive(DeriveInput{Host: h, Capabilities: []Capability{{Name: "fs:write"}}, Args: map[string]any{"path": c.arg}})
@@ -756,6 +760,9 @@ func TestDeriveGuardsSystemPaths(t *testing.T) {
 		}
 		if len(got) != len(c.want) || (len(got) > 0 && got[0] != c.want[0]) {
 			t.Errorf("arg %s with fs:write: grants %v, want %v", c.arg, got, c.want)
+		}
+		if c.arg == "/" && (!p.RootReadable || p.RootWritable) {
+			t.Errorf("arg / with fs:write: RootReadable=%v RootWritable=%v, want readable only", p.RootReadable, p.RootWritable)
 		}
 	}
 }

@@ -233,8 +233,26 @@ type Policy struct {
 
 // Normalize sorts and de-duplicates the Policy's lists in place so that
 // equal policies have equal encodings. A Write and a Read grant of the
-// same path fold into Write.
+// same path fold into Write; a grant of "/" becomes RootReadable or
+// RootWritable.
 func (p *Policy) Normalize() {
+	// A grant of "/" is a root profile: as a bind it would cover the
+	// private /proc, /dev and /tmp.
+	var kept []Grant
+	for _, g := range p.Grants {
+		switch {
+		case g.Path == "/" && g.Access == Write:
+			p.RootWritable = true
+		case g.Path == "/":
+			p.RootReadable = true
+		default:
+			kept = append(kept, g)
+		}
+	}
+	p.Grants = kept
+	if p.RootWritable {
+		p.RootReadable = false
+	}
 	sort.Strings(p.System)
 	p.System = compactStrings(p.System)
 	byPath := map[string]int{}

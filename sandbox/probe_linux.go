@@ -7,8 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
@@ -21,19 +23,46 @@ var (
 	quickCache = map[string]Caps{}
 )
 
-// bwrapPath is the bubblewrap binary to use: $METNOS_BWRAP, else bwrap
-// on the agent's own PATH; "" when there is none.
+// trustedBinDirs are the directories bwrap is taken from when it is
+// found on PATH: system directories no user process can write to. A
+// bwrap elsewhere on PATH (~/.local/bin, say, which a command with a
+// home write grant could fill) runs outside every sandbox, so it is
+// ignored unless METNOS_BWRAP names it.
+var trustedBinDirs = []string{"/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/local/sbin", "/run/current-system/sw/bin"}
+
+// bwrapPath is the bubblewrap binary to use: $METNOS_BWRAP, else the
+// first bwrap on the agent's PATH that lies in a trusted system
+// directory, is owned by root and is writable by nobody else; "" when
+// there is none.
 func bwrapPath() string {
-	bw := os.Getenv("METNOS_BWRAP")
-	if bw == "" {
-		bw, _ = exec.LookPath("bwrap")
-	}
-	if bw != "" {
+	if bw := os.Getenv("METNOS_BWRAP"); bw != "" {
 		if abs, err := filepath.Abs(bw); err == nil {
-			bw = abs
+			return abs
+		}
+		return bw
+	}
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		dir = filepath.Clean(dir)
+		if !slices.Contains(trustedBinDirs, dir) {
+			continue
+		}
+		cand := filepath.Join(dir, "bwrap")
+		if rootOwnedSealed(cand) && rootOwnedSealed(dir) {
+			return cand
 		}
 	}
-	return bw
+	return ""
+}
+
+// rootOwnedSealed reports whether path (symlinks followed) is owned by
+// root and not writable by its group or others.
+func rootOwnedSealed(path string) bool {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Uid == 0 && fi.Mode().Perm()&0o022 == 0
 }
 
 // Probe reports what this machine offers. bwrap is looked up on the
@@ -85,7 +114,7 @@ func kernelCaps(bw string) Caps {
 		c.Disabled = "disabled by METNOS_SANDBOX=" + os.Getenv("METNOS_SANDBOX")
 	}
 	if bw == "" {
-		c.BwrapError = "bwrap not found on PATH (install bubblewrap)"
+		c.BwrapError = "bwrap not found in a system directory on PATH (install bubblewrap)"
 	} else if fi, err := os.Stat(bw); err != nil || fi.IsDir() {
 		c.BwrapError = "bwrap not found at " + bw + " (METNOS_BWRAP)"
 	}
