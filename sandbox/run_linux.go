@@ -146,6 +146,17 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 	if err != nil {
 		return out, false, err
 	}
+	// The agent's own binary and the shim run outside the sandbox on the
+	// next invocation: no grant may reach them. Inside bwrap the shim is
+	// a read-only mount already; everywhere else both are masked.
+	p.Masks = append([]Mask(nil), p.Masks...)
+	if self, err := os.Executable(); err == nil && (self != exe || !use.bwrap) {
+		p.Masks = append(p.Masks, Mask{Path: self, Kind: MaskFile, Why: "the agent's binary"})
+	}
+	if !use.bwrap {
+		p.Masks = append(p.Masks, Mask{Path: exe, Kind: MaskFile, Why: "the sandbox shim"})
+	}
+	p.Normalize()
 	env := append([]string(nil), req.Env...)
 	if !hasEnv(env, "PATH") {
 		env = append(env, "PATH=/usr/local/bin:/usr/bin:/bin")
