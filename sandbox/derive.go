@@ -182,7 +182,12 @@ var kernelPaths = []string{"/proc", "/sys", "/dev"}
 // arguments, nor is anything that holds them ("/", "/var"): an executor
 // that names "/etc" in its arguments gets to read it, not to rewrite the
 // system (which, for an agent running as root, it otherwise could).
-var protectedPaths = []string{"/bin", "/boot", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/run", "/sbin", "/usr", "/var/cache", "/var/lib", "/var/log", "/var/spool"}
+var protectedPaths = []string{"/bin", "/boot", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/run", "/sbin", "/usr", "/var/cache", "/var/lib", "/var/log", "/var/spool"}
+
+// sharedRoots are the directories that hold everyone's files: a grant
+// beneath one is fine, a writable grant of the whole (every user's home)
+// is not.
+var sharedRoots = []string{"/home", "/srv", "/mnt", "/media", "/var"}
 
 // guardSystem drops grants of kernel interfaces and makes grants of
 // system paths read-only. It applies to what a manifest and its
@@ -197,7 +202,7 @@ func guardSystem(grants []Grant) []Grant {
 		if slices.ContainsFunc(kernelPaths, func(k string) bool { return pathWithin(g.Path, k) }) {
 			continue
 		}
-		if g.Access == Write && (g.Path == "/" || slices.ContainsFunc(protectedPaths, func(k string) bool {
+		if g.Access == Write && (g.Path == "/" || slices.Contains(sharedRoots, g.Path) || slices.ContainsFunc(protectedPaths, func(k string) bool {
 			return pathWithin(g.Path, k) || pathWithin(k, g.Path)
 		})) {
 			g.Access = Read

@@ -749,6 +749,8 @@ func TestDeriveGuardsSystemPaths(t *testing.T) {
 		{"/etc", []Grant{{Path: "/etc", Access: Read}}},
 		{"/", nil}, // RootReadable, checked below
 		{"/usr/lib", []Grant{{Path: "/usr/lib", Access: Read}}},
+		{"/opt", []Grant{{Path: "/opt", Access: Read}}},
+		{"/home", []Grant{{Path: "/home", Access: Read}}}, // everyone's homes
 	} {
 		p, err := Derive(DeriveInput{Host: h, Capabilities: []Capability{{Name: "fs:write"}}, Args: map[string]any{"path": c.arg}})
 		if err != nil {

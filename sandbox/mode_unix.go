@@ -7,8 +7,9 @@ import (
 	"syscall"
 )
 
-// writableByMode reports whether fi's mode bits let this process's
-// uid or groups write it, as they would without any capability.
+// writableByMode reports whether this process's uid or groups could
+// write fi without any capability: as its owner (who can always change
+// its mode), or through its group or other mode bits.
 func writableByMode(fi os.FileInfo) bool {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
@@ -16,7 +17,8 @@ func writableByMode(fi os.FileInfo) bool {
 	}
 	m := fi.Mode().Perm()
 	if int(st.Uid) == os.Getuid() {
-		return m&0o200 != 0
+		// The owner can always chmod its way in.
+		return true
 	}
 	groups, _ := os.Getgroups()
 	groups = append(groups, os.Getgid())

@@ -66,6 +66,12 @@ func HostFromEnv() (Host, error) {
 			filepath.Join(home, ".cache", "metnos"),
 		},
 	}
+	// Where the XDG variables move them, the agent's directories follow.
+	for _, x := range []string{"XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME"} {
+		if d := os.Getenv(x); filepath.IsAbs(d) {
+			h.AgentDataDirs = append(h.AgentDataDirs, filepath.Join(filepath.Clean(d), "metnos"))
+		}
+	}
 	if d := os.Getenv("METNOS_DATA_DIR"); d != "" {
 		d, err := filepath.Abs(expandTilde(d, home))
 		if err != nil {

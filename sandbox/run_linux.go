@@ -515,12 +515,13 @@ func placeholderLocks(p Policy) (map[string]*os.File, error) {
 	if len(paths) == 0 {
 		return nil, nil
 	}
+	// Inside the agent's own cache directory, which is in the nucleus
+	// (wherever XDG_CACHE_HOME puts it): no sandboxed command can see or
+	// forge these files.
 	dir, err := os.UserCacheDir()
 	if err != nil {
 		dir = os.TempDir()
 	}
-	// Inside the agent's own cache directory, which is in the nucleus:
-	// no sandboxed command can see or forge these files.
 	dir = filepath.Join(dir, "metnos", fmt.Sprintf("placeholders-%d", os.Getuid()))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox: placeholder locks: %w", err)
