@@ -1,11 +1,16 @@
 package sandbox
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/metnos/agent/sandbox/shim"
 )
@@ -80,7 +85,7 @@ type placeholder struct {
 // grantFDs, when it has a grant's path, names the descriptor (as bwrap
 // will see it) of that grant, opened when the run started: bwrap then
 // binds that very directory, whatever the path has become since.
-func bwrapArgs(p Policy, shimExe, dir string, grantFDs map[string]int) ([]string, []placeholder) {
+func bwrapArgs(p Policy, shimExe, dir string, grantFDs map[string]int) ([]string, []placeholder, error) {
 	a := []string{"--unshare-user", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"}
 	if !p.SharePID {
 		a = append(a, "--unshare-pid")
@@ -153,6 +158,11 @@ func bwrapArgs(p Policy, shimExe, dir string, grantFDs map[string]int) ([]string
 			continue
 		}
 		fi, err := os.Lstat(m.Path)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+			// A directory made unreadable (by an earlier command, say)
+			// must not pass for an absent one.
+			return nil, nil, fmt.Errorf("sandbox: cannot inspect the masked path %s: %w (refusing to run without knowing what to hide)", m.Path, err)
+		}
 		switch {
 		case err == nil && fi.Mode()&os.ModeSymlink != 0:
 			// The link's target carries its own mask.
@@ -208,7 +218,7 @@ func bwrapArgs(p Policy, shimExe, dir string, grantFDs map[string]int) ([]string
 	if shimExe != "" {
 		a = append(a, shimExe)
 	}
-	return a, phs
+	return a, phs, nil
 }
 
 // systemLink reports whether the system path s is a symbolic link whose
@@ -359,8 +369,12 @@ func landlockRules(p Policy, inBwrap bool, tmpDir string) []shim.Rule {
 		// for every mask without bwrap.
 		var links []string
 		for _, m := range p.Masks {
-			if fi, err := os.Lstat(m.Path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-				links = append(links, m.Path)
+			// The entry itself, or any directory above it, may be the
+			// link (a dotfile manager's ~/.config -> dotfiles/config).
+			for d := m.Path; d != "/" && d != "."; d = filepath.Dir(d) {
+				if fi, err := os.Lstat(d); err == nil && fi.Mode()&os.ModeSymlink != 0 && !slices.Contains(links, d) {
+					links = append(links, d)
+				}
 			}
 		}
 		if len(links) == 0 {

@@ -80,12 +80,12 @@ func checkPlanGolden(t *testing.T, name, root string, got any) {
 
 func TestBwrapArgsGolden(t *testing.T) {
 	root, p := planFixture(t)
-	args, phs := bwrapArgs(p, "/opt/metnos/metnos-shim", filepath.Join(root, "home/u/work"), map[string]int{filepath.Join(root, "home/u/work/ro"): 7})
+	args, phs, _ := bwrapArgs(p, "/opt/metnos/metnos-shim", filepath.Join(root, "home/u/work"), map[string]int{filepath.Join(root, "home/u/work/ro"): 7})
 	checkPlanGolden(t, "bwrap_supervised", root, map[string]any{"args": args, "placeholders": phs})
 
 	p.Network = true
 	p.RootWritable, p.RealDev, p.SharePID = true, true, true
-	args, _ = bwrapArgs(p, "/opt/metnos/metnos-shim", "/", nil)
+	args, _, _ = bwrapArgs(p, "/opt/metnos/metnos-shim", "/", nil)
 	// With the root writable, the directories above the fixture are
 	// pinned too; they depend on where the temporary directory is.
 	var kept []string

@@ -223,7 +223,10 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 		defer closeFiles(grantFiles)
 		extra = append(extra, grantFiles...)
 		var bargs []string
-		bargs, phs = bwrapArgs(p, exe, dir, grantFDs)
+		bargs, phs, err = bwrapArgs(p, exe, dir, grantFDs)
+		if err != nil {
+			return out, false, err
+		}
 		recordPlaceholders(locks, phs)
 		// bwrap resolves every bind source before it mounts anything, so
 		// the directories above a placeholder, which it binds onto
@@ -515,27 +518,15 @@ func placeholderLocks(p Policy) (map[string]*os.File, error) {
 	if len(paths) == 0 {
 		return nil, nil
 	}
-	// Inside the agent's own cache directory, which is in the nucleus
-	// (wherever XDG_CACHE_HOME puts it): no sandboxed command can see or
-	// forge these files.
-	dir, err := os.UserCacheDir()
+	dir, err := placeholderLockDir()
 	if err != nil {
-		dir = os.TempDir()
-	}
-	dir = filepath.Join(dir, "metnos", fmt.Sprintf("placeholders-%d", os.Getuid()))
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("sandbox: placeholder locks: %w", err)
+		return nil, err
 	}
 	locks := map[string]*os.File{}
 	for _, path := range paths {
 		sum := sha256.Sum256([]byte(path))
 		name := filepath.Join(dir, hex.EncodeToString(sum[:12])+".lock")
-		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
-		if err == nil {
-			if err = unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
-				f.Close()
-			}
-		}
+		f, err := lockShared(name)
 		if err != nil {
 			closeLocks(locks)
 			return nil, fmt.Errorf("sandbox: placeholder lock for %s: %w", path, err)
@@ -571,6 +562,9 @@ func releasePlaceholders(locks map[string]*os.File) {
 		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
 			continue
 		}
+		// Last one out: once its placeholders are gone the lock file
+		// goes too (lockShared retries a lock on an unlinked file).
+		defer os.Remove(f.Name())
 		b, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<16))
 		if err != nil || len(b) == 0 {
 			continue
@@ -595,6 +589,27 @@ func releasePlaceholders(locks map[string]*os.File) {
 			}
 		}
 		_ = f.Truncate(0)
+	}
+}
+
+// lockShared opens and locks name shared. The last run out unlinks the
+// lock file (see releasePlaceholders), so a lock taken on a file that was
+// unlinked meanwhile is retried on the new one.
+func lockShared(name string) (*os.File, error) {
+	for {
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
+			f.Close()
+			return nil, err
+		}
+		var held, now unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &held) == nil && unix.Lstat(name, &now) == nil && held.Ino == now.Ino && held.Dev == now.Dev {
+			return f, nil
+		}
+		f.Close()
 	}
 }
 
@@ -648,4 +663,32 @@ func closeFiles(fs []*os.File) {
 	for _, f := range fs {
 		f.Close()
 	}
+}
+
+// placeholderLockDir is where the placeholder locks live: one directory
+// per uid, whatever HOME says, since every run of this uid must see the
+// same locks. Root uses /run/metnos-agent; a user its runtime directory
+// (masked as session IPC), or else a private directory in /tmp that it
+// must own. No sandboxed command sees any of them.
+func placeholderLockDir() (string, error) {
+	var dir string
+	switch rt := os.Getenv("XDG_RUNTIME_DIR"); {
+	case os.Getuid() == 0:
+		dir = "/run/metnos-agent/placeholders"
+	case filepath.IsAbs(rt):
+		dir = filepath.Join(rt, "metnos-agent", "placeholders")
+	default:
+		dir = filepath.Join(os.TempDir(), fmt.Sprintf("metnos-placeholders-%d", os.Getuid()))
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("sandbox: placeholder locks: %w", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return "", fmt.Errorf("sandbox: placeholder locks: %w", err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || !fi.IsDir() || int(st.Uid) != os.Getuid() || fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("sandbox: placeholder locks: %s is not a private directory of this user (%v); remove it", dir, fi.Mode())
+	}
+	return dir, nil
 }
