@@ -50,8 +50,10 @@
 // file boundary, so every rule whose directory holds a masked path or a
 // read-only grant is split into rules for its entries (the directory
 // itself can then be neither listed nor written directly), /tmp is a
-// fresh private directory, and a supervising shim, a child subreaper,
-// kills every descendant at the end. With neither Landlock nor seccomp
+// fresh private directory, a supervising shim, a child subreaper, kills
+// every descendant at the end, and seccomp also refuses to change modes,
+// owners, times and extended attributes by path, which Landlock cannot
+// confine (so copying a file with its metadata fails there). With neither Landlock nor seccomp
 // the word is "none"; a Policy that cuts the network, a profile that
 // forbids fallback (full-fs-no-net) or a minimum the machine cannot meet
 // makes Run refuse with a [*RefusedError] rather than run weaker.

@@ -178,7 +178,9 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 		},
 	}
 	if use.seccomp {
-		if spec.Filters, err = filter.Programs(spec.NetCut, spec.Unix); err != nil {
+		// Without bwrap's mount view, Landlock alone cannot keep chmod,
+		// chown, utimes and xattrs off masked files: they are denied.
+		if spec.Filters, err = filter.Programs(spec.NetCut, spec.Unix, use.bwrap); err != nil {
 			return out, false, err
 		}
 	}

@@ -277,6 +277,28 @@ func TestWriteEscape(t *testing.T) {
 			},
 		})
 
+		// Changing a secret's mode, times or attributes needs no read
+		// access, and Landlock has no hook for it.
+		attack(t, fx, m, attackCase{
+			name:   "chmod-and-touch-a-secret",
+			policy: supervised(nil, []string{"{{HOME}}"}),
+			sh:     "chmod 666 {{HOME}}/.ssh/id_rsa; touch -d 2000-01-01 {{HOME}}/.ssh/id_rsa",
+			landed: func(t *testing.T, fx *fixture, r result) []string {
+				fi, err := os.Stat(fx.path(".ssh/id_rsa"))
+				if err != nil {
+					return nil
+				}
+				var ev []string
+				if fi.Mode().Perm()&0o066 != 0 {
+					ev = append(ev, "a secret was made readable by others: "+fi.Mode().String())
+				}
+				if fi.ModTime().Year() == 2000 {
+					ev = append(ev, "a secret's time was changed")
+				}
+				return ev
+			},
+		})
+
 		// A nucleus entry that is a symbolic link (dotfile managers make
 		// them): the mask covers its target, and the link itself must
 		// not be replaceable by a directory of the command's.

@@ -53,16 +53,33 @@ var Denied = []string{
 const cloneNewFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWUSER |
 	unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP
 
+// Metadata lists the calls that change a file's mode, owner, times or
+// extended attributes by path. Landlock has no hook for them, so without
+// bwrap's mount view they would reach any file of the user's, masked
+// ones included (and, for a root agent, any file at all): the fallback
+// denies them. fchmod and friends on a descriptor stay allowed, since
+// opening one needs Landlock's leave.
+var Metadata = []string{
+	"chmod", "fchmodat", "fchmodat2", "chown", "lchown", "fchownat",
+	"utime", "utimes", "futimesat",
+	"setxattr", "lsetxattr", "removexattr", "lremovexattr", "setxattrat", "removexattrat",
+}
+
 // NamePolicy returns the name-based filter: a default-allow policy
-// denying [Denied] with EPERM and clone3 with ENOSYS (so that libc falls
-// back to clone, whose flags [ArgFilter] inspects).
-func NamePolicy() (seccomp.Policy, error) {
+// denying [Denied] (and, with metadata false, [Metadata]) with EPERM and
+// clone3 with ENOSYS (so that libc falls back to clone, whose flags
+// [ArgFilter] inspects).
+func NamePolicy(metadata bool) (seccomp.Policy, error) {
 	info, err := arch.GetInfo("")
 	if err != nil {
 		return seccomp.Policy{}, fmt.Errorf("seccomp: %w (refusing to run unfiltered)", err)
 	}
 	var names []string
-	for _, n := range Denied {
+	deny := Denied
+	if !metadata {
+		deny = append(append([]string(nil), Denied...), Metadata...)
+	}
+	for _, n := range deny {
 		if _, ok := info.SyscallNames[n]; ok {
 			names = append(names, n)
 		}
@@ -108,7 +125,7 @@ func argLo(i uint32) bpf.LoadAbsolute { return bpf.LoadAbsolute{Off: 16 + 8*i, S
 // it open, AF_INET, AF_INET6 and AF_NETLINK (which getaddrinfo uses),
 // plus AF_UNIX when allowed. socketpair(2) stays allowed: it reaches
 // nothing outside.
-func ArgFilter(netCut, unixOK bool) []bpf.Instruction {
+func ArgFilter(netCut, unixOK, metadata bool) []bpf.Instruction {
 	var families []uint32
 	if !netCut {
 		families = append(families, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK)
@@ -196,6 +213,15 @@ func ArgFilter(netCut, unixOK bool) []bpf.Instruction {
 		{unix.SYS_SETPRIORITY, whoSelf(unix.PRIO_PROCESS)},
 		{unix.SYS_IOPRIO_SET, whoSelf(1)}, // IOPRIO_WHO_PROCESS
 	}...)
+	if !metadata {
+		// utimensat with a path (futimens passes none) is a metadata
+		// call by path: see [Metadata].
+		blocks = append(blocks, block{unix.SYS_UTIMENSAT, []bpf.Instruction{
+			bpf.LoadAbsolute{Off: 24, Size: 4}, bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipFalse: 3},
+			bpf.LoadAbsolute{Off: 28, Size: 4}, bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipFalse: 1},
+			retAllow, retDeny,
+		}})
+	}
 	// Dispatch on the syscall number: one jump per block, then "allow";
 	// each block ends in a return.
 	prog := []bpf.Instruction{bpf.LoadAbsolute{Off: 0, Size: 4}}
@@ -225,14 +251,15 @@ var (
 	retDeny  = bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)}
 )
 
-var cache sync.Map // [2]bool -> [][]byte
+var cache sync.Map // [3]bool -> [][]byte
 
 // Programs returns the three filters for a run, each as raw struct
 // sock_filter bytes in native byte order, ready for seccomp(2). netCut
-// denies every socket family but AF_UNIX; unixOK allows AF_UNIX. Results
-// are cached: a long-running agent assembles each variant once.
-func Programs(netCut, unixOK bool) ([][]byte, error) {
-	key := [2]bool{netCut, unixOK}
+// denies every socket family but AF_UNIX; unixOK allows AF_UNIX;
+// metadata false denies the [Metadata] calls (for runs without bwrap).
+// Results are cached: a long-running agent assembles each variant once.
+func Programs(netCut, unixOK, metadata bool) ([][]byte, error) {
+	key := [3]bool{netCut, unixOK, metadata}
 	if v, ok := cache.Load(key); ok {
 		return v.([][]byte), nil
 	}
@@ -240,7 +267,7 @@ func Programs(netCut, unixOK bool) ([][]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: %w (refusing to run unfiltered)", err)
 	}
-	pol, err := NamePolicy()
+	pol, err := NamePolicy(metadata)
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +276,7 @@ func Programs(netCut, unixOK bool) ([][]byte, error) {
 		return nil, fmt.Errorf("seccomp: assembling the filter: %w", err)
 	}
 	var out [][]byte
-	for _, prog := range [][]bpf.Instruction{archFilter(info), ArgFilter(netCut, unixOK), names} {
+	for _, prog := range [][]bpf.Instruction{archFilter(info), ArgFilter(netCut, unixOK, metadata), names} {
 		raw, err := bpf.Assemble(prog)
 		if err != nil {
 			return nil, fmt.Errorf("seccomp: assembling: %w", err)

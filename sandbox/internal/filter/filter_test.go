@@ -40,7 +40,7 @@ func TestArgFilter(t *testing.T) {
 		deny  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
 	)
 	hi := uint64(1) << 32 // high bits the kernel ignores for 32-bit arguments
-	type Spec struct{ NetCut, Unix bool }
+	type Spec struct{ NetCut, Unix, NoMeta bool }
 	cases := []struct {
 		name string
 		spec Spec
@@ -75,6 +75,9 @@ func TestArgFilter(t *testing.T) {
 		{"openat create plain", Spec{}, unix.SYS_OPENAT, []uint64{0, 0, unix.O_CREAT | unix.O_WRONLY, 0o644}, allow},
 		{"openat read, mode garbage", Spec{}, unix.SYS_OPENAT, []uint64{0, 0, unix.O_RDONLY, 0o4755}, allow},
 		{"mkdirat setgid", Spec{}, unix.SYS_MKDIRAT, []uint64{0, 0, 0o2775}, deny},
+		{"utimensat path, fallback", Spec{NoMeta: true}, unix.SYS_UTIMENSAT, []uint64{0, 0x7f00, 0, 0}, deny},
+		{"utimensat fd, fallback", Spec{NoMeta: true}, unix.SYS_UTIMENSAT, []uint64{3, 0, 0, 0}, allow},
+		{"utimensat path, bwrap", Spec{}, unix.SYS_UTIMENSAT, []uint64{0, 0x7f00, 0, 0}, allow},
 		{"prlimit self", Spec{}, unix.SYS_PRLIMIT64, []uint64{0, unix.RLIMIT_NOFILE}, allow},
 		{"prlimit other", Spec{}, unix.SYS_PRLIMIT64, []uint64{1234, unix.RLIMIT_NOFILE}, deny},
 		{"sched_setaffinity other", Spec{}, unix.SYS_SCHED_SETAFFINITY, []uint64{1234}, deny},
@@ -88,7 +91,7 @@ func TestArgFilter(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			vm, err := bpf.NewVM(ArgFilter(c.spec.NetCut, c.spec.Unix))
+			vm, err := bpf.NewVM(ArgFilter(c.spec.NetCut, c.spec.Unix, !c.spec.NoMeta))
 			if err != nil {
 				t.Fatalf("filter does not load: %v", err)
 			}
@@ -104,7 +107,7 @@ func TestArgFilter(t *testing.T) {
 }
 
 func TestFilterPolicyGolden(t *testing.T) {
-	pol, err := NamePolicy()
+	pol, err := NamePolicy(true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,8 +132,8 @@ func TestFilterPolicyGolden(t *testing.T) {
 }
 
 func TestProgramsAssemble(t *testing.T) {
-	for _, k := range [][2]bool{{true, false}, {true, true}, {false, false}, {false, true}} {
-		progs, err := Programs(k[0], k[1])
+	for _, k := range [][3]bool{{true, false, true}, {true, true, true}, {false, false, true}, {false, true, false}} {
+		progs, err := Programs(k[0], k[1], k[2])
 		if err != nil {
 			t.Fatal(err)
 		}
