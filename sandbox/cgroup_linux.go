@@ -52,13 +52,8 @@ func newRunCgroup(maxProcs int, memBytes int64) *runCgroup {
 		if !m.v2 {
 			continue
 		}
-		dir, ok := cgroupDir(m, self[""])
+		child, ok := makeChild(m, self[""], name)
 		if !ok {
-			continue
-		}
-		removeStale(dir)
-		child := filepath.Join(dir, name)
-		if os.Mkdir(child, 0o755) != nil {
 			continue
 		}
 		ctrl, _ := os.ReadFile(filepath.Join(child, "cgroup.controllers"))
@@ -86,13 +81,8 @@ func newRunCgroup(maxProcs int, memBytes int64) *runCgroup {
 			if !m.controllers[ctrl] || (ctrl == "pids" && c.pids) || (ctrl == "memory" && c.memory) {
 				continue
 			}
-			dir, ok := cgroupDir(m, self[ctrl])
+			child, ok := makeChild(m, self[ctrl], name)
 			if !ok {
-				continue
-			}
-			removeStale(dir)
-			child := filepath.Join(dir, name)
-			if os.Mkdir(child, 0o755) != nil {
 				continue
 			}
 			var err error
@@ -119,6 +109,21 @@ func newRunCgroup(maxProcs int, memBytes int64) *runCgroup {
 		return nil
 	}
 	return c
+}
+
+// makeChild creates the run's cgroup name below this process's cgroup
+// path in mount m, after removing what killed agents left there.
+func makeChild(m cgroupMount, path, name string) (string, bool) {
+	dir, ok := cgroupDir(m, path)
+	if !ok {
+		return "", false
+	}
+	removeStale(dir)
+	child := filepath.Join(dir, name)
+	if os.Mkdir(child, 0o755) != nil {
+		return "", false
+	}
+	return child, true
 }
 
 func (c *runCgroup) add(dir string) bool {
