@@ -1,0 +1,162 @@
+// Package pairing keeps the device's identity: its Ed25519 key and the
+// state.json that pins the server it is paired with. Both live where the
+// Metnos Rust client keeps them and in the same format (protocol §2.1,
+// §2.4, Appendix A), so metnos-agent picks up an existing pairing as it
+// is, and the Rust client would pick up ours.
+package pairing
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// KeyFile and StateFile are the names of the identity files in the data
+// directory.
+const (
+	KeyFile   = "key"
+	StateFile = "state.json"
+)
+
+// LoadOrCreateKey reads the device key from dataDir/key (exactly the 32
+// raw bytes of an Ed25519 seed), creating the directory and a new key,
+// mode 0600, when there is none. A key file of any other size is an
+// error, never overwritten.
+func LoadOrCreateKey(dataDir string) (ed25519.PrivateKey, error) {
+	path := filepath.Join(dataDir, KeyFile)
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if len(b) != ed25519.SeedSize {
+			return nil, fmt.Errorf("pairing: %s is %d bytes, want the %d raw bytes of an Ed25519 seed; it is not a Metnos device key (move it away to make a new key, and pair again)", path, len(b), ed25519.SeedSize)
+		}
+		return ed25519.NewKeyFromSeed(b), nil
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("pairing: reading the device key: %w", err)
+	}
+	seed := make([]byte, ed25519.SeedSize)
+	if _, err := rand.Read(seed); err != nil {
+		return nil, fmt.Errorf("pairing: making a device key: %w", err)
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("pairing: %w", err)
+	}
+	if err := writeFileAtomic(path, seed, 0o600); err != nil {
+		return nil, fmt.Errorf("pairing: writing the device key: %w", err)
+	}
+	return ed25519.NewKeyFromSeed(seed), nil
+}
+
+// State is state.json. Every field is optional; the device is paired
+// when DeviceID is set.
+type State struct {
+	DeviceID   *string `json:"device_id"`
+	DeviceName *string `json:"device_name"`
+	ServerURL  *string `json:"server_url"`
+	// Fingerprint is the server's fingerprint of this device: SHA-256
+	// of its public key, lower-case hex (see [ServerFingerprint]).
+	Fingerprint *string `json:"fingerprint"`
+	PairedAt    *string `json:"paired_at"`
+	// ServerPublicKey is the pinned server key, base64url raw 32 bytes.
+	ServerPublicKey *string `json:"server_public_key"`
+}
+
+// Paired reports whether the device is paired.
+func (s State) Paired() bool { return s.DeviceID != nil && *s.DeviceID != "" }
+
+// ServerKey decodes the pinned server key.
+func (s State) ServerKey() (ed25519.PublicKey, error) {
+	if s.ServerPublicKey == nil || *s.ServerPublicKey == "" {
+		return nil, errors.New("pairing: no server key is pinned (pair again with a server that has one)")
+	}
+	b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(*s.ServerPublicKey, "="))
+	if err != nil || len(b) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("pairing: the pinned server key %q is not 32 bytes of base64url; pair again", *s.ServerPublicKey)
+	}
+	return ed25519.PublicKey(b), nil
+}
+
+// LoadState reads dataDir/state.json; a missing file is the empty,
+// unpaired State.
+func LoadState(dataDir string) (State, error) {
+	path := filepath.Join(dataDir, StateFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return State{}, nil
+	}
+	if err != nil {
+		return State{}, fmt.Errorf("pairing: %w", err)
+	}
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return State{}, fmt.Errorf("pairing: %s is not a device state file: %w", path, err)
+	}
+	return s, nil
+}
+
+// SaveState writes dataDir/state.json as the Rust client does: pretty
+// JSON (two-space indent) through state.json.tmp and a rename.
+func SaveState(dataDir string, s State) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("pairing: %w", err)
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("pairing: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(dataDir, StateFile), b, 0o600); err != nil {
+		return fmt.Errorf("pairing: writing the device state: %w", err)
+	}
+	return nil
+}
+
+// LocalFingerprint is what whoami calls the device key's fingerprint:
+// the lower-case hex of the raw public key (not a hash, §2.1).
+func LocalFingerprint(pub ed25519.PublicKey) string { return hex.EncodeToString(pub) }
+
+// ServerFingerprint is the server's fingerprint of a device: SHA-256 of
+// the raw public key, lower-case hex (§2.3), the value state.json keeps.
+func ServerFingerprint(pub ed25519.PublicKey) string {
+	sum := sha256.Sum256(pub)
+	return hex.EncodeToString(sum[:])
+}
+
+// PublicKeyWire is the public key as /agent/register sends it:
+// base64url, no padding.
+func PublicKeyWire(pub ed25519.PublicKey) string { return base64.RawURLEncoding.EncodeToString(pub) }
+
+// writeFileAtomic writes path through path.tmp, fsynced, then renamed.
+func writeFileAtomic(path string, b []byte, perm os.FileMode) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Chmod(tmp, perm); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,131 @@
+package pairing
+
+import (
+	"bytes"
+	"runtime"
+	"crypto/ed25519"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// copyFixture copies testdata/rust-client (a key and state.json as the
+// Rust client writes them) into a temporary data directory.
+func copyFixture(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range []string{KeyFile, StateFile} {
+		b, err := os.ReadFile(filepath.Join("testdata", "rust-client", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// An existing Rust-client installation is picked up as it is: the key
+// (the spec's test seed) gives the spec's public key and both
+// fingerprints, and the pinned server key decodes.
+func TestRustClientInstallation(t *testing.T) {
+	dir := copyFixture(t)
+	key, err := LoadOrCreateKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := key.Public().(ed25519.PublicKey)
+	if got := PublicKeyWire(pub); got != "A6EHv_POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg" {
+		t.Errorf("public key %s", got)
+	}
+	if got := LocalFingerprint(pub); got != "03a107bff3ce10be1d70dd18e74bc09967e4d6309ba50d5f1ddc8664125531b8" {
+		t.Errorf("local fingerprint %s", got)
+	}
+	st, err := LoadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Paired() || *st.DeviceID != "7d2397b0895e48a190a155fb289168d5" {
+		t.Fatalf("state not paired: %+v", st)
+	}
+	if got := ServerFingerprint(pub); got != *st.Fingerprint {
+		t.Errorf("server fingerprint %s, state.json says %s", got, *st.Fingerprint)
+	}
+	sk, err := st.ServerKey()
+	if err != nil || PublicKeyWire(sk) != "uw1qxYcj8vFOBS79x-pCuqNZcZj1WcnGFQ94-Y8Mz5M" {
+		t.Errorf("server key %v, %v", sk, err)
+	}
+	// Written back, state.json is byte for byte what the Rust client wrote.
+	if err := SaveState(dir, st); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(filepath.Join(dir, StateFile))
+	want, _ := os.ReadFile(filepath.Join("testdata", "rust-client", StateFile))
+	if !bytes.Equal(got, want) {
+		t.Errorf("state.json rewritten differently:\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestNewKey(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	k1, err := LoadOrCreateKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, KeyFile))
+	if err != nil || fi.Size() != 32 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v %v", fi, err)
+	}
+	k2, err := LoadOrCreateKey(dir)
+	if err != nil || !k1.Equal(k2) {
+		t.Errorf("the key changed on reload: %v", err)
+	}
+	if st, err := LoadState(dir); err != nil || st.Paired() {
+		t.Errorf("a new device is paired: %+v %v", st, err)
+	}
+}
+
+func TestBadKeyIsNeverOverwritten(t *testing.T) {
+	dir := t.TempDir()
+	bad := []byte("-----BEGIN PRIVATE KEY-----\n")
+	os.WriteFile(filepath.Join(dir, KeyFile), bad, 0o600)
+	if _, err := LoadOrCreateKey(dir); err == nil || !strings.Contains(err.Error(), "not a Metnos device key") {
+		t.Fatalf("got %v, want a clear error", err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, KeyFile)); !bytes.Equal(got, bad) {
+		t.Error("the unreadable key file was overwritten")
+	}
+}
+
+func TestCorruptedPinnedKey(t *testing.T) {
+	s := "not-a-key"
+	if _, err := (State{ServerPublicKey: &s}).ServerKey(); err == nil {
+		t.Error("a corrupted pinned key decoded")
+	}
+	if _, err := (State{}).ServerKey(); err == nil {
+		t.Error("a missing pinned key decoded")
+	}
+}
+
+func TestDirsFollowXDG(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("XDG directories are Linux's")
+	}
+	t.Setenv("XDG_DATA_HOME", "/x/data")
+	t.Setenv("XDG_CACHE_HOME", "/x/cache")
+	d, err := DataDir()
+	if err != nil || d != "/x/data/metnos" {
+		t.Errorf("DataDir = %q, %v", d, err)
+	}
+	c, err := CacheDir()
+	if err != nil || c != "/x/cache/metnos" {
+		t.Errorf("CacheDir = %q, %v", c, err)
+	}
+	t.Setenv("XDG_DATA_HOME", "")
+	t.Setenv("HOME", "/home/u")
+	if d, _ := DataDir(); d != "/home/u/.local/share/metnos" {
+		t.Errorf("DataDir without XDG = %q", d)
+	}
+}
