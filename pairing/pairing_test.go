@@ -2,10 +2,10 @@ package pairing
 
 import (
 	"bytes"
-	"runtime"
 	"crypto/ed25519"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
