@@ -1,0 +1,144 @@
+package wire
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+)
+
+// Invocation is one invocation of a poll response (§6.1), parsed and
+// type-checked. Raw keeps the object as decoded, for the signature.
+type Invocation struct {
+	ID             string
+	TurnID         string
+	Executor       string
+	ManifestSHA256 string
+	CodeSHA256     string
+	Args           any
+	Scope          string
+	Reversibility  string
+	Env            map[string]string
+	DeadlineMS     int64
+	ServerSig      string
+	Raw            map[string]any
+}
+
+// ErrMalformed is wrapped by every error of [ParseInvocation].
+var ErrMalformed = errors.New("wire: malformed invocation")
+
+// ParseInvocation checks the shape of an invocation as [Decode] returns
+// it (§6.2 step 1): the required string fields, env_injections values
+// that are strings, an integer deadline (60000 when absent).
+func ParseInvocation(v any) (Invocation, error) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return Invocation{}, fmt.Errorf("%w: not an object", ErrMalformed)
+	}
+	inv := Invocation{Raw: m, Args: m["args"], DeadlineMS: 60000}
+	str := func(k string, required bool, dst *string) error {
+		x, present := m[k]
+		if !present || x == nil {
+			if required {
+				return fmt.Errorf("%w: %s is missing", ErrMalformed, k)
+			}
+			return nil
+		}
+		s, ok := x.(string)
+		if !ok {
+			return fmt.Errorf("%w: %s is not a string", ErrMalformed, k)
+		}
+		*dst = s
+		return nil
+	}
+	for _, f := range []struct {
+		k   string
+		req bool
+		dst *string
+	}{
+		{"invocation_id", true, &inv.ID}, {"executor", true, &inv.Executor},
+		{"manifest_sha256", true, &inv.ManifestSHA256}, {"code_sha256", true, &inv.CodeSHA256},
+		{"server_sig", true, &inv.ServerSig}, {"turn_id", false, &inv.TurnID},
+		{"scope", false, &inv.Scope}, {"reversibility", false, &inv.Reversibility},
+	} {
+		if err := str(f.k, f.req, f.dst); err != nil {
+			return Invocation{}, err
+		}
+	}
+	if e, present := m["env_injections"]; present && e != nil {
+		em, ok := e.(map[string]any)
+		if !ok {
+			return Invocation{}, fmt.Errorf("%w: env_injections is not an object", ErrMalformed)
+		}
+		inv.Env = make(map[string]string, len(em))
+		for k, x := range em {
+			s, ok := x.(string)
+			if !ok {
+				return Invocation{}, fmt.Errorf("%w: env_injections[%q] is not a string", ErrMalformed, k)
+			}
+			inv.Env[k] = s
+		}
+	}
+	if d, present := m["deadline_ms"]; present && d != nil {
+		n, ok := d.(json.Number)
+		if !ok {
+			return Invocation{}, fmt.Errorf("%w: deadline_ms is not a number", ErrMalformed)
+		}
+		v, err := strconv.ParseInt(string(n), 10, 64)
+		if err != nil {
+			return Invocation{}, fmt.Errorf("%w: deadline_ms %s is not an integer", ErrMalformed, n)
+		}
+		inv.DeadlineMS = v
+	}
+	return inv, nil
+}
+
+// Verify checks server_sig over the invocation's signed fields (§3.4)
+// with the pinned server key.
+func (inv Invocation) Verify(server ed25519.PublicKey) error {
+	if err := VerifyCanonical(server, InvocationSigned(inv.Raw), inv.ServerSig); err != nil {
+		return fmt.Errorf("invocation %s: %w", inv.ID, err)
+	}
+	return nil
+}
+
+var (
+	// idRule is the server's own validator for invocation ids.
+	idRule = regexp.MustCompile(`^[A-Za-z0-9._:-]{8,256}$`)
+	// timedID is the server's usual id: inv-<16 hex ns><8 hex>.
+	timedID = regexp.MustCompile(`^inv-([0-9a-f]{16})[0-9a-f]{8}$`)
+)
+
+// Freshness bounds of time-ordered ids (§5.9).
+const (
+	MaxIDAge    = 48 * time.Hour
+	MaxIDFuture = 5 * time.Minute
+)
+
+// CheckID accepts every id the server can produce ([A-Za-z0-9._:-]{8,256},
+// durable ids included: §12.1) and applies the freshness window only to
+// ids that carry their issue time (inv-<16 hex ns><8 hex>).
+func CheckID(id string, now time.Time) error {
+	if !idRule.MatchString(id) {
+		return fmt.Errorf("wire: invocation id %q is not one the server can issue", id)
+	}
+	m := timedID.FindStringSubmatch(id)
+	if m == nil {
+		return nil
+	}
+	ns, err := strconv.ParseUint(m[1], 16, 64)
+	if err != nil {
+		return fmt.Errorf("wire: invocation id %q: %w", id, err)
+	}
+	issued := time.Unix(0, int64(ns))
+	switch {
+	case now.Sub(issued) > MaxIDAge:
+		return fmt.Errorf("wire: invocation %s was issued %s ago, more than %s: refusing a stale invocation", id, now.Sub(issued).Round(time.Second), MaxIDAge)
+	case issued.Sub(now) > MaxIDFuture:
+		return fmt.Errorf("wire: invocation %s is issued %s in the future (is this device's clock right?)", id, issued.Sub(now).Round(time.Second))
+	}
+	return nil
+}
