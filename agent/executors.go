@@ -1,0 +1,223 @@
+// Package agent is the device side of the Metnos protocol: the run loop
+// (poll, heartbeat, spool, ledger) and the executor and shim caches it
+// runs invocations from.
+package agent
+
+import (
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/metnos/agent/sandbox"
+	toml "github.com/pelletier/go-toml/v2"
+)
+
+// Bundle is the body of GET /agent/executor/{name} (§5.6).
+type Bundle struct {
+	Name         string            `json:"name"`
+	ManifestTOML string            `json:"manifest_toml"` // standard base64
+	ManifestSig  string            `json:"manifest_sig"`  // standard base64 of 64 raw bytes
+	Files        map[string]string `json:"files"`         // path -> standard base64
+}
+
+// Manifest is what the agent reads of an executor's manifest.toml
+// (§6.3); everything else in the file is signed but not interpreted.
+type Manifest struct {
+	Name string `toml:"name"`
+	Code struct {
+		Files  []string `toml:"files"`
+		Digest string   `toml:"digest"`
+	} `toml:"code"`
+	Capabilities []sandbox.Capability `toml:"capabilities"`
+	Placement    struct {
+		MinSandbox string `toml:"min_sandbox"`
+	} `toml:"placement"`
+	Dependencies []any `toml:"dependencies"`
+}
+
+// Executor is a verified executor in the cache.
+type Executor struct {
+	Name     string
+	Dir      string // the cache directory holding manifest.toml and the code
+	Entry    string // absolute path of the first [code].files entry
+	Manifest Manifest
+}
+
+// ErrUnverified is wrapped by every verification failure of an executor
+// bundle or cache entry: nothing from it may run.
+var ErrUnverified = errors.New("executor does not verify")
+
+var (
+	nameRule   = regexp.MustCompile(`^[a-z][a-z0-9_-]{1,64}$`)
+	digestRule = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+)
+
+// CheckRequest applies the rules the client checks before asking the
+// server for an executor (§5.6): the name's shape and 64-hex digests.
+func CheckRequest(name, manifestSHA, codeSHA string) error {
+	if !nameRule.MatchString(name) {
+		return fmt.Errorf("executor name %q is not one the server serves", name)
+	}
+	if !digestRule.MatchString(manifestSHA) || !digestRule.MatchString(codeSHA) {
+		return fmt.Errorf("executor %s: manifest and code digests must be 64 hex digits", name)
+	}
+	return nil
+}
+
+// SafePath reports whether a bundle path is safe to write beneath a
+// directory: relative, '/'-separated, no empty, '.' or '..' segment, no
+// '\' or ':'.
+func SafePath(p string) bool {
+	if p == "" || strings.ContainsAny(p, `\:`) || strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") {
+		return false
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+// CacheDirName is the executor's directory in <cache>/executors.
+func CacheDirName(name, manifestSHA string) string {
+	return name + "-" + strings.ToLower(manifestSHA)[:16]
+}
+
+// verify checks manifest bytes, signature and code against the
+// invocation's digests and the pinned key, and parses the manifest.
+func verify(name, manifestSHA, codeSHA string, manifest, sig []byte, code func(string) ([]byte, error), server ed25519.PublicKey) (Manifest, error) {
+	sum := sha256.Sum256(manifest)
+	if !strings.EqualFold(hex.EncodeToString(sum[:]), manifestSHA) {
+		return Manifest{}, fmt.Errorf("%w: executor %s: manifest.toml does not match the invocation's manifest_sha256", ErrUnverified, name)
+	}
+	if len(sig) != ed25519.SignatureSize || !ed25519.Verify(server, manifest, sig) {
+		return Manifest{}, fmt.Errorf("%w: executor %s: the manifest's signature is not the paired server's", ErrUnverified, name)
+	}
+	var m Manifest
+	if err := toml.Unmarshal(manifest, &m); err != nil {
+		return Manifest{}, fmt.Errorf("%w: executor %s: manifest.toml: %v", ErrUnverified, name, err)
+	}
+	if len(m.Code.Files) == 0 {
+		return Manifest{}, fmt.Errorf("%w: executor %s: manifest lists no [code].files", ErrUnverified, name)
+	}
+	h := sha256.New()
+	for _, f := range m.Code.Files {
+		if !SafePath(f) {
+			return Manifest{}, fmt.Errorf("%w: executor %s: unsafe code path %q", ErrUnverified, name, f)
+		}
+		b, err := code(f)
+		if err != nil {
+			return Manifest{}, fmt.Errorf("%w: executor %s: %s: %v", ErrUnverified, name, f, err)
+		}
+		h.Write(b)
+	}
+	if !strings.EqualFold(hex.EncodeToString(h.Sum(nil)), codeSHA) {
+		return Manifest{}, fmt.Errorf("%w: executor %s: the code does not match the invocation's code_sha256", ErrUnverified, name)
+	}
+	if len(m.Dependencies) > 0 {
+		return Manifest{}, fmt.Errorf("executor %s needs dependencies (%d), which this agent does not install yet: it can only run stdlib executors", name, len(m.Dependencies))
+	}
+	if _, err := sandbox.ParseLevel(m.Placement.MinSandbox); err != nil {
+		return Manifest{}, fmt.Errorf("executor %s: [placement] min_sandbox: %w", name, err)
+	}
+	return m, nil
+}
+
+// Materialize verifies a bundle fetched for an invocation and writes it
+// into cacheDir/executors/<name>-<sha16>, through a .tmp directory and a
+// rename, replacing what was there.
+func Materialize(cacheDir string, b Bundle, name, manifestSHA, codeSHA string, server ed25519.PublicKey) (Executor, error) {
+	if err := CheckRequest(name, manifestSHA, codeSHA); err != nil {
+		return Executor{}, err
+	}
+	if b.Name != name {
+		return Executor{}, fmt.Errorf("%w: asked for executor %s, the server sent %q", ErrUnverified, name, b.Name)
+	}
+	manifest, err := base64.StdEncoding.DecodeString(b.ManifestTOML)
+	if err != nil {
+		return Executor{}, fmt.Errorf("%w: executor %s: manifest_toml is not base64: %v", ErrUnverified, name, err)
+	}
+	sig, err := base64.StdEncoding.DecodeString(b.ManifestSig)
+	if err != nil {
+		return Executor{}, fmt.Errorf("%w: executor %s: manifest_sig is not base64: %v", ErrUnverified, name, err)
+	}
+	code := func(p string) ([]byte, error) {
+		s, ok := b.Files[p]
+		if !ok {
+			return nil, errors.New("missing from the bundle")
+		}
+		return base64.StdEncoding.DecodeString(s)
+	}
+	m, err := verify(name, manifestSHA, codeSHA, manifest, sig, code, server)
+	if err != nil {
+		return Executor{}, err
+	}
+	dir := filepath.Join(cacheDir, "executors", CacheDirName(name, manifestSHA))
+	tmp := dir + ".tmp"
+	if err := os.RemoveAll(tmp); err != nil {
+		return Executor{}, fmt.Errorf("executor %s: %w", name, err)
+	}
+	write := func(rel string, data []byte) error {
+		p := filepath.Join(tmp, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(p, data, 0o644)
+	}
+	if err := write("manifest.toml", manifest); err != nil {
+		return Executor{}, fmt.Errorf("executor %s: %w", name, err)
+	}
+	if err := write("manifest.toml.sig", sig); err != nil {
+		return Executor{}, fmt.Errorf("executor %s: %w", name, err)
+	}
+	for _, f := range m.Code.Files {
+		data, _ := code(f)
+		if err := write(f, data); err != nil {
+			return Executor{}, fmt.Errorf("executor %s: %w", name, err)
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return Executor{}, fmt.Errorf("executor %s: %w", name, err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return Executor{}, fmt.Errorf("executor %s: %w", name, err)
+	}
+	return Executor{Name: name, Dir: dir, Entry: filepath.Join(dir, filepath.FromSlash(m.Code.Files[0])), Manifest: m}, nil
+}
+
+// Cached returns the cached executor after verifying it again, as on
+// every use (§6.3). A cache entry that no longer verifies is deleted and
+// the error wraps [ErrUnverified]: fetch it again. A missing entry is
+// reported with [os.ErrNotExist].
+func Cached(cacheDir, name, manifestSHA, codeSHA string, server ed25519.PublicKey) (Executor, error) {
+	if err := CheckRequest(name, manifestSHA, codeSHA); err != nil {
+		return Executor{}, err
+	}
+	dir := filepath.Join(cacheDir, "executors", CacheDirName(name, manifestSHA))
+	manifest, err := os.ReadFile(filepath.Join(dir, "manifest.toml"))
+	if err != nil {
+		return Executor{}, fmt.Errorf("executor %s: %w", name, err)
+	}
+	sig, err := os.ReadFile(filepath.Join(dir, "manifest.toml.sig"))
+	if err != nil {
+		sig = nil
+	}
+	code := func(p string) ([]byte, error) { return os.ReadFile(filepath.Join(dir, filepath.FromSlash(p))) }
+	m, err := verify(name, manifestSHA, codeSHA, manifest, sig, code, server)
+	if errors.Is(err, ErrUnverified) {
+		os.RemoveAll(dir)
+		return Executor{}, fmt.Errorf("%w (the cache entry %s was deleted)", err, dir)
+	}
+	if err != nil {
+		return Executor{}, err
+	}
+	return Executor{Name: name, Dir: dir, Entry: filepath.Join(dir, filepath.FromSlash(m.Code.Files[0])), Manifest: m}, nil
+}

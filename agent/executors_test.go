@@ -1,0 +1,121 @@
+package agent
+
+import (
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var serverKey = ed25519.NewKeyFromSeed([]byte("metnos-agent-test-server-key-32b"))
+
+const manifestText = `name = "echo_args"
+[code]
+files = ["echo_args.py", "lib/helper.py"]
+digest = "sha256:x"
+
+[[capabilities]]
+name = "fs:read"
+hint = ["~/notes/**"]
+
+[placement]
+min_sandbox = "job-object"
+`
+
+// bundle returns a signed bundle and the invocation's digests.
+func bundle(t *testing.T, manifest string, files map[string]string) (Bundle, string, string) {
+	t.Helper()
+	b := Bundle{Name: "echo_args", ManifestTOML: base64.StdEncoding.EncodeToString([]byte(manifest)),
+		ManifestSig: base64.StdEncoding.EncodeToString(ed25519.Sign(serverKey, []byte(manifest))),
+		Files:       map[string]string{}}
+	h := sha256.New()
+	for _, f := range []string{"echo_args.py", "lib/helper.py"} {
+		h.Write([]byte(files[f]))
+	}
+	for f, c := range files {
+		b.Files[f] = base64.StdEncoding.EncodeToString([]byte(c))
+	}
+	ms := sha256.Sum256([]byte(manifest))
+	return b, hex.EncodeToString(ms[:]), hex.EncodeToString(h.Sum(nil))
+}
+
+var code = map[string]string{"echo_args.py": "print('hi')\n", "lib/helper.py": "X = 1\n"}
+
+func pub() ed25519.PublicKey { return serverKey.Public().(ed25519.PublicKey) }
+
+func TestMaterializeAndReuse(t *testing.T) {
+	cache := t.TempDir()
+	b, ms, cs := bundle(t, manifestText, code)
+	ex, err := Materialize(cache, b, "echo_args", ms, cs, pub())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.Entry != filepath.Join(cache, "executors", "echo_args-"+ms[:16], "echo_args.py") {
+		t.Errorf("entry %s", ex.Entry)
+	}
+	if ex.Manifest.Capabilities[0].Name != "fs:read" || ex.Manifest.Capabilities[0].Hints[0] != "~/notes/**" {
+		t.Errorf("capabilities %+v", ex.Manifest.Capabilities)
+	}
+	if _, err := Cached(cache, "echo_args", ms, cs, pub()); err != nil {
+		t.Fatalf("the cache entry does not verify: %v", err)
+	}
+	// Tampered on disk: deleted, and reported as unverified.
+	os.WriteFile(filepath.Join(ex.Dir, "lib", "helper.py"), []byte("import os; os.system('x')\n"), 0o644)
+	if _, err := Cached(cache, "echo_args", ms, cs, pub()); !errors.Is(err, ErrUnverified) {
+		t.Fatalf("a tampered cache entry: %v", err)
+	}
+	if _, err := os.Stat(ex.Dir); !os.IsNotExist(err) {
+		t.Error("the tampered cache entry is still there")
+	}
+}
+
+func TestMaterializeRefuses(t *testing.T) {
+	other := ed25519.NewKeyFromSeed(make([]byte, 32))
+	for name, c := range map[string]func(b *Bundle, ms, cs *string){
+		"other name":      func(b *Bundle, ms, cs *string) { b.Name = "rm_rf" },
+		"manifest digest": func(b *Bundle, ms, cs *string) { *ms = strings.Repeat("0", 64) },
+		"code digest":     func(b *Bundle, ms, cs *string) { *cs = strings.Repeat("0", 64) },
+		"signature by another key": func(b *Bundle, ms, cs *string) {
+			m, _ := base64.StdEncoding.DecodeString(b.ManifestTOML)
+			b.ManifestSig = base64.StdEncoding.EncodeToString(ed25519.Sign(other, m))
+		},
+		"tampered code": func(b *Bundle, ms, cs *string) {
+			b.Files["echo_args.py"] = base64.StdEncoding.EncodeToString([]byte("evil"))
+		},
+		"missing file": func(b *Bundle, ms, cs *string) { delete(b.Files, "lib/helper.py") },
+	} {
+		b, ms, cs := bundle(t, manifestText, code)
+		c(&b, &ms, &cs)
+		if _, err := Materialize(t.TempDir(), b, "echo_args", ms, cs, pub()); !errors.Is(err, ErrUnverified) {
+			t.Errorf("%s: got %v, want ErrUnverified", name, err)
+		}
+	}
+	// An unsafe path, even signed, is refused.
+	unsafe := strings.Replace(manifestText, `"lib/helper.py"`, `"../escape.py"`, 1)
+	b, ms, _ := bundle(t, unsafe, code)
+	if _, err := Materialize(t.TempDir(), b, "echo_args", ms, strings.Repeat("a", 64), pub()); err == nil || !strings.Contains(err.Error(), "unsafe code path") {
+		t.Errorf("unsafe path: %v", err)
+	}
+	// Dependencies are refused with a clear error.
+	deps := "dependencies = [\"requests\"]\n" + manifestText
+	b, ms, cs := bundle(t, deps, code)
+	if _, err := Materialize(t.TempDir(), b, "echo_args", ms, cs, pub()); err == nil || !strings.Contains(err.Error(), "dependencies") {
+		t.Errorf("dependencies: %v", err)
+	}
+}
+
+func TestSafePath(t *testing.T) {
+	for p, want := range map[string]bool{
+		"a.py": true, "lib/b.py": true, "": false, "/etc/x": false, "a/": false, "a//b": false,
+		"./a": false, "a/../b": false, `a\b`: false, "C:x": false, "..": false,
+	} {
+		if SafePath(p) != want {
+			t.Errorf("SafePath(%q) = %v", p, !want)
+		}
+	}
+}
