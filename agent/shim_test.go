@@ -1,0 +1,59 @@
+package agent
+
+import (
+	"encoding/base64"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/metnos/agent/wire"
+)
+
+func shimBundle(t *testing.T, files map[string]string) ShimBundle {
+	t.Helper()
+	enc := map[string]any{}
+	b := ShimBundle{Files: map[string]string{}}
+	for k, v := range files {
+		s := base64.StdEncoding.EncodeToString([]byte(v))
+		b.Files[k], enc[k] = s, s
+	}
+	sig, err := wire.SignCanonical(serverKey, map[string]any{"files": enc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Sig = sig
+	return b
+}
+
+func TestInstallShim(t *testing.T) {
+	cache := t.TempDir()
+	files := map[string]string{"executor_helpers.py": "def run_stdio(): pass\n", "backends/files/local.py": "X = 1\n"}
+	dir, digest, err := InstallShim(cache, shimBundle(t, files), pub())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "backends", "files", "local.py")); string(b) != "X = 1\n" {
+		t.Errorf("local.py = %q", b)
+	}
+	raw := map[string][]byte{}
+	for k, v := range files {
+		raw[k] = []byte(v)
+	}
+	if digest != ShimDigest(raw) || len(digest) != 64 {
+		t.Errorf("digest %s", digest)
+	}
+	// Tampered after signing, or an unsafe name even if signed: refused.
+	b := shimBundle(t, files)
+	b.Files["executor_helpers.py"] = base64.StdEncoding.EncodeToString([]byte("evil"))
+	if _, _, err := InstallShim(cache, b, pub()); !errors.Is(err, ErrUnverified) {
+		t.Errorf("tampered shim: %v", err)
+	}
+	if _, _, err := InstallShim(cache, shimBundle(t, map[string]string{"../x.py": ""}), pub()); !errors.Is(err, ErrUnverified) {
+		t.Errorf("unsafe name: %v", err)
+	}
+	// The installed shim is untouched by the refused ones.
+	if b, _ := os.ReadFile(filepath.Join(dir, "executor_helpers.py")); string(b) != files["executor_helpers.py"] {
+		t.Error("a refused shim replaced the installed one")
+	}
+}
