@@ -1,0 +1,139 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/metnos/agent/wire"
+)
+
+// MaxResultBytes is the server's limit on a result body (§12.11).
+const MaxResultBytes = 4 << 20
+
+// Result is the message POSTed to /agent/result (§6.6).
+type Result struct {
+	InvocationID string
+	DeviceID     string
+	OK           bool
+	Entries      any
+	NProcessed   int64
+	ElapsedMS    int64
+	// Sandbox is the word sandbox.Run reported (or "none",
+	// "unknown_after_restart").
+	Sandbox string
+	// SandboxDowngradeReason is set when the isolation applied is
+	// weaker than the machine's best or than the manifest asked.
+	SandboxDowngradeReason string
+	Payload                any
+	Error                  string
+	ErrorClass             string
+}
+
+// FromStdout maps an executor's stdout to a Result (§6.5): stdout must
+// be one JSON value; ok, entries (or results), ok_count (or
+// n_processed), error and error_class are read from it when it is an
+// object, and payload is the whole value. A stdout that is not JSON is
+// a device_error.
+func FromStdout(stdout []byte) Result {
+	v, err := wire.Decode(bytes.TrimSpace(stdout))
+	if err != nil {
+		return DeviceError(fmt.Errorf("the executor's output is not one JSON value: %w", err))
+	}
+	r := Result{Payload: v, Entries: []any{}}
+	m, _ := v.(map[string]any)
+	if b, ok := m["ok"].(bool); ok {
+		r.OK = b
+	}
+	switch {
+	case m["entries"] != nil:
+		r.Entries = m["entries"]
+	case m["results"] != nil:
+		r.Entries = m["results"]
+	}
+	count, present := m["ok_count"]
+	if !present {
+		count, present = m["n_processed"]
+	}
+	n, isInt := int64(0), false
+	if num, ok := count.(json.Number); present && ok {
+		if x, err := strconv.ParseInt(string(num), 10, 64); err == nil {
+			n, isInt = x, true
+		}
+	}
+	if !isInt {
+		if list, ok := r.Entries.([]any); ok {
+			n = int64(len(list))
+		}
+	}
+	r.NProcessed = n
+	if s, ok := m["error"].(string); ok {
+		r.Error = s
+	}
+	if s, ok := m["error_class"].(string); ok {
+		r.ErrorClass = s
+	}
+	return r
+}
+
+// Timeout is the result of a run the deadline killed (§6.5).
+func Timeout(sandboxWord string) Result {
+	return Result{Entries: []any{}, Payload: map[string]any{}, Sandbox: sandboxWord,
+		Error: "deadline exceeded", ErrorClass: "timeout"}
+}
+
+// DeviceError is the result of anything that failed on the device
+// before or around the run (§6.5): fetch, verification, sandbox,
+// non-JSON output.
+func DeviceError(err error) Result {
+	return Result{Entries: []any{}, Payload: map[string]any{}, Sandbox: "none",
+		Error: err.Error(), ErrorClass: "device_error"}
+}
+
+// Body encodes the result as the bytes to sign and send: compact JSON
+// with sorted keys, no HTML escaping (the server verifies the raw
+// bytes, floats in the payload included). A body over [MaxResultBytes]
+// has its payload and entries dropped and says so in error and
+// error_class ("result_too_large"), rather than being refused by the
+// server and lost.
+func (r Result) Body() ([]byte, error) {
+	b, err := r.encode()
+	if err != nil || len(b) <= MaxResultBytes {
+		return b, err
+	}
+	size := len(b)
+	r.OK, r.Entries, r.Payload, r.NProcessed = false, []any{}, map[string]any{}, 0
+	r.Error = fmt.Sprintf("the result was %d bytes, over the server's %d-byte limit: its payload was dropped on the device", size, MaxResultBytes)
+	r.ErrorClass = "result_too_large"
+	return r.encode()
+}
+
+func (r Result) encode() ([]byte, error) {
+	m := map[string]any{
+		"invocation_id": r.InvocationID,
+		"device_id":     r.DeviceID,
+		"ok":            r.OK,
+		"entries":       r.Entries,
+		"n_processed":   r.NProcessed,
+		"elapsed_ms":    r.ElapsedMS,
+		"sandbox":       r.Sandbox,
+		"payload":       r.Payload,
+	}
+	if r.SandboxDowngradeReason != "" {
+		m["sandbox_downgrade_reason"] = r.SandboxDowngradeReason
+	}
+	if r.Error != "" {
+		m["error"] = r.Error
+	}
+	if r.ErrorClass != "" {
+		m["error_class"] = r.ErrorClass
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return nil, fmt.Errorf("result of %s: %w", r.InvocationID, err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
