@@ -118,11 +118,15 @@ const (
 	MaxIDFuture = 5 * time.Minute
 )
 
+// ValidID reports whether id has a shape the server can issue
+// ([A-Za-z0-9._:-]{8,256}), whatever its time.
+func ValidID(id string) bool { return idRule.MatchString(id) }
+
 // CheckID accepts every id the server can produce ([A-Za-z0-9._:-]{8,256},
 // durable ids included: §12.1) and applies the freshness window only to
 // ids that carry their issue time (inv-<16 hex ns><8 hex>).
 func CheckID(id string, now time.Time) error {
-	if !idRule.MatchString(id) {
+	if !ValidID(id) {
 		return fmt.Errorf("wire: invocation id %q is not one the server can issue", id)
 	}
 	m := timedID.FindStringSubmatch(id)

@@ -1,0 +1,271 @@
+package agent
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/metnos/agent/wire"
+)
+
+// Spool is the device's write-ahead state for exactly-once execution and
+// at-least-once delivery (§5.8), in <data_dir>/spool as the Rust client
+// keeps it: results/<id>.json (spooled bodies, sent byte for byte until
+// accepted), started/<id>.json (the write-ahead marker), executed.log
+// (one id a line, fsynced) and dead-results/.
+type Spool struct {
+	dir      string
+	executed map[string]bool
+	log      *os.File
+}
+
+// Marker is a STARTED marker. CanWrite is this agent's addition: an
+// executor that declared fs:write is never run again after a crash,
+// whatever its reversibility says (a marker without it counts as true).
+type Marker struct {
+	InvocationID   string `json:"invocation_id"`
+	Reversibility  string `json:"reversibility"`
+	StartedEpochMS int64  `json:"started_epoch_ms"`
+	CanWrite       *bool  `json:"can_write,omitempty"`
+}
+
+// MaxLedger is how many executed ids are kept in memory.
+const MaxLedger = 100000
+
+var safeName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// fileName is the spool file name of an id: the id itself when it is a
+// safe name (as the Rust client requires), else a digest of it, so that
+// no id the server can issue is ever refused here.
+func fileName(id string) string {
+	if safeName.MatchString(id) {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "id-" + hex.EncodeToString(sum[:20])
+}
+
+// OpenSpool opens (creating) the spool in dataDir and loads the ledger.
+func OpenSpool(dataDir string) (*Spool, error) {
+	dir := filepath.Join(dataDir, "spool")
+	for _, d := range []string{"results", "started", "dead-results"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			return nil, fmt.Errorf("spool: %w", err)
+		}
+	}
+	s := &Spool{dir: dir, executed: map[string]bool{}}
+	logPath := filepath.Join(dir, "executed.log")
+	if f, err := os.Open(logPath); err == nil {
+		sc := bufio.NewScanner(f)
+		var ids []string
+		for line := 1; sc.Scan(); line++ {
+			id := strings.TrimSpace(sc.Text())
+			if id == "" {
+				continue
+			}
+			if !wire.ValidID(id) {
+				f.Close()
+				return nil, fmt.Errorf("spool: %s line %d: %q is not an invocation id; the ledger is damaged (move it away only if you accept that an old invocation could run again)", logPath, line, id)
+			}
+			ids = append(ids, id)
+		}
+		f.Close()
+		if len(ids) > MaxLedger {
+			ids = ids[len(ids)-MaxLedger:]
+		}
+		for _, id := range ids {
+			s.executed[id] = true
+		}
+	}
+	res, _ := filepath.Glob(filepath.Join(dir, "results", "*.json"))
+	for _, p := range res {
+		var r struct {
+			ID string `json:"invocation_id"`
+		}
+		if b, err := os.ReadFile(p); err == nil && json.Unmarshal(b, &r) == nil && r.ID != "" {
+			s.executed[r.ID] = true
+		}
+	}
+	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	s.log = f
+	return s, nil
+}
+
+// Close closes the ledger.
+func (s *Spool) Close() error { return s.log.Close() }
+
+// Executed reports whether id has run on this device (or must be taken
+// as having run).
+func (s *Spool) Executed(id string) bool { return s.executed[id] }
+
+// Start writes the STARTED marker, durably, before the sandbox starts.
+func (s *Spool) Start(id, reversibility string, canWrite bool) error {
+	m := Marker{InvocationID: id, Reversibility: reversibility, StartedEpochMS: time.Now().UnixMilli(), CanWrite: &canWrite}
+	b, _ := json.Marshal(m)
+	return writeDurable(filepath.Join(s.dir, "started", fileName(id)+".json"), b)
+}
+
+// Finish spools the result body (durably), records id as executed and
+// removes its STARTED marker, in that order: a crash at any point leaves
+// either a marker (outcome unknown) or a spooled result, never neither.
+func (s *Spool) Finish(id string, body []byte) error {
+	if err := writeDurable(filepath.Join(s.dir, "results", fileName(id)+".json"), body); err != nil {
+		return err
+	}
+	if err := s.record(id); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(s.dir, "started", fileName(id)+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("spool: %w", err)
+	}
+	return nil
+}
+
+func (s *Spool) record(id string) error {
+	if _, err := s.log.WriteString(id + "\n"); err != nil {
+		return fmt.Errorf("spool: ledger: %w", err)
+	}
+	if err := s.log.Sync(); err != nil {
+		return fmt.Errorf("spool: ledger: %w", err)
+	}
+	s.executed[id] = true
+	return nil
+}
+
+// Spooled is a result waiting for delivery.
+type Spooled struct {
+	ID   string
+	Body []byte
+	path string
+}
+
+// Pending lists the spooled results, to be sent with exactly these
+// bytes until the server accepts them.
+func (s *Spool) Pending() ([]Spooled, error) {
+	paths, err := filepath.Glob(filepath.Join(s.dir, "results", "*.json"))
+	if err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	var out []Spooled
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("spool: %w", err)
+		}
+		var r struct {
+			ID string `json:"invocation_id"`
+		}
+		if json.Unmarshal(b, &r) != nil || r.ID == "" {
+			continue
+		}
+		out = append(out, Spooled{ID: r.ID, Body: b, path: p})
+	}
+	return out, nil
+}
+
+// Delivered removes a result the server accepted.
+func (s *Spool) Delivered(r Spooled) error {
+	if err := os.Remove(r.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("spool: %w", err)
+	}
+	return nil
+}
+
+// DeadLetter moves a result the server refused for good (4xx but 408
+// and 429) to dead-results/<id>.http-<status>.<nanos>.json.
+func (s *Spool) DeadLetter(r Spooled, status int) error {
+	dst := filepath.Join(s.dir, "dead-results", fmt.Sprintf("%s.http-%d.%d.json", fileName(r.ID), status, time.Now().UnixNano()))
+	if err := os.Rename(r.path, dst); err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	return nil
+}
+
+// Recover resolves the STARTED markers a crash left (§5.8, with the
+// stricter rule of issue 3): a marker whose result was spooled is
+// dropped; a read-only invocation of an executor that cannot write is
+// dropped (it may run again); any other gets an "outcome unknown"
+// result spooled for deviceID and is recorded as executed, never re-run.
+// It returns the ids reported as unknown.
+func (s *Spool) Recover(deviceID string) ([]string, error) {
+	paths, _ := filepath.Glob(filepath.Join(s.dir, "started", "*.json"))
+	var unknown []string
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		var m Marker
+		if err != nil || json.Unmarshal(b, &m) != nil || m.InvocationID == "" {
+			return unknown, fmt.Errorf("spool: STARTED marker %s is unreadable; an invocation may have been interrupted (inspect it, then remove it)", p)
+		}
+		spooled := fileExists(filepath.Join(s.dir, "results", fileName(m.InvocationID)+".json"))
+		canWrite := m.CanWrite == nil || *m.CanWrite
+		switch {
+		case spooled:
+			if !s.executed[m.InvocationID] {
+				if err := s.record(m.InvocationID); err != nil {
+					return unknown, err
+				}
+			}
+		case m.Reversibility == "read_only" && !canWrite:
+		default:
+			r := Result{InvocationID: m.InvocationID, DeviceID: deviceID, Entries: []any{}, Sandbox: "unknown_after_restart",
+				Payload:    map[string]any{"effect_status": "unknown", "recovery": "write_ahead_no_reexecution"},
+				Error:      "the agent stopped while this invocation was running; it is not run again, and its effects are unknown",
+				ErrorClass: "execution_outcome_unknown"}
+			body, err := r.Body()
+			if err != nil {
+				return unknown, err
+			}
+			if err := s.Finish(m.InvocationID, body); err != nil {
+				return unknown, err
+			}
+			unknown = append(unknown, m.InvocationID)
+			continue
+		}
+		if err := os.Remove(p); err != nil {
+			return unknown, fmt.Errorf("spool: %w", err)
+		}
+	}
+	return unknown, nil
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// writeDurable writes path through path.tmp: write, fsync, rename, fsync
+// of the directory.
+func writeDurable(path string, b []byte) error {
+	tmp := strings.TrimSuffix(path, ".json") + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("spool: writing %s: %w", path, err)
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}

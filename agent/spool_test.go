@@ -1,0 +1,112 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestSpoolFinishAndDeliver(t *testing.T) {
+	data := t.TempDir()
+	s, err := OpenSpool(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := "inv-18ed65bd51bdc701fcd26b58"
+	if err := s.Start(id, "revertible", true); err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"invocation_id":"` + id + `","ok":true}`)
+	if err := s.Finish(id, body); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	// A restart: the id is executed, the same bytes are pending, and no
+	// marker is left.
+	s, err = OpenSpool(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !s.Executed(id) {
+		t.Error("not executed after a restart")
+	}
+	p, _ := s.Pending()
+	if len(p) != 1 || string(p[0].Body) != string(body) {
+		t.Fatalf("pending %+v", p)
+	}
+	if unknown, err := s.Recover("dev"); err != nil || len(unknown) != 0 {
+		t.Errorf("recover: %v %v", unknown, err)
+	}
+	if err := s.Delivered(p[0]); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := s.Pending(); len(p) != 0 {
+		t.Error("a delivered result is still pending")
+	}
+	if !s.Executed(id) {
+		t.Error("the ledger forgot a delivered invocation")
+	}
+}
+
+// A crash between the STARTED marker and the spooled result.
+func TestRecoverAfterCrash(t *testing.T) {
+	for _, c := range []struct {
+		name, rev string
+		canWrite  bool
+		unknown   bool
+	}{
+		{"read-only, cannot write: may run again", "read_only", false, false},
+		{"labelled read_only but writes: never again", "read_only", true, true},
+		{"revertible: never again", "revertible", false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			data := t.TempDir()
+			s, _ := OpenSpool(data)
+			id := "inv-durable-" + strings.Repeat("ab", 16)
+			if err := s.Start(id, c.rev, c.canWrite); err != nil {
+				t.Fatal(err)
+			}
+			s.Close() // kill -9 here
+
+			s, err := OpenSpool(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			unknown, err := s.Recover("dev-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (len(unknown) == 1) != c.unknown || s.Executed(id) != c.unknown {
+				t.Fatalf("unknown=%v executed=%v", unknown, s.Executed(id))
+			}
+			p, _ := s.Pending()
+			if c.unknown && (len(p) != 1 || !strings.Contains(string(p[0].Body), `"error_class":"execution_outcome_unknown"`) || !strings.Contains(string(p[0].Body), `"sandbox":"unknown_after_restart"`)) {
+				t.Errorf("pending %+v", p)
+			}
+			if m, _ := filepath.Glob(filepath.Join(data, "spool", "started", "*")); len(m) != 0 {
+				t.Errorf("markers left: %v", m)
+			}
+		})
+	}
+}
+
+func TestDamagedLedgerRefusesToStart(t *testing.T) {
+	data := t.TempDir()
+	os.MkdirAll(filepath.Join(data, "spool"), 0o700)
+	os.WriteFile(filepath.Join(data, "spool", "executed.log"), []byte("inv-18ed65bd51bdc701fcd26b58\n../../etc/passwd\n"), 0o600)
+	if _, err := OpenSpool(data); err == nil || !strings.Contains(err.Error(), "damaged") {
+		t.Errorf("got %v", err)
+	}
+}
+
+func TestUnsafeIDsGetSafeFileNames(t *testing.T) {
+	for _, id := range []string{"inv:with:colons", "a.b.c.d.e.f", "inv-ok_name"} {
+		if n := fileName(id); !safeName.MatchString(n) {
+			t.Errorf("fileName(%q) = %q", id, n)
+		}
+	}
+}
