@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/metnos/agent/internal/atomicfile"
 	"github.com/metnos/agent/wire"
 )
 
@@ -113,15 +114,15 @@ func (s *Spool) Executed(id string) bool { return s.executed[id] }
 func (s *Spool) Start(id, reversibility string, canWrite bool) error {
 	m := Marker{InvocationID: id, Reversibility: reversibility, StartedEpochMS: time.Now().UnixMilli(), CanWrite: &canWrite}
 	b, _ := json.Marshal(m)
-	return writeDurable(filepath.Join(s.dir, "started", fileName(id)+".json"), b)
+	return atomicfile.WriteFile(filepath.Join(s.dir, "started", fileName(id)+".json"), b, 0o600)
 }
 
 // Finish spools the result body (durably), records id as executed and
 // removes its STARTED marker, in that order: a crash at any point leaves
 // either a marker (outcome unknown) or a spooled result, never neither.
 func (s *Spool) Finish(id string, body []byte) error {
-	if err := writeDurable(filepath.Join(s.dir, "results", fileName(id)+".json"), body); err != nil {
-		return err
+	if err := atomicfile.WriteFile(filepath.Join(s.dir, "results", fileName(id)+".json"), body, 0o600); err != nil {
+		return fmt.Errorf("spool: %w", err)
 	}
 	if err := s.record(id); err != nil {
 		return err
@@ -240,32 +241,3 @@ func (s *Spool) Recover(deviceID string) ([]string, error) {
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
-
-// writeDurable writes path through path.tmp: write, fsync, rename, fsync
-// of the directory.
-func writeDurable(path string, b []byte) error {
-	tmp := strings.TrimSuffix(path, ".json") + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("spool: %w", err)
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("spool: writing %s: %w", path, err)
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
-}

@@ -17,6 +17,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/metnos/agent/internal/atomicfile"
 )
 
 // KeyFile and StateFile are the names of the identity files in the data
@@ -49,7 +51,7 @@ func LoadOrCreateKey(dataDir string) (ed25519.PrivateKey, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("pairing: %w", err)
 	}
-	if err := writeFileAtomic(path, seed, 0o600); err != nil {
+	if err := atomicfile.WriteFile(path, seed, 0o600); err != nil {
 		return nil, fmt.Errorf("pairing: writing the device key: %w", err)
 	}
 	return ed25519.NewKeyFromSeed(seed), nil
@@ -112,7 +114,7 @@ func SaveState(dataDir string, s State) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("pairing: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(dataDir, StateFile), b, 0o600); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dataDir, StateFile), b, 0o600); err != nil {
 		return fmt.Errorf("pairing: writing the device state: %w", err)
 	}
 	return nil
@@ -132,31 +134,3 @@ func ServerFingerprint(pub ed25519.PublicKey) string {
 // PublicKeyWire is the public key as /agent/register sends it:
 // base64url, no padding.
 func PublicKeyWire(pub ed25519.PublicKey) string { return base64.RawURLEncoding.EncodeToString(pub) }
-
-// writeFileAtomic writes path through path.tmp, fsynced, then renamed.
-func writeFileAtomic(path string, b []byte, perm os.FileMode) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Chmod(tmp, perm); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, path)
-}
