@@ -60,16 +60,21 @@ func viewBinds(p Policy) []bind {
 // lookupView tells whether the host path is visible in the bwrap view
 // and whether it is writable there.
 func lookupView(bs []bind, path string) (visible, writable bool) {
+	if b := deepestBind(bs, path); b != nil {
+		return b.host, b.write
+	}
+	return false, false
+}
+
+// deepestBind returns the innermost bind covering path, nil if none.
+func deepestBind(bs []bind, path string) *bind {
 	var best *bind
 	for i := range bs {
 		if within(path, bs[i].path) && (best == nil || len(bs[i].path) >= len(best.path)) {
 			best = &bs[i]
 		}
 	}
-	if best == nil {
-		return false, false
-	}
-	return best.host, best.write
+	return best
 }
 
 // placeholder is a mount point bwrap creates on the host to mask an
@@ -246,16 +251,10 @@ func systemLink(system []string, s string) (string, bool) {
 // writableBindOf returns the deepest bind covering path, when it is a
 // writable bind of the host.
 func writableBindOf(bs []bind, path string) (string, bool) {
-	var best *bind
-	for i := range bs {
-		if within(path, bs[i].path) && (best == nil || len(bs[i].path) >= len(best.path)) {
-			best = &bs[i]
-		}
+	if b := deepestBind(bs, path); b != nil && b.host && b.write {
+		return b.path, true
 	}
-	if best == nil || !best.host || !best.write {
-		return "", false
-	}
-	return best.path, true
+	return "", false
 }
 
 // ancestorsBelow lists the directories strictly between root and path,
@@ -405,7 +404,7 @@ func landlockRules(p Policy, inBwrap bool, tmpDir string) []shim.Rule {
 		if r.Write {
 			excl = append(excl, beneath(readOnly, r.Path)...)
 		}
-		if coveredByEarlier(maskList(masks), r.Path) {
+		if coveredByEarlier(p.Masks, r.Path) {
 			continue
 		}
 		if len(excl) == 0 || r.File {
@@ -415,14 +414,6 @@ func landlockRules(p Policy, inBwrap bool, tmpDir string) []shim.Rule {
 		out = splitRule(out, r, excl)
 	}
 	return out
-}
-
-func maskList(paths []string) []Mask {
-	ms := make([]Mask, len(paths))
-	for i, p := range paths {
-		ms[i] = Mask{Path: p}
-	}
-	return ms
 }
 
 // beneath returns the paths strictly beneath root.

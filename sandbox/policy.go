@@ -320,8 +320,3 @@ func (p Policy) Fingerprint() string {
 	sum := sha256.Sum256(b)
 	return "pol1:" + hex.EncodeToString(sum[:8])
 }
-
-// NeedsKernelNetCut reports whether running this Policy requires the
-// network to be cut by the kernel (so that running without any kernel
-// layer must be refused).
-func (p Policy) NeedsKernelNetCut() bool { return !p.Network }

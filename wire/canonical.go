@@ -53,7 +53,7 @@ func Decode(b []byte) (any, error) {
 
 // Canonical returns the canonical bytes of v, a value as [Decode] returns
 // it (map[string]any, []any, string, json.Number, bool, nil), also with
-// Go integers and string maps for values built in code.
+// Go integers for values built in code.
 func Canonical(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	if err := writeCanonical(&buf, v); err != nil {
@@ -95,17 +95,6 @@ func writeCanonical(w *bytes.Buffer, v any) error {
 			}
 		}
 		w.WriteByte(']')
-	case []string:
-		w.WriteByte('[')
-		for i, e := range x {
-			if i > 0 {
-				w.WriteByte(',')
-			}
-			if err := writeString(w, e); err != nil {
-				return err
-			}
-		}
-		w.WriteByte(']')
 	case map[string]any:
 		keys := make([]string, 0, len(x))
 		for k := range x {
@@ -127,12 +116,6 @@ func writeCanonical(w *bytes.Buffer, v any) error {
 			}
 		}
 		w.WriteByte('}')
-	case map[string]string:
-		m := make(map[string]any, len(x))
-		for k, s := range x {
-			m[k] = s
-		}
-		return writeCanonical(w, m)
 	default:
 		return fmt.Errorf("%w: unsupported type %T", ErrNotCanonical, v)
 	}
