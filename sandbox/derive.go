@@ -149,10 +149,17 @@ func Derive(in DeriveInput) (Policy, error) {
 		if why == "" {
 			why = "extra"
 		}
-		g, ok := derivedGrant(filepath.Clean(named), access, why, masks)
+		guard := masks
+		if e.Own {
+			// The agent's own folders live in its masked directories;
+			// they open through the mask (only they do).
+			guard = nil
+		}
+		g, ok := derivedGrant(filepath.Clean(named), access, why, guard)
 		if !ok {
 			continue
 		}
+		g.Own = e.Own
 		if g.Via == "" {
 			g.Via = e.Via
 		}

@@ -768,3 +768,27 @@ func TestDeriveGuardsSystemPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestDeriveOwnGrantThroughMask: only the agent's own Extra grants open
+// inside its masked directories; the same path from an argument, a hint
+// or a plain Extra grant is dropped.
+func TestDeriveOwnGrantThroughMask(t *testing.T) {
+	h, _ := testHost(t)
+	mkdirs(t, h.Home+"/.config/metnos/shimdata", h.Home+"/.config/metnos/other")
+	p, err := Derive(DeriveInput{
+		Host:         h,
+		Capabilities: []Capability{{Name: "fs:write", Hints: []string{"~/.config/metnos/other/**"}}},
+		Args:         []any{"~/.config/metnos/other/x"},
+		Extra: []Grant{
+			{Path: "~/.config/metnos/shimdata", Access: Write, Own: true, Why: "user data"},
+			{Path: "~/.config/metnos/other", Access: Write, Why: "not own"},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGrants(t, p, []Grant{{Path: h.Home + "/.config/metnos/shimdata", Access: Write, Why: "user data", Own: true}})
+	if !Visible(p, h.Home+"/.config/metnos/shimdata/x") || Visible(p, h.Home+"/.config/metnos/key") {
+		t.Errorf("Visible: the own folder must show through the mask, and nothing else of it")
+	}
+}

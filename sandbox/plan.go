@@ -126,7 +126,7 @@ func bwrapArgs(p Policy, shimExe, dir string, grantFDs map[string]int) ([]string
 	// and one of them is a way out of any sandbox.
 	a = append(a, "--tmpfs", "/tmp")
 	binds := viewBinds(p)
-	for _, g := range p.Grants {
+	bindGrant := func(a []string, g Grant) []string {
 		fd, byFD := grantFDs[g.Path]
 		switch {
 		case byFD && g.Access == Write:
@@ -138,6 +138,17 @@ func bwrapArgs(p Policy, shimExe, dir string, grantFDs map[string]int) ([]string
 		default:
 			a = append(a, "--ro-bind", g.Path, g.Path)
 		}
+		return a
+	}
+	// The agent's own folders inside a mask are mounted after it (see
+	// below); every other grant now.
+	var through []Grant
+	for _, g := range p.Grants {
+		if _, masked := CoveredByMask(g.Path, p.Masks); g.Own && masked {
+			through = append(through, g)
+			continue
+		}
+		a = bindGrant(a, g)
 	}
 	for _, g := range p.Grants {
 		if g.Via != "" {
@@ -152,7 +163,7 @@ func bwrapArgs(p Policy, shimExe, dir string, grantFDs map[string]int) ([]string
 	// Masks: an empty read-only tmpfs over a directory, /dev/null over a
 	// file, a placeholder where an absent path could be created.
 	var phs []placeholder
-	var masks []string
+	var masks, remounts []string
 	var mounted []string
 	for i, m := range p.Masks {
 		if coveredByEarlier(p.Masks[:i], m.Path) {
@@ -173,7 +184,7 @@ func bwrapArgs(p Policy, shimExe, dir string, grantFDs map[string]int) ([]string
 			// The link's target carries its own mask.
 			continue
 		case err == nil && fi.IsDir():
-			masks = append(masks, "--tmpfs", m.Path, "--remount-ro", m.Path)
+			masks, remounts = tmpfsMask(masks, remounts, m.Path, through)
 		case err == nil:
 			masks = append(masks, "--ro-bind", "/dev/null", m.Path)
 		case wr && creatable(m.Path):
@@ -181,7 +192,7 @@ func bwrapArgs(p Policy, shimExe, dir string, grantFDs map[string]int) ([]string
 			if m.Kind == MaskFile {
 				masks = append(masks, "--ro-bind", "/dev/null", m.Path)
 			} else {
-				masks = append(masks, "--tmpfs", m.Path, "--remount-ro", m.Path)
+				masks, remounts = tmpfsMask(masks, remounts, m.Path, through)
 			}
 		default:
 			continue
@@ -216,6 +227,14 @@ func bwrapArgs(p Policy, shimExe, dir string, grantFDs map[string]int) ([]string
 		}
 	}
 	a = append(a, masks...)
+	// The agent's own folders open through their mask: bound while the
+	// mask's tmpfs is still writable (bwrap makes the mount points),
+	// before it is made read-only (not recursively: the binds keep
+	// their own access).
+	for _, g := range through {
+		a = bindGrant(a, g)
+	}
+	a = append(a, remounts...)
 	if dir != "" {
 		a = append(a, "--chdir", dir)
 	}
@@ -404,7 +423,7 @@ func landlockRules(p Policy, inBwrap bool, tmpDir string) []shim.Rule {
 		if r.Write {
 			excl = append(excl, beneath(readOnly, r.Path)...)
 		}
-		if coveredByEarlier(p.Masks, r.Path) {
+		if coveredByEarlier(p.Masks, r.Path) && !ownGrant(p, r.Path) {
 			continue
 		}
 		if len(excl) == 0 || r.File {
@@ -473,6 +492,11 @@ func splitRule(out []shim.Rule, r shim.Rule, excl []string) []shim.Rule {
 // opens a path beneath them.
 func Visible(p Policy, path string) bool {
 	path = filepath.Clean(path)
+	for _, g := range p.Grants {
+		if g.Own && within(path, g.Path) {
+			return true
+		}
+	}
 	if _, masked := CoveredByMask(path, p.Masks); masked {
 		return false
 	}
@@ -483,4 +507,27 @@ func Visible(p Policy, path string) bool {
 	}
 	vis, _ := lookupView(viewBinds(p), path)
 	return vis
+}
+
+// ownGrant reports whether path is the path of one of p's own grants.
+func ownGrant(p Policy, path string) bool {
+	for _, g := range p.Grants {
+		if g.Own && g.Path == path {
+			return true
+		}
+	}
+	return false
+}
+
+// tmpfsMask hides the directory path behind an empty tmpfs made
+// read-only. When one of the agent's own folders lies beneath it, the
+// tmpfs is made read-only only after that folder is bound (remounts).
+func tmpfsMask(masks, remounts []string, path string, through []Grant) ([]string, []string) {
+	masks = append(masks, "--tmpfs", path)
+	for _, g := range through {
+		if within(g.Path, path) {
+			return masks, append(remounts, "--remount-ro", path)
+		}
+	}
+	return append(masks, "--remount-ro", path), remounts
 }

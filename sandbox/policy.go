@@ -59,6 +59,12 @@ type Grant struct {
 	// Why says where the grant came from, for humans and logs:
 	// "fs:read hint ~/notes/**", "arg /home/u/x", "--write", "system".
 	Why string `json:"why,omitempty"`
+	// Own marks the agent's own folders for this run (the executor's
+	// code, the shim, the interpreter, the executor's user data
+	// folder). They may lie inside a masked agent directory: the mask
+	// stays, and the grant is opened through it, and only it. Only the
+	// agent sets Own; nothing from a manifest or its arguments can.
+	Own bool `json:"own,omitempty"`
 }
 
 // MaskKind says how a masked path is hidden.
@@ -266,6 +272,7 @@ func (p *Policy) Normalize() {
 			if gs[i].Via == "" {
 				gs[i].Via = g.Via
 			}
+			gs[i].Own = gs[i].Own || g.Own
 			continue
 		}
 		byPath[g.Path] = len(gs)
