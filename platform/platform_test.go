@@ -1,0 +1,56 @@
+package platform
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestLockHeldByAnotherProcess(t *testing.T) {
+	if os.Getenv("METNOS_LOCK_HELPER") != "" {
+		if _, err := Lock(os.Getenv("METNOS_LOCK_HELPER")); err != nil {
+			os.Stdout.WriteString(err.Error())
+			os.Exit(3)
+		}
+		os.Exit(0)
+	}
+	path := filepath.Join(t.TempDir(), "client.lock")
+	l, err := Lock(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=TestLockHeldByAnotherProcess")
+	cmd.Env = append(os.Environ(), "METNOS_LOCK_HELPER="+path)
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 || !strings.Contains(string(out), "held by process") {
+		t.Fatalf("a second process took the lock (err %v, output %q)", err, out)
+	}
+	l.Release()
+	cmd = exec.Command(os.Args[0], "-test.run=TestLockHeldByAnotherProcess")
+	cmd.Env = append(os.Environ(), "METNOS_LOCK_HELPER="+path)
+	if out, err := cmd.Output(); err != nil {
+		t.Fatalf("after release the lock is still held: %v %s", err, out)
+	}
+}
+
+func TestOpenLogRotates(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "client.log")
+	if err := os.WriteFile(path, make([]byte, MaxLogBytes+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if fi, err := os.Stat(path + ".1"); err != nil || fi.Size() != MaxLogBytes+1 {
+		t.Fatalf("the big log was not rotated to .1: %v", err)
+	}
+	if fi, _ := os.Stat(path); fi.Size() != 0 {
+		t.Fatalf("the new log is not empty")
+	}
+}
