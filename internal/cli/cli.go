@@ -64,6 +64,26 @@ func init() {
 			short: "run a command in the sandbox",
 			run:   runExec,
 		},
+		"register": {
+			usage: "register --server URL --token TOKEN [--name NAME]",
+			short: "pair this device with a Metnos server",
+			run:   runRegister,
+		},
+		"whoami": {
+			usage: "whoami",
+			short: "show this device's identity and pairing",
+			run:   runWhoami,
+		},
+		"unpair": {
+			usage: "unpair",
+			short: "forget the pairing (the device key stays)",
+			run:   runUnpair,
+		},
+		"run": {
+			usage: "run [--server URL] [--min-sandbox LEVEL]",
+			short: "serve the paired server: poll, run invocations in the sandbox, send results",
+			run:   runRun,
+		},
 		"help": {
 			usage: "help [COMMAND]",
 			short: "show help for a command",

@@ -1,0 +1,282 @@
+package agent
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/metnos/agent/pairing"
+	"github.com/metnos/agent/sandbox"
+)
+
+// Config is what an [Agent] runs with. Zero fields take the protocol's
+// defaults (Appendix C).
+type Config struct {
+	// DataDir and CacheDir are the Rust client's directories
+	// (pairing.DataDir, pairing.CacheDir).
+	DataDir, CacheDir string
+	// ServerURL overrides the server pinned in state.json.
+	ServerURL string
+	// HTTP carries every request (nil: the OS network).
+	HTTP *http.Client
+	// Logger receives the agent's log (nil: discarded).
+	Logger *slog.Logger
+	// Version is the agent's version, sent in the heartbeat.
+	Version string
+	// MinSandbox is the weakest sandbox this device accepts for any
+	// executor, on top of each manifest's own minimum.
+	MinSandbox sandbox.Level
+	// Block is the long-poll time (25 s), HeartbeatEvery the heartbeat
+	// period (30 s).
+	Block, HeartbeatEvery time.Duration
+	// MemoryBytes caps each run's memory (0: $METNOS_EXEC_MEM_MB, else
+	// the sandbox default).
+	MemoryBytes int64
+	// Watchdog is called when an execution overruns its deadline by
+	// 10 s (§6.2 step 5). Nil exits the process with code 124, for the
+	// supervisor to restart it.
+	Watchdog func(invocationID string)
+}
+
+// Agent is a paired device's run loop: it long-polls the server,
+// verifies and runs each invocation once, and delivers every result at
+// least once.
+type Agent struct {
+	cfg     Config
+	log     *slog.Logger
+	client  *Client
+	server  ed25519.PublicKey
+	spool   *Spool
+	state   pairing.State
+	host    sandbox.Host
+	python  Python
+	pyErr   error
+	best    string
+	cursor  string
+	shimMu  sync.Mutex
+	shimDir string
+	shimSHA string
+}
+
+// ErrNotPaired is returned by [New] on a device that has no pairing.
+var ErrNotPaired = errors.New("this device is not paired: run `metnos-agent register --server URL --token TOKEN` first")
+
+// New loads the device key, the pairing and the spool, and resolves
+// what a crash may have left (STARTED markers without a result).
+func New(cfg Config) (*Agent, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Block == 0 {
+		cfg.Block = PollBlock
+	}
+	if cfg.HeartbeatEvery == 0 {
+		cfg.HeartbeatEvery = 30 * time.Second
+	}
+	if cfg.MemoryBytes == 0 {
+		if mb, err := strconv.ParseInt(os.Getenv("METNOS_EXEC_MEM_MB"), 10, 64); err == nil && mb > 0 {
+			cfg.MemoryBytes = mb << 20
+		}
+	}
+	key, err := pairing.LoadOrCreateKey(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	st, err := pairing.LoadState(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Paired() {
+		return nil, ErrNotPaired
+	}
+	server, err := st.ServerKey()
+	if err != nil {
+		return nil, fmt.Errorf("%w: the agent will not run without a pinned server key", err)
+	}
+	url := cfg.ServerURL
+	if url == "" && st.ServerURL != nil {
+		url = *st.ServerURL
+	}
+	if url == "" {
+		return nil, errors.New("no server URL: pass --server, or pair again")
+	}
+	host, err := sandbox.HostFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	host.AgentDataDirs = append(host.AgentDataDirs, cfg.DataDir, cfg.CacheDir)
+	sp, err := OpenSpool(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger, server: server, spool: sp, state: st, host: host}
+	a.client = NewClient(url, key, *st.DeviceID)
+	a.client.HTTP = cfg.HTTP
+	unknown, err := sp.Recover(*st.DeviceID)
+	for _, id := range unknown {
+		a.log.Warn("an invocation was running when the agent stopped; it will not run again and is reported as execution_outcome_unknown", "invocation", id)
+	}
+	if err != nil {
+		sp.Close()
+		return nil, err
+	}
+	a.housekeeping()
+	a.python, a.pyErr = FindPython(cfg.CacheDir)
+	if a.pyErr != nil {
+		a.log.Warn("no Python for executors", "err", a.pyErr)
+	} else {
+		a.log.Info("python", "path", a.python.Path, "source", a.python.Source, "note", a.python.Note)
+	}
+	a.best = sandbox.PlanFor(sandbox.Policy{}, sandbox.LevelNone).Best
+	return a, nil
+}
+
+// Close releases the spool.
+func (a *Agent) Close() error { return a.spool.Close() }
+
+// Python returns the interpreter executors run with, or why there is
+// none.
+func (a *Agent) Python() (Python, error) { return a.python, a.pyErr }
+
+// SandboxLevel is the strongest sandbox word this machine gives.
+func (a *Agent) SandboxLevel() string { return a.best }
+
+// Run polls and executes until ctx ends. It returns nil when ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	a.log.Info("agent running", "server", a.client.Base, "device", a.client.DeviceID, "sandbox", a.best)
+	go a.heartbeats(ctx)
+	backoff := time.Second
+	for ctx.Err() == nil {
+		a.Flush(ctx)
+		resp, err := a.client.Poll(ctx, a.cursor, a.cfg.Block)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			wait := time.Duration(float64(backoff) * (0.75 + rand.Float64()*0.5))
+			a.log.Warn("poll failed; retrying", "err", err, "in", wait.Round(time.Millisecond))
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+			}
+			backoff = min(2*backoff, 10*time.Second)
+			continue
+		}
+		backoff = time.Second
+		a.noteShim(resp.ShimSHA256)
+		if resp.Invocation != nil {
+			a.Handle(ctx, resp.Invocation)
+		}
+	}
+	a.log.Info("agent stopping")
+	return nil
+}
+
+// heartbeats sends the profile at once and then every HeartbeatEvery.
+func (a *Agent) heartbeats(ctx context.Context) {
+	t := time.NewTicker(a.cfg.HeartbeatEvery)
+	defer t.Stop()
+	for {
+		if err := a.client.Heartbeat(ctx, a.Profile()); err != nil && ctx.Err() == nil {
+			a.log.Warn("heartbeat failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Profile is the heartbeat's profile (§5.4), with the sandbox this
+// machine really gives and the Python executors run with.
+func (a *Agent) Profile() map[string]any {
+	p := map[string]any{
+		"client_version": a.cfg.Version,
+		"cpu_count":      int64(runtime.NumCPU()),
+		"os_arch":        OSArch(),
+		"os_family":      OSFamily(),
+		"sandbox_level":  a.best,
+		"agent":          "metnos-agent",
+	}
+	if a.pyErr == nil {
+		p["python"] = a.python.Path
+		p["python_source"] = a.python.Source
+	} else {
+		p["python"] = ""
+		p["python_source"] = "none: " + a.pyErr.Error()
+	}
+	return p
+}
+
+// Flush delivers every spooled result, byte for byte (§5.5): accepted
+// ones leave the spool, refused ones (4xx but 408, 423, 425, 429) go to
+// dead-results, and on a transport error or a retryable status it stops
+// until the next round.
+func (a *Agent) Flush(ctx context.Context) {
+	pending, err := a.spool.Pending()
+	if err != nil {
+		a.log.Error("reading the spool", "err", err)
+		return
+	}
+	for _, r := range pending {
+		err := a.client.Deliver(ctx, r.Body)
+		switch status := StatusOf(err); {
+		case err == nil:
+			if err := a.spool.Delivered(r); err != nil {
+				a.log.Error("removing a delivered result", "invocation", r.ID, "err", err)
+			}
+			a.log.Info("result delivered", "invocation", r.ID, "bytes", len(r.Body))
+		case status == 0 || Retryable(status):
+			a.log.Warn("result not delivered yet; kept in the spool", "invocation", r.ID, "err", err)
+			return
+		default:
+			if derr := a.spool.DeadLetter(r, status); derr != nil {
+				a.log.Error("moving a refused result to dead-results", "invocation", r.ID, "err", derr)
+				return
+			}
+			a.log.Error("the server refused a result for good; kept in spool/dead-results", "invocation", r.ID, "status", status, "err", err)
+		}
+	}
+}
+
+// housekeeping applies the retention rules at start: spooled results
+// older than METNOS_SPOOL_RETENTION_DAYS (14) and per-turn backup blob
+// folders older than METNOS_HISTORY_RETENTION_DAYS (30).
+func (a *Agent) housekeeping() {
+	days := func(env string, def int) time.Duration {
+		if n, err := strconv.Atoi(os.Getenv(env)); err == nil && n > 0 {
+			def = n
+		}
+		return time.Duration(def) * 24 * time.Hour
+	}
+	cut := time.Now().Add(-days("METNOS_SPOOL_RETENTION_DAYS", 14))
+	old, _ := filepath.Glob(filepath.Join(a.cfg.DataDir, "spool", "results", "*.json"))
+	for _, p := range old {
+		if fi, err := os.Stat(p); err == nil && fi.ModTime().Before(cut) {
+			a.log.Warn("dropping a result older than the spool retention", "file", p)
+			os.Remove(p)
+		}
+	}
+	cut = time.Now().Add(-days("METNOS_HISTORY_RETENTION_DAYS", 30))
+	turns, _ := filepath.Glob(filepath.Join(a.UserData(), "_history", "*"))
+	for _, p := range turns {
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() && fi.ModTime().Before(cut) {
+			a.log.Info("removing backup blobs past their retention", "dir", p)
+			os.RemoveAll(p)
+		}
+	}
+}
+
+// UserData is the executors' METNOS_USER_DATA: <data_dir>/shimdata.
+func (a *Agent) UserData() string { return filepath.Join(a.cfg.DataDir, "shimdata") }

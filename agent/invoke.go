@@ -1,0 +1,354 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/metnos/agent/sandbox"
+	"github.com/metnos/agent/wire"
+)
+
+// timedID matches the server's time-ordered ids, the only ones the
+// poll cursor follows.
+var timedID = regexp.MustCompile(`^inv-[0-9a-f]{24}$`)
+
+// Handle takes one invocation from a poll response through §6.2:
+// shape, ledger, signature, id, then execution, and spools its result.
+// An invocation that fails its checks is not run; it gets a result with
+// error_class "invocation_refused", so that the server learns at once
+// rather than at its timeout, and so that nothing it sends can stall
+// the invocations after it.
+func (a *Agent) Handle(ctx context.Context, raw any) {
+	inv, err := wire.ParseInvocation(raw)
+	if err != nil {
+		a.log.Error("the server sent an invocation of the wrong shape; ignored", "err", err)
+		return
+	}
+	// The cursor follows only time-ordered ids: a durable id
+	// ("inv-durable-…") sorts after every one of them and would hide
+	// the invocations queued after it (§12.1).
+	if timedID.MatchString(inv.ID) && inv.ID > a.cursor {
+		a.cursor = inv.ID
+	}
+	log := a.log.With("invocation", inv.ID, "executor", inv.Executor)
+	if !wire.ValidID(inv.ID) {
+		log.Error("refusing an invocation id the server cannot issue; not run, no result possible")
+		return
+	}
+	if a.spool.Executed(inv.ID) {
+		log.Info("already executed on this device; not run again")
+		return
+	}
+	if err := inv.Verify(a.server); err != nil {
+		a.refuse(log, inv, fmt.Errorf("the invocation's signature is not the paired server's: %w", err))
+		return
+	}
+	if err := wire.CheckID(inv.ID, time.Now()); err != nil {
+		a.refuse(log, inv, err)
+		return
+	}
+	r := a.execute(ctx, log, inv)
+	r.InvocationID, r.DeviceID = inv.ID, a.client.DeviceID
+	body, err := r.Body()
+	if err != nil {
+		r = DeviceError(err)
+		r.InvocationID, r.DeviceID = inv.ID, a.client.DeviceID
+		body, _ = r.Body()
+	}
+	if r2, _ := wire.Decode(body); r2 != nil {
+		if m, _ := r2.(map[string]any); m["error_class"] == "result_too_large" {
+			log.Warn("the result was over the server's 4 MiB limit; its payload was dropped and the result says so")
+		}
+	}
+	if err := a.spool.Finish(inv.ID, body); err != nil {
+		log.Error("could not spool the result", "err", err)
+		return
+	}
+	log.Info("executed", "ok", r.OK, "sandbox", r.Sandbox, "elapsed_ms", r.ElapsedMS, "error_class", r.ErrorClass)
+	a.Flush(ctx)
+}
+
+// refuse records and reports an invocation that is not run.
+func (a *Agent) refuse(log interface {
+	Warn(string, ...any)
+	Error(string, ...any)
+}, inv wire.Invocation, why error) {
+	log.Warn("invocation refused; not run", "err", why)
+	r := Result{InvocationID: inv.ID, DeviceID: a.client.DeviceID, Entries: []any{}, Payload: map[string]any{},
+		Sandbox: "none", Error: "refused by the device: " + why.Error(), ErrorClass: "invocation_refused"}
+	body, err := r.Body()
+	if err == nil {
+		err = a.spool.Finish(inv.ID, body)
+	}
+	if err != nil {
+		log.Error("could not spool the refusal", "err", err)
+	}
+}
+
+// execute fetches and verifies the executor, writes the STARTED marker
+// and runs it under the watchdog.
+func (a *Agent) execute(ctx context.Context, log interface {
+	Warn(string, ...any)
+	Error(string, ...any)
+	Info(string, ...any)
+}, inv wire.Invocation) Result {
+	ex, err := a.executor(ctx, inv)
+	if err != nil {
+		return DeviceError(err)
+	}
+	// The marker comes after the executor is known: whether it can
+	// write decides what a crash means (§12.6). Fetching has no effect
+	// on the device.
+	if err := a.spool.Start(inv.ID, inv.Reversibility, canWrite(ex.Manifest)); err != nil {
+		return DeviceError(fmt.Errorf("writing the STARTED marker: %w", err))
+	}
+	limit := max(time.Duration(inv.DeadlineMS)*time.Millisecond, time.Second)
+	dog := time.AfterFunc(limit+10*time.Second, func() {
+		if a.cfg.Watchdog != nil {
+			a.cfg.Watchdog(inv.ID)
+			return
+		}
+		a.log.Error("execution watchdog: the run did not end 10 s after its deadline; exiting 124 for the supervisor to restart the agent", "invocation", inv.ID)
+		os.Exit(124)
+	})
+	defer dog.Stop()
+	return a.run(ctx, inv, ex, limit)
+}
+
+// canWrite reports whether a manifest declares fs:write.
+func canWrite(m Manifest) bool {
+	for _, c := range m.Capabilities {
+		name := c.Name
+		family, mode := name, ""
+		if i := strings.IndexAny(name, ":."); i >= 0 {
+			family = name[:i]
+		}
+		if i := strings.IndexByte(name, ':'); i >= 0 {
+			mode = name[i+1:]
+		}
+		if family == "fs" && mode == "write" {
+			return true
+		}
+	}
+	return false
+}
+
+// executor returns the verified executor, from the cache or fetched.
+func (a *Agent) executor(ctx context.Context, inv wire.Invocation) (Executor, error) {
+	ex, err := Cached(a.cfg.CacheDir, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
+	switch {
+	case err == nil:
+		return ex, nil
+	case errors.Is(err, ErrUnverified):
+		a.log.Warn("a cached executor no longer verifies; fetching it again", "executor", inv.Executor, "err", err)
+	case !errors.Is(err, fs.ErrNotExist):
+		return Executor{}, err
+	}
+	b, err := a.client.Executor(ctx, inv.Executor)
+	if err != nil {
+		return Executor{}, err
+	}
+	return Materialize(a.cfg.CacheDir, b, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
+}
+
+// noteShim drops the loaded shim when the server announces another.
+func (a *Agent) noteShim(sha string) {
+	a.shimMu.Lock()
+	defer a.shimMu.Unlock()
+	if sha != "" && a.shimSHA != "" && !strings.EqualFold(sha, a.shimSHA) {
+		a.log.Info("the server has a new shim; it is fetched before the next run", "was", a.shimSHA[:12], "now", sha[:min(12, len(sha))])
+		a.shimDir, a.shimSHA = "", ""
+	}
+}
+
+// ensureShim returns the verified shim's directory, fetching it once
+// per process (and again when force is set or it drifted).
+func (a *Agent) ensureShim(ctx context.Context, force bool) (string, error) {
+	a.shimMu.Lock()
+	defer a.shimMu.Unlock()
+	if a.shimDir != "" && !force {
+		return a.shimDir, nil
+	}
+	b, err := a.client.Shim(ctx)
+	if err != nil {
+		return "", err
+	}
+	dir, sha, err := InstallShim(a.cfg.CacheDir, b, a.server)
+	if err != nil {
+		return "", err
+	}
+	a.shimDir, a.shimSHA = dir, sha
+	return dir, nil
+}
+
+var noModule = regexp.MustCompile(`No module named '([A-Za-z0-9_.]+)'`)
+
+// run runs the executor in the sandbox and maps its output; once, a
+// missing shim module makes it fetch the shim again and retry (§6.4).
+func (a *Agent) run(ctx context.Context, inv wire.Invocation, ex Executor, limit time.Duration) Result {
+	for attempt := 0; ; attempt++ {
+		shimDir, err := a.ensureShim(ctx, attempt > 0)
+		if err != nil {
+			return DeviceError(err)
+		}
+		if a.pyErr != nil {
+			return DeviceError(a.pyErr)
+		}
+		req, err := a.Request(inv, ex, shimDir, limit)
+		if err != nil {
+			return DeviceError(err)
+		}
+		out, err := sandbox.Run(ctx, req)
+		if errors.Is(err, sandbox.ErrRefused) {
+			return DeviceError(fmt.Errorf("executor %s: minimum sandbox not satisfied: %w", ex.Name, err))
+		}
+		if err != nil {
+			return DeviceError(fmt.Errorf("executor %s: %w", ex.Name, err))
+		}
+		var r Result
+		switch {
+		case out.TimedOut:
+			r = Timeout(out.Sandbox)
+		case out.OOMKilled:
+			r = DeviceError(fmt.Errorf("executor %s was killed by the memory limit (%d MiB)", ex.Name, req.Limits.MemoryBytes>>20))
+		default:
+			r = FromStdout(out.Stdout)
+			if r.ErrorClass == "device_error" {
+				m := noModule.FindStringSubmatch(string(out.Stderr))
+				if attempt == 0 && m != nil {
+					a.log.Warn("the executor misses a shim module; fetching the shim again and retrying once", "executor", ex.Name, "module", m[1])
+					continue
+				}
+				r.Error += stderrTail(out.Stderr)
+			}
+		}
+		r.Sandbox = out.Sandbox
+		r.ElapsedMS = out.Wall.Milliseconds()
+		if out.Sandbox != a.best {
+			r.SandboxDowngradeReason = out.Reason
+			if r.SandboxDowngradeReason == "" {
+				r.SandboxDowngradeReason = fmt.Sprintf("ran under %s, weaker than this machine's %s", out.Sandbox, a.best)
+			}
+		}
+		return r
+	}
+}
+
+// stderrTail is the end of an executor's stderr, for an error message.
+func stderrTail(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return ""
+	}
+	if len(s) > 600 {
+		s = "…" + s[len(s)-600:]
+	}
+	return "; stderr: " + s
+}
+
+// Request builds the sandbox request of one invocation from the signed
+// manifest and the arguments (§6.4, §8.1): the capabilities' grants,
+// the manifest's min_sandbox, the executor, the shim and the
+// interpreter read-only, the user data folder writable, a clean
+// environment, the arguments on stdin.
+func (a *Agent) Request(inv wire.Invocation, ex Executor, shimDir string, limit time.Duration) (sandbox.Request, error) {
+	data := a.UserData()
+	for _, d := range []string{"state", "config", "workspace"} {
+		if err := os.MkdirAll(filepath.Join(data, d), 0o700); err != nil {
+			return sandbox.Request{}, fmt.Errorf("user data folder: %w", err)
+		}
+	}
+	extra := []sandbox.Grant{
+		{Path: ex.Dir, Access: sandbox.Read, Own: true, Why: "executor " + ex.Name},
+		{Path: shimDir, Access: sandbox.Read, Own: true, Why: "shim"},
+		{Path: data, Access: sandbox.Write, Own: true, Why: "METNOS_USER_DATA"},
+	}
+	in := sandbox.DeriveInput{
+		Capabilities: ex.Manifest.Capabilities,
+		Args:         inv.Args,
+		MinSandbox:   ex.Manifest.Placement.MinSandbox,
+		Extra:        extra,
+		Host:         a.host,
+	}
+	pol, err := sandbox.Derive(in)
+	if err != nil {
+		return sandbox.Request{}, fmt.Errorf("executor %s: %w", ex.Name, err)
+	}
+	if !sandbox.Visible(pol, a.python.Path) {
+		in.Extra = append(in.Extra, sandbox.Grant{Path: a.python.Prefix, Access: sandbox.Read, Own: within(a.python.Prefix, a.cfg.CacheDir), Why: "python " + a.python.Source})
+		if pol, err = sandbox.Derive(in); err != nil {
+			return sandbox.Request{}, fmt.Errorf("executor %s: %w", ex.Name, err)
+		}
+	}
+	stdin, err := wire.Canonical(inv.Args)
+	if err != nil {
+		return sandbox.Request{}, fmt.Errorf("executor %s: arguments: %w", ex.Name, err)
+	}
+	return sandbox.Request{
+		Argv:       []string{a.python.Path, ex.Entry},
+		Stdin:      stdin,
+		Env:        a.env(inv, ex, shimDir),
+		Dir:        filepath.Join(data, "workspace"),
+		Policy:     pol,
+		Limits:     sandbox.Limits{Timeout: limit, MemoryBytes: a.cfg.MemoryBytes},
+		MinSandbox: a.cfg.MinSandbox,
+	}, nil
+}
+
+func within(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// env is the executor's environment (§6.4): a few inherited variables,
+// the Python settings, the server's env_injections, then the agent's
+// own variables, which win.
+func (a *Agent) env(inv wire.Invocation, ex Executor, shimDir string) []string {
+	vars := map[string]string{}
+	var order []string
+	set := func(k, v string) {
+		if _, ok := vars[k]; !ok {
+			order = append(order, k)
+		}
+		vars[k] = v
+	}
+	getOr := func(k, def string) string {
+		if v := os.Getenv(k); v != "" {
+			return v
+		}
+		return def
+	}
+	set("PATH", getOr("PATH", "/usr/bin:/bin"))
+	set("PYTHONPATH", shimDir+string(os.PathListSeparator)+ex.Dir)
+	set("METNOS_RUNTIME", shimDir)
+	set("PYTHONDONTWRITEBYTECODE", "1")
+	set("PYTHONUTF8", "1")
+	set("PYTHONIOENCODING", "utf-8")
+	set("LANG", getOr("LANG", "C.UTF-8"))
+	set("HOME", a.host.Home)
+	for _, k := range slices.Sorted(maps.Keys(inv.Env)) {
+		set(k, inv.Env[k])
+	}
+	data := a.UserData()
+	set("METNOS_USER_DATA", data)
+	set("METNOS_USER_STATE", filepath.Join(data, "state"))
+	set("METNOS_USER_CONFIG", filepath.Join(data, "config"))
+	set("METNOS_WORKSPACE", filepath.Join(data, "workspace"))
+	if exe, err := os.Executable(); err == nil {
+		set("METNOS_CLIENT_EXE", exe)
+	}
+	env := make([]string, 0, len(order))
+	for _, k := range order {
+		env = append(env, k+"="+vars[k])
+	}
+	return env
+}
