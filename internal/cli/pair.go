@@ -39,7 +39,7 @@ func runRegister(std stdio, args []string) int {
 	server := fs.String("server", "", "the server's device URL, such as http://metnos.tailnet:8765")
 	token := fs.String("token", "", "the one-time pairing token (DEV.…)")
 	name := fs.String("name", "", "the name this device shows locally (default: the name the server gives it)")
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
 	if *server == "" || *token == "" {
@@ -80,7 +80,7 @@ func runRegister(std stdio, args []string) int {
 
 func runWhoami(std stdio, args []string) int {
 	fs := newFlagSet("whoami", std.err, "Show this device's identity and pairing.")
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
 	data, _, err := dirs()
@@ -129,7 +129,7 @@ func runWhoami(std stdio, args []string) int {
 
 func runUnpair(std stdio, args []string) int {
 	fs := newFlagSet("unpair", std.err, "Forget the pairing (state.json). The device key stays, so pairing again gives the same device.")
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
 	data, _, err := dirs()

@@ -23,7 +23,7 @@ func runRun(std stdio, args []string) int {
 	server := fs.String("server", "", "the server URL (default: the one paired with)")
 	var minSandbox levelFlag
 	fs.Var(&minSandbox, "min-sandbox", "refuse any executor run weaker than this (none, contained, isolated, full)")
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
 	data, cache, err := dirs()
