@@ -1,0 +1,90 @@
+package refserver
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/metnos/agent/wire"
+)
+
+// Error codes of the protocol's {"error": code, "message": text} bodies.
+const (
+	ErrInvalidJSON      = "invalid_json"
+	ErrMissingField     = "missing_field"
+	ErrInvalidToken     = "invalid_token"
+	ErrTokenAlreadyUsed = "token_already_used"
+	ErrMissingSignature = "missing_signature"
+	ErrUnknownDevice    = "unknown_device"
+	ErrBadSignature     = "bad_signature"
+	ErrInvalidResult    = "invalid_result"
+	ErrInvalidName      = "invalid_name"
+	ErrUnknownExecutor  = "unknown_executor"
+	ErrInternal         = "internal_error"
+)
+
+// SigHeader carries the device's signature over the raw request body.
+const SigHeader = "X-Metnos-Device-Sig"
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":"internal_error","message":"encoding the response failed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+func writeError(w http.ResponseWriter, status int, code, format string, args ...any) {
+	writeJSON(w, status, map[string]string{"error": code, "message": fmt.Sprintf(format, args...)})
+}
+
+// readBody reads at most MaxBodyBytes. When the body is larger it answers
+// 413 with a plain-text body, as aiohttp does, and returns ok=false.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		http.Error(w, fmt.Sprintf("Maximum request body size %d exceeded", MaxBodyBytes), http.StatusRequestEntityTooLarge)
+		return nil, false
+	case err != nil:
+		http.Error(w, "reading the request body failed", http.StatusBadRequest)
+		return nil, false
+	}
+	return b, true
+}
+
+// decodeObject parses a JSON object keeping numbers exact.
+func decodeObject(b []byte) (map[string]any, bool) {
+	v, err := wire.Decode(b)
+	if err != nil {
+		return nil, false
+	}
+	m, ok := v.(map[string]any)
+	return m, ok
+}
+
+// truthy is Python's truth value of a decoded JSON value.
+func truthy(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return false
+	case bool:
+		return x
+	case string:
+		return x != ""
+	case json.Number:
+		f, err := x.Float64()
+		return err != nil || f != 0
+	case []any:
+		return len(x) > 0
+	case map[string]any:
+		return len(x) > 0
+	}
+	return true
+}

@@ -1,0 +1,2 @@
+def wrap(args):
+    return {"ok": True, "entries": [{"echo": args}], "ok_count": 1}

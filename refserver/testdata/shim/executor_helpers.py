@@ -1,0 +1,5 @@
+import json, sys
+
+
+def run_stdio(fn):
+    print(json.dumps(fn(json.load(sys.stdin))))
