@@ -131,6 +131,9 @@ func Derive(in DeriveInput) (Policy, error) {
 				return
 			}
 			if g, ok := derivedGrant(dir, maxAccess, "arg "+s, masks); ok {
+				// The argument names the directory itself: the command
+				// may be asked to remove it.
+				g.Removable = maxAccess == Write && dir == named && g.Via == "" && !strings.Contains(s, "{")
 				grants = append(grants, g)
 			}
 		})

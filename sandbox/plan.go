@@ -144,6 +144,9 @@ func bwrapArgs(p Policy, shimExe, dir string, grantFDs map[string]int) ([]string
 	// below); every other grant now.
 	var through []Grant
 	for _, g := range p.Grants {
+		if g.inParent {
+			continue // inside its parent's bind: not a mount point
+		}
 		if _, masked := CoveredByMask(g.Path, p.Masks); g.Own && masked {
 			through = append(through, g)
 			continue
@@ -376,6 +379,10 @@ func landlockRules(p Policy, inBwrap bool, tmpDir string) []shim.Rule {
 		}
 	}
 	for _, g := range p.Grants {
+		if g.parentOf {
+			rules = append(rules, shim.Rule{Path: g.Path, RemoveDir: true})
+			continue
+		}
 		rules = append(rules, shim.Rule{Path: g.Path, Write: g.Access == Write, File: isFile(g.Path)})
 	}
 	if inBwrap {
@@ -400,7 +407,7 @@ func landlockRules(p Policy, inBwrap bool, tmpDir string) []shim.Rule {
 		}
 		var out []shim.Rule
 		for _, r := range rules {
-			if excl := beneath(links, r.Path); r.Write && !r.File && len(excl) > 0 {
+			if excl := beneath(links, r.Path); r.Write && !r.File && !r.RemoveDir && len(excl) > 0 {
 				out = splitRule(out, r, excl)
 				continue
 			}
@@ -426,7 +433,7 @@ func landlockRules(p Policy, inBwrap bool, tmpDir string) []shim.Rule {
 		if coveredByEarlier(p.Masks, r.Path) && !ownGrant(p, r.Path) {
 			continue
 		}
-		if len(excl) == 0 || r.File {
+		if len(excl) == 0 || r.File || r.RemoveDir {
 			out = append(out, r)
 			continue
 		}
@@ -530,4 +537,69 @@ func tmpfsMask(masks, remounts []string, path string, through []Grant) ([]string
 		}
 	}
 	return append(masks, "--remount-ro", path), remounts
+}
+
+// withRemovableParents returns p with the parent of every Removable
+// grant mounted in its stead, where that is safe: Landlock applies
+// (the parent's mount is writable, and only Landlock keeps it to
+// removing empty directories), the parent is not "/" nor masked nor
+// granted itself, no mask and no other grant lies directly in it, and
+// no mask lies inside the grant (its pins would make it a mount point
+// again), and, inside bwrap, the parent is not beneath the private /tmp
+// or /dev, which the command may write as a whole. Then every writable grant inside another writable grant is
+// left to that grant's mount rather than mounted again (the view is
+// the same), so that the command can remove it: a mount point cannot
+// be removed (EBUSY, protocol §12.15).
+func withRemovableParents(p Policy, inBwrap bool) Policy {
+	grants := append([]Grant(nil), p.Grants...)
+	hasMaskIn := func(dir string) bool {
+		for _, m := range p.Masks {
+			if within(m.Path, dir) {
+				return true
+			}
+		}
+		return false
+	}
+	byParent := map[string]bool{}
+	for _, g := range grants {
+		if !g.Removable || g.Access != Write || g.Own || g.Via != "" || hasMaskIn(g.Path) {
+			continue
+		}
+		a := filepath.Dir(g.Path)
+		if a == "/" || a == g.Path || byParent[a] || (inBwrap && (within(a, "/tmp") || within(a, "/dev"))) {
+			continue
+		}
+		if _, masked := CoveredByMask(a, p.Masks); masked {
+			continue
+		}
+		ok := true
+		for _, m := range p.Masks {
+			if filepath.Dir(m.Path) == a {
+				ok = false
+			}
+		}
+		for _, o := range grants {
+			if within(a, o.Path) || (filepath.Dir(o.Path) == a && !o.Removable) {
+				ok = false // already inside a grant, or a sibling grant
+			}
+		}
+		if ok {
+			byParent[a] = true
+			grants = append(grants, Grant{Path: a, Access: Write, Why: "parent of removable " + g.Path, parentOf: true})
+		}
+	}
+	for i, g := range grants {
+		if g.Access != Write || g.Own || g.Via != "" || g.parentOf || hasMaskIn(g.Path) {
+			continue
+		}
+		for _, h := range grants {
+			if h.Path != g.Path && h.Access == Write && h.Via == "" && within(g.Path, h.Path) {
+				grants[i].inParent = true
+				break
+			}
+		}
+	}
+	sort.SliceStable(grants, func(i, j int) bool { return grants[i].Path < grants[j].Path })
+	p.Grants = grants
+	return p
 }

@@ -65,6 +65,18 @@ type Grant struct {
 	// stays, and the grant is opened through it, and only it. Only the
 	// agent sets Own; nothing from a manifest or its arguments can.
 	Own bool `json:"own,omitempty"`
+	// Removable marks a writable directory that an argument named
+	// itself: the command may remove it (delete_dirs, the undo of a
+	// move). Where Landlock applies, the run mounts its parent instead
+	// of it, so it is not a mount point (which cannot be removed), and
+	// lets the parent do nothing but have empty directories removed.
+	Removable bool `json:"removable,omitempty"`
+
+	// parentOf is set on the synthetic grant of a Removable grant's
+	// parent, made at run time: bound writable, but its Landlock rule
+	// only allows removing empty directories. inParent marks a
+	// Removable grant whose parent is so mounted: it is not bound.
+	parentOf, inParent bool
 }
 
 // MaskKind says how a masked path is hidden.
@@ -273,6 +285,7 @@ func (p *Policy) Normalize() {
 				gs[i].Via = g.Via
 			}
 			gs[i].Own = gs[i].Own || g.Own
+			gs[i].Removable = gs[i].Removable || g.Removable
 			continue
 		}
 		byPath[g.Path] = len(gs)

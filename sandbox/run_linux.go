@@ -157,6 +157,9 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 		p.Masks = append(p.Masks, Mask{Path: exe, Kind: MaskFile, Why: "the sandbox shim"})
 	}
 	p.Normalize()
+	if use.landlock {
+		p = withRemovableParents(p, use.bwrap)
+	}
 	env := append([]string(nil), req.Env...)
 	if !hasEnv(env, "PATH") {
 		env = append(env, "PATH=/usr/local/bin:/usr/bin:/bin")

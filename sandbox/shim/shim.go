@@ -44,6 +44,9 @@ type Rule struct {
 	File bool `json:"f,omitempty"`
 	// Dev allows ioctl on device files beneath it.
 	Dev bool `json:"d,omitempty"`
+	// RemoveDir allows nothing but removing empty directories directly
+	// in Path (the parent of a removable grant).
+	RemoveDir bool `json:"r,omitempty"`
 }
 
 // Spec is what the agent asks of the shim. It travels as one argv

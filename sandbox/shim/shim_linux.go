@@ -214,6 +214,8 @@ func applyLandlock(spec Spec) error {
 		}
 		var fr landlock.FSRule
 		switch {
+		case r.RemoveDir:
+			fr = landlock.PathAccess(llsys.AccessFSRemoveDir, path)
 		case r.File && r.Write:
 			fr = landlock.RWFiles(path)
 		case r.File:
