@@ -54,6 +54,11 @@ var commands map[string]*command
 func init() {
 	// Assigned in init: help refers to commands.
 	commands = map[string]*command{
+		"demo": {
+			usage: "demo [--keep] [-v]",
+			short: "run the whole chain on loopback: server, pairing, three executors, undo",
+			run:   runDemo,
+		},
 		"doctor": {
 			usage: "doctor [--json]",
 			short: "report what sandbox this machine can give each profile",
