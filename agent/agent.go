@@ -157,8 +157,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	go a.heartbeats(ctx)
 	backoff := time.Second
 	for ctx.Err() == nil {
-		a.Flush(ctx)
-		resp, err := a.client.Poll(ctx, a.cursor, a.cfg.Block)
+		block := a.cfg.Block
+		if !a.Flush(ctx) {
+			// Results wait in the spool: come back soon to retry them
+			// rather than after a whole long-poll.
+			block = min(block, 2*time.Second)
+		}
+		resp, err := a.client.Poll(ctx, a.cursor, block)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -222,12 +227,12 @@ func (a *Agent) Profile() map[string]any {
 // Flush delivers every spooled result, byte for byte (§5.5): accepted
 // ones leave the spool, refused ones (4xx but 408, 423, 425, 429) go to
 // dead-results, and on a transport error or a retryable status it stops
-// until the next round.
-func (a *Agent) Flush(ctx context.Context) {
+// until the next round. It reports whether the spool is now empty.
+func (a *Agent) Flush(ctx context.Context) bool {
 	pending, err := a.spool.Pending()
 	if err != nil {
 		a.log.Error("reading the spool", "err", err)
-		return
+		return false
 	}
 	for _, r := range pending {
 		err := a.client.Deliver(ctx, r.Body)
@@ -239,15 +244,16 @@ func (a *Agent) Flush(ctx context.Context) {
 			a.log.Info("result delivered", "invocation", r.ID, "bytes", len(r.Body))
 		case status == 0 || Retryable(status):
 			a.log.Warn("result not delivered yet; kept in the spool", "invocation", r.ID, "err", err)
-			return
+			return false
 		default:
 			if derr := a.spool.DeadLetter(r, status); derr != nil {
 				a.log.Error("moving a refused result to dead-results", "invocation", r.ID, "err", derr)
-				return
+				return false
 			}
 			a.log.Error("the server refused a result for good; kept in spool/dead-results", "invocation", r.ID, "status", status, "err", err)
 		}
 	}
+	return true
 }
 
 // housekeeping applies the retention rules at start: spooled results

@@ -112,6 +112,15 @@ func (s *Server) handleResult(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
+	gate := s.gate
+	s.mu.Unlock()
+	if gate != nil {
+		if status := gate(invID, body); status != 0 {
+			writeError(w, status, ErrInternal, "refused by the test gate")
+			return
+		}
+	}
+	s.mu.Lock()
 	defer s.mu.Unlock()
 	d, known := s.devices[devID]
 	if !known || d.Revoked || wire.VerifyBytes(d.PublicKey, body, sig) != nil {
@@ -128,6 +137,7 @@ func (s *Server) handleResult(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	inv.ResultPosts++
+	inv.ResultBodies = append(inv.ResultBodies, body)
 	if inv.State == StateDone || inv.State == StateFailed {
 		s.log.Info("refserver: duplicate result ignored", "invocation_id", invID, "posts", inv.ResultPosts)
 		s.notifyLocked()
@@ -142,4 +152,14 @@ func (s *Server) handleResult(w http.ResponseWriter, r *http.Request) {
 	s.notifyLocked()
 	s.log.Info("refserver: result", "invocation_id", invID, "device_id", devID, "state", inv.State)
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+}
+
+// SetResultGate installs a test hook called with every result POST
+// that carries a signature, before it is checked: a non-zero status is
+// answered instead (the result is not stored), and the hook may block
+// to hold the request open (a delivery cut by a crash). Nil removes it.
+func (s *Server) SetResultGate(gate func(invocationID string, body []byte) int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gate = gate
 }

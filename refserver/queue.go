@@ -60,6 +60,9 @@ type InvocationInfo struct {
 	// ResultPosts counts every result POST for this invocation that
 	// passed the signature checks, accepted or ignored.
 	ResultPosts int
+	// ResultBodies are the bodies of those posts, in order: a device
+	// re-sending a spooled result must send the same bytes each time.
+	ResultBodies [][]byte
 	// Deliveries counts how many times poll handed it out.
 	Deliveries  int
 	EnqueuedAt  time.Time
@@ -312,4 +315,17 @@ func (s *Server) claimLocked(deviceID, cursor string, now time.Time) *invocation
 		s.notifyLocked()
 	}
 	return best
+}
+
+// TamperInvocation lets a test change an invocation after it was
+// signed, as a network attacker would: f edits the object poll will
+// deliver (server_sig included). It reports whether the id is known.
+func (s *Server) TamperInvocation(id string, f func(obj map[string]any)) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	inv, ok := s.invs[id]
+	if ok {
+		f(inv.Object)
+	}
+	return ok
 }

@@ -85,6 +85,7 @@ type Server struct {
 	changed   chan struct{} // closed and replaced whenever state changes
 	executors map[string]*executor
 	shim      *shimState
+	gate      func(invocationID string, body []byte) int
 
 	closed    chan struct{}
 	closeOnce sync.Once

@@ -1,0 +1,265 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/metnos/agent/refserver"
+)
+
+func shortGrace(c *refserver.Config) { c.RedeliveryGrace = time.Second }
+
+// sameBodies fails unless every result POST of the invocation carried
+// the same bytes.
+func sameBodies(t *testing.T, info refserver.InvocationInfo, also ...[]byte) {
+	t.Helper()
+	all := append(append([][]byte(nil), info.ResultBodies...), also...)
+	for i, b := range all {
+		if !bytes.Equal(b, all[0]) {
+			t.Errorf("result %d of %s differs from the first:\n%s\n%s", i, info.ID, all[0], b)
+		}
+	}
+}
+
+// TestKillWhileRunning: kill -9 between the STARTED marker and the
+// spooled result. After the restart the invocation is reported as
+// execution_outcome_unknown and never runs again, even when the server
+// hands it out again.
+func TestKillWhileRunning(t *testing.T) {
+	w := newWorld(t, shortGrace)
+	w.pair()
+	p := w.start()
+	id := w.enqueue("touch_once", map[string]any{"folder": w.work, "tag": "a", "sleep_ms": 20000}, refserver.EnqueueOptions{DeadlineMS: 2000, Reversibility: "read_only"})
+	waitFile(t, filepath.Join(w.work, "started-a"), 30*time.Second)
+	p.kill9()
+	if m, _ := filepath.Glob(filepath.Join(w.dataDir(), "spool", "started", "*.json")); len(m) != 1 {
+		t.Fatalf("STARTED markers after the crash: %v", m)
+	}
+	// Hold the results back until the server has handed the invocation
+	// out again, to the restarted agent.
+	var mu sync.Mutex
+	hold := true
+	w.srv.SetResultGate(func(string, []byte) int {
+		mu.Lock()
+		defer mu.Unlock()
+		if hold {
+			return 503
+		}
+		return 0
+	})
+	p = w.start()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		info, _ := w.srv.Invocation(id)
+		if info.Deliveries >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server never handed the invocation out again (deliveries %d)", info.Deliveries)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	hold = false
+	mu.Unlock()
+	info := w.wait(id)
+	r := result(t, info)
+	if r["error_class"] != "execution_outcome_unknown" || r["sandbox"] != "unknown_after_restart" {
+		t.Fatalf("result after the crash: %s", info.ResultBody)
+	}
+	if n := len(lines(t, filepath.Join(w.work, "ran.log"))); n != 1 {
+		t.Fatalf("the executor ran %d times, want exactly once (it declares fs:write, though labelled read_only)", n)
+	}
+	if !logHas(p, "already executed") {
+		t.Error("the restarted agent's log does not show it declined the re-delivered invocation")
+	}
+	sameBodies(t, info)
+}
+
+// TestKillBeforeDelivery: kill -9 after the result is spooled, before
+// the server has it. After the restart the very same bytes are sent,
+// and the executor does not run again.
+func TestKillBeforeDelivery(t *testing.T) {
+	w := newWorld(t)
+	w.pair()
+	var mu sync.Mutex
+	var refused [][]byte
+	w.srv.SetResultGate(func(_ string, body []byte) int {
+		mu.Lock()
+		defer mu.Unlock()
+		refused = append(refused, append([]byte(nil), body...))
+		return 503
+	})
+	p := w.start()
+	id := w.enqueue("touch_once", map[string]any{"folder": w.work, "tag": "b"}, refserver.EnqueueOptions{})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		mu.Lock()
+		n := len(refused)
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the agent never tried to deliver")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.kill9()
+	w.srv.SetResultGate(nil)
+	w.start()
+	info := w.wait(id)
+	if info.State != "done" {
+		t.Fatalf("state %s: %s", info.State, info.ResultBody)
+	}
+	mu.Lock()
+	sameBodies(t, info, refused...)
+	mu.Unlock()
+	if n := len(lines(t, filepath.Join(w.work, "ran.log"))); n != 1 {
+		t.Fatalf("the executor ran %d times, want 1", n)
+	}
+}
+
+// TestKillDuringDelivery: kill -9 while the result POST is in flight;
+// the server stores it but the agent never hears back. After the
+// restart it sends the same bytes again; the server keeps the first.
+func TestKillDuringDelivery(t *testing.T) {
+	w := newWorld(t)
+	w.pair()
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	w.srv.SetResultGate(func(string, []byte) int {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			close(arrived)
+			<-release
+		}
+		return 0
+	})
+	p := w.start()
+	id := w.enqueue("touch_once", map[string]any{"folder": w.work, "tag": "c"}, refserver.EnqueueOptions{})
+	select {
+	case <-arrived:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no delivery arrived")
+	}
+	p.kill9()
+	close(release)
+	p = w.start()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		pending, _ := filepath.Glob(filepath.Join(w.dataDir(), "spool", "results", "*.json"))
+		if len(pending) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted agent never delivered its spooled result: %v", pending)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	info, _ := w.srv.Invocation(id)
+	if info.State != "done" || len(info.ResultBodies) < 2 {
+		t.Fatalf("state %s, %d result posts (want the first stored and a re-send)", info.State, len(info.ResultBodies))
+	}
+	sameBodies(t, info)
+	if n := len(lines(t, filepath.Join(w.work, "ran.log"))); n != 1 {
+		t.Fatalf("the executor ran %d times, want 1", n)
+	}
+}
+
+// TestKillAtRandom: the agent is killed with -9 at random moments while
+// it works through a queue of mutating invocations, and restarted each
+// time. No invocation runs twice, every one gets a result, and every
+// re-sent result is byte for byte the first.
+func TestKillAtRandom(t *testing.T) {
+	w := newWorld(t, shortGrace)
+	w.pair()
+	const n = 8
+	var ids []string
+	for i := 0; i < n; i++ {
+		ids = append(ids, w.enqueue("touch_once", map[string]any{"folder": w.work, "tag": fmt.Sprint(i), "sleep_ms": rand.IntN(300)},
+			refserver.EnqueueOptions{DeadlineMS: 2000, Reversibility: "revertible"}))
+	}
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewPCG(uint64(seed), 1))
+	t.Logf("kill schedule seed %d", seed)
+	finished := func() bool {
+		for _, id := range ids {
+			if info, _ := w.srv.Invocation(id); info.ResultBody == nil {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	kills := 0
+	for !finished() && time.Now().Before(deadline) {
+		p := w.start()
+		if kills < 6 {
+			time.Sleep(time.Duration(50+rng.IntN(600)) * time.Millisecond)
+			p.kill9()
+			kills++
+			continue
+		}
+		for !finished() && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		p.stop(t)
+	}
+	t.Logf("%d kills", kills)
+	counts := map[string]int{}
+	for _, l := range lines(t, filepath.Join(w.work, "ran.log")) {
+		counts[l]++
+	}
+	for i, id := range ids {
+		info, _ := w.srv.Invocation(id)
+		if info.ResultBody == nil {
+			t.Errorf("invocation %d (%s) got no result", i, id)
+			continue
+		}
+		r := result(t, info)
+		c := counts[fmt.Sprint(i)]
+		switch {
+		case c > 1:
+			t.Errorf("invocation %d ran %d times", i, c)
+		case r["ok"] == true && c != 1:
+			t.Errorf("invocation %d reported done but ran %d times", i, c)
+		case r["ok"] != true && r["error_class"] != "execution_outcome_unknown":
+			t.Errorf("invocation %d: unexpected failure %s", i, info.ResultBody)
+		}
+		sameBodies(t, info)
+	}
+	if _, err := os.Stat(filepath.Join(w.dataDir(), "spool", "executed.log")); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestServerDownThenUp: the agent keeps trying while the server is
+// unreachable, and picks work up again when it is back.
+func TestServerDownThenUp(t *testing.T) {
+	w := newWorld(t)
+	w.pair()
+	p := w.start()
+	w.wait(w.enqueue("echo_args", map[string]any{"i": 1}, refserver.EnqueueOptions{}))
+	w.proxy.down()
+	id := w.enqueue("echo_args", map[string]any{"i": 2}, refserver.EnqueueOptions{})
+	deadline := time.Now().Add(20 * time.Second)
+	for !logHas(p, "poll failed") && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !logHas(p, "poll failed") {
+		t.Fatal("the agent never noticed the server was gone")
+	}
+	w.proxy.up()
+	if info := w.wait(id); info.State != "done" {
+		t.Fatalf("after the server came back: %s", info.State)
+	}
+}
