@@ -86,6 +86,7 @@ type Server struct {
 	executors map[string]*executor
 	shim      *shimState
 	gate      func(invocationID string, body []byte) int
+	shimDelay time.Duration
 
 	closed    chan struct{}
 	closeOnce sync.Once

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"time"
 
 	"github.com/metnos/agent/agent"
 	"github.com/metnos/agent/wire"
@@ -120,6 +121,22 @@ func (s *Server) ShimDigest() string {
 func (s *Server) handleShim(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	b := agent.ShimBundle{Files: s.shim.encoded(), Sig: s.shim.sig, SHA256: s.shim.sha}
+	delay := s.shimDelay
 	s.mu.Unlock()
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-r.Context().Done():
+			return
+		}
+	}
 	writeJSON(w, http.StatusOK, b)
+}
+
+// SetShimDelay makes GET /agent/shim answer only after d (0: at once),
+// for tests of a device stuck inside an execution.
+func (s *Server) SetShimDelay(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shimDelay = d
 }

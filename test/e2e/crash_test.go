@@ -263,3 +263,69 @@ func TestServerDownThenUp(t *testing.T) {
 		t.Fatalf("after the server came back: %s", info.State)
 	}
 }
+
+// TestWatchdog: an execution stuck past its deadline plus 10 s (here:
+// the shim download hangs) makes the agent exit 124 for its supervisor;
+// restarted, it reports the invocation as of unknown outcome and does
+// not run it.
+func TestWatchdog(t *testing.T) {
+	w := newWorld(t)
+	w.pair()
+	w.srv.SetShimDelay(10 * time.Minute)
+	p := w.start()
+	id := w.enqueue("touch_once", map[string]any{"folder": w.work, "tag": "w"}, refserver.EnqueueOptions{DeadlineMS: 1000})
+	if code := p.exitCode(t, 60*time.Second); code != 124 {
+		t.Fatalf("the agent exited %d, want 124", code)
+	}
+	if !logHas(p, "watchdog") {
+		t.Error("the log does not name the watchdog")
+	}
+	w.srv.SetShimDelay(0)
+	w.start()
+	info := w.wait(id)
+	if r := result(t, info); r["error_class"] != "execution_outcome_unknown" {
+		t.Fatalf("after the watchdog: %s", info.ResultBody)
+	}
+	if l := lines(t, filepath.Join(w.work, "ran.log")); len(l) != 0 {
+		t.Fatalf("the executor ran: %v", l)
+	}
+}
+
+// TestShimSelfHeal: a shim module missing from the device's copy is
+// fetched again, once, and the run retried (§6.4); a new shim on the
+// server is picked up before the next run.
+func TestShimSelfHeal(t *testing.T) {
+	w := newWorld(t)
+	w.pair()
+	p := w.start()
+	if info := w.wait(w.enqueue("echo_args", map[string]any{"i": 1}, refserver.EnqueueOptions{})); info.State != "done" {
+		t.Fatalf("%s", info.ResultBody)
+	}
+	helpers := filepath.Join(w.cacheDir(), "shim", "executor_helpers.py")
+	if err := os.Remove(helpers); err != nil {
+		t.Fatal(err)
+	}
+	if info := w.wait(w.enqueue("echo_args", map[string]any{"i": 2}, refserver.EnqueueOptions{})); info.State != "done" {
+		t.Fatalf("no self-heal: %s", info.ResultBody)
+	}
+	if !logHas(p, "misses a shim module") {
+		t.Error("the log does not show the self-heal")
+	}
+	// Drift: the server announces another shim.
+	extra := []byte("# a newer shim\n" + string(must(os.ReadFile(helpers))))
+	if err := w.srv.SetShimFile("executor_helpers.py", extra, true); err != nil {
+		t.Fatal(err)
+	}
+	info := w.wait(w.enqueue("print_env", map[string]any{"probe": []any{helpers}}, refserver.EnqueueOptions{}))
+	seen := result(t, info)["payload"].(map[string]any)["seen"].(map[string]any)[helpers]
+	if seen != fmt.Sprintf("read %d bytes", len(extra)) {
+		t.Fatalf("the executor saw the old shim: %v", seen)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
