@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/metnos/agent/agent"
 	"io"
 	"os"
 	"os/user"
@@ -54,6 +55,14 @@ type doctorReport struct {
 	Userns   usernsReport             `json:"userns"`
 	Landlock landlockReport           `json:"landlock"`
 	Profiles map[string]profileReport `json:"profiles"`
+	Python   pythonReport             `json:"python"`
+}
+
+// pythonReport is the interpreter executors would run with.
+type pythonReport struct {
+	agent.Python
+	Version string `json:"version,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 type usernsReport struct {
@@ -137,6 +146,17 @@ func doctor() doctorReport {
 		}
 	}
 
+	if _, cache, err := dirs(); err != nil {
+		r.Python.Error = err.Error()
+	} else if py, err := agent.FindPython(cache); err != nil {
+		r.Python.Error = err.Error()
+	} else {
+		r.Python.Python = py
+		if r.Python.Version, err = py.Version(); err != nil {
+			r.Python.Error = err.Error()
+		}
+	}
+
 	host, herr := sandbox.HostFromEnv()
 	for _, prof := range doctorProfiles {
 		var pr profileReport
@@ -186,6 +206,19 @@ func printDoctor(w io.Writer, r doctorReport) {
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 
 	row("agent", fmt.Sprintf("metnos-agent %s %s/%s", r.Version, runtime.GOOS, runtime.GOARCH))
+	switch py := r.Python; {
+	case py.Path == "":
+		row("python", "none: "+py.Error)
+	default:
+		v := fmt.Sprintf("%s %s (%s)", py.Path, py.Version, py.Source)
+		if py.Note != "" {
+			v += "; " + py.Note
+		}
+		if py.Error != "" {
+			v += "; does not run: " + py.Error
+		}
+		row("python", v)
+	}
 	if c.Disabled != "" {
 		row("disabled", c.Disabled)
 	}

@@ -1,0 +1,114 @@
+package agent
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/metnos/agent/pairing"
+)
+
+// testAgent is an Agent paired with url, its directories in a temp dir.
+func testAgent(t *testing.T, url string) *Agent {
+	t.Helper()
+	dir := t.TempDir()
+	t.Setenv("HOME", dir)
+	data := filepath.Join(dir, "data")
+	if _, err := pairing.LoadOrCreateKey(data); err != nil {
+		t.Fatal(err)
+	}
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	id, k := "0123456789abcdef0123456789abcdef", pairing.PublicKeyWire(pub)
+	if err := pairing.SaveState(data, pairing.State{DeviceID: &id, ServerURL: &url, ServerPublicKey: &k}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Config{DataDir: data, CacheDir: filepath.Join(dir, "cache")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
+// TestFlushStatuses: a result the server accepts leaves the spool, one
+// refused for good goes to dead-results, and one refused for now (408,
+// 423, 425, 429, 5xx, or no answer) stays, byte for byte.
+func TestFlushStatuses(t *testing.T) {
+	for _, tc := range []struct {
+		status     int
+		kept, dead bool
+		serverGone bool
+	}{
+		{status: 200},
+		{status: 400, dead: true}, {status: 403, dead: true}, {status: 404, dead: true}, {status: 413, dead: true}, {status: 422, dead: true},
+		{status: 408, kept: true}, {status: 423, kept: true}, {status: 425, kept: true}, {status: 429, kept: true},
+		{status: 500, kept: true}, {status: 503, kept: true},
+		{serverGone: true, kept: true},
+	} {
+		var got []byte
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got, _ = io.ReadAll(r.Body)
+			if r.Header.Get("X-Metnos-Device-Sig") == "" {
+				t.Error("an unsigned result")
+			}
+			w.WriteHeader(tc.status)
+		}))
+		url := srv.URL
+		if tc.serverGone {
+			srv.Close()
+		}
+		a := testAgent(t, url)
+		body := []byte(`{"invocation_id":"inv-18ed65bd51bdc701fcd26b58","ok":true,"x":"città"}`)
+		if err := a.spool.Finish("inv-18ed65bd51bdc701fcd26b58", body); err != nil {
+			t.Fatal(err)
+		}
+		empty := a.Flush(context.Background())
+		if !tc.serverGone && string(got) != string(body) {
+			t.Errorf("status %d: sent %q, want the spooled bytes", tc.status, got)
+		}
+		pending, _ := a.spool.Pending()
+		dead, _ := filepath.Glob(filepath.Join(a.cfg.DataDir, "spool", "dead-results", "*"))
+		if (len(pending) == 1) != tc.kept || (len(dead) == 1) != tc.dead || empty == tc.kept {
+			t.Errorf("status %d (gone %v): pending %d, dead %v, empty %v", tc.status, tc.serverGone, len(pending), dead, empty)
+		}
+		if tc.dead && !strings.Contains(filepath.Base(dead[0]), ".http-") {
+			t.Errorf("dead letter name %s", dead[0])
+		}
+		if !tc.serverGone {
+			srv.Close()
+		}
+	}
+}
+
+// TestServerErrorSentences: each error code of the protocol becomes one
+// sentence that says what to do.
+func TestServerErrorSentences(t *testing.T) {
+	for code, want := range map[string]string{
+		"invalid_token":      "ask the Metnos admin page for a new one",
+		"token_already_used": "already used by another device",
+		"unknown_device":     "pair again",
+		"bad_signature":      "signature",
+		"internal_error":     "see its log",
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(400)
+			io.WriteString(w, `{"error":"`+code+`","message":"details here"}`)
+		}))
+		c := NewClient(srv.URL+"/", ed25519.NewKeyFromSeed(make([]byte, 32)), "")
+		_, err := c.Register(context.Background(), "DEV.x.y")
+		srv.Close()
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "details here") || strings.Count(err.Error(), "\n") > 0 {
+			t.Errorf("%s: %v", code, err)
+		}
+	}
+	if StatusOf(os.ErrNotExist) != 0 {
+		t.Error("StatusOf of a non-server error")
+	}
+}

@@ -1,0 +1,48 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestFindPython: METNOS_PYTHON wins (and must be a file), then the
+// provisioned runtime, then the first real interpreter on PATH, skipping
+// a version manager's shell shim.
+func TestFindPython(t *testing.T) {
+	dir := t.TempDir()
+	shims, real, cache := filepath.Join(dir, "shims"), filepath.Join(dir, "py", "bin"), filepath.Join(dir, "cache")
+	for _, d := range []string{shims, real} {
+		os.MkdirAll(d, 0o755)
+	}
+	os.WriteFile(filepath.Join(shims, "python3"), []byte("#!/bin/sh\nexec pyenv exec python3 \"$@\"\n"), 0o755)
+	os.WriteFile(filepath.Join(real, "python3"), []byte("\x7fELF not really"), 0o755)
+	t.Setenv("PATH", shims+string(os.PathListSeparator)+real)
+	t.Setenv("METNOS_PYTHON", "")
+
+	p, err := FindPython(cache)
+	if err != nil || p.Path != filepath.Join(real, "python3") || p.Source != "system:python3" || !strings.Contains(p.Note, shims) || p.Prefix != filepath.Join(dir, "py") {
+		t.Fatalf("system: %+v %v", p, err)
+	}
+	rt := RuntimeInterpreter(cache)
+	os.MkdirAll(filepath.Dir(rt), 0o755)
+	os.WriteFile(rt, []byte("\x7fELF"), 0o755)
+	if p, err := FindPython(cache); err != nil || p.Source != "provisioned" || p.Path != rt {
+		t.Fatalf("provisioned: %+v %v", p, err)
+	}
+	t.Setenv("METNOS_PYTHON", filepath.Join(real, "python3"))
+	if p, err := FindPython(cache); err != nil || p.Source != "env:METNOS_PYTHON" {
+		t.Fatalf("env: %+v %v", p, err)
+	}
+	t.Setenv("METNOS_PYTHON", real)
+	if _, err := FindPython(cache); err == nil || !strings.Contains(err.Error(), "METNOS_PYTHON") {
+		t.Fatalf("a directory as METNOS_PYTHON: %v", err)
+	}
+	t.Setenv("METNOS_PYTHON", "")
+	os.Remove(rt)
+	t.Setenv("PATH", shims)
+	if _, err := FindPython(cache); err == nil {
+		t.Fatal("only a shell shim on PATH was accepted")
+	}
+}
