@@ -21,6 +21,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/metnos/agent/examples"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -83,8 +84,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fl.SetOutput(stderr)
 	dir := fl.String("dir", "", "state directory (the author key lives in DIR/keys)")
 	addr := fl.String("addr", "127.0.0.1:8765", "listen address")
-	executors := fl.String("executors", "", "folder of executors to sign and serve (one sub-folder each)")
-	shim := fl.String("shim", "", "folder of shim files to sign and serve")
+	executors := fl.String("executors", "", "folder of executors to sign and serve (one sub-folder each; default: the samples of package examples)")
+	shim := fl.String("shim", "", "folder of shim files to sign and serve (default: the shim of package examples)")
 	runtimeDir := fl.String("runtime", "", "folder of Python runtime *.tar.gz files")
 	if err := fl.Parse(args); err != nil {
 		return err
@@ -98,6 +99,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cfg := refserver.Config{Key: key, RuntimeDir: *runtimeDir,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	cfg.Executors, cfg.Shim = examples.Executors, examples.Shim
 	if *executors != "" {
 		cfg.Executors = os.DirFS(*executors)
 	}
