@@ -62,7 +62,6 @@ type Agent struct {
 	python  Python
 	pyErr   error
 	best    string
-	cursor  string
 	shimMu  sync.Mutex
 	shimDir string
 	shimSHA string
@@ -163,7 +162,14 @@ func (a *Agent) Run(ctx context.Context) error {
 			// rather than after a whole long-poll.
 			block = min(block, 2*time.Second)
 		}
-		resp, err := a.client.Poll(ctx, a.cursor, block)
+		// The cursor is always null. The Rust client sends the last id
+		// it saw, which hides from it every invocation with a smaller
+		// id: one a dead agent's orphaned long-poll claimed (§12.17),
+		// or any ordinary one after a durable id (§12.1). The ledger
+		// already keeps anything from running twice, and the server
+		// hands out again only invocations without a result, after
+		// their deadline.
+		resp, err := a.client.Poll(ctx, "", block)
 		if err != nil {
 			if ctx.Err() != nil {
 				break

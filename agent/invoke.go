@@ -17,10 +17,6 @@ import (
 	"github.com/metnos/agent/wire"
 )
 
-// timedID matches the server's time-ordered ids, the only ones the
-// poll cursor follows.
-var timedID = regexp.MustCompile(`^inv-[0-9a-f]{24}$`)
-
 // Handle takes one invocation from a poll response through §6.2:
 // shape, ledger, signature, id, then execution, and spools its result.
 // An invocation that fails its checks is not run; it gets a result with
@@ -32,12 +28,6 @@ func (a *Agent) Handle(ctx context.Context, raw any) {
 	if err != nil {
 		a.log.Error("the server sent an invocation of the wrong shape; ignored", "err", err)
 		return
-	}
-	// The cursor follows only time-ordered ids: a durable id
-	// ("inv-durable-…") sorts after every one of them and would hide
-	// the invocations queued after it (§12.1).
-	if timedID.MatchString(inv.ID) && inv.ID > a.cursor {
-		a.cursor = inv.ID
 	}
 	log := a.log.With("invocation", inv.ID, "executor", inv.Executor)
 	if !wire.ValidID(inv.ID) {

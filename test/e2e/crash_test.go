@@ -331,3 +331,41 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// TestOrphanedPoll: a dead agent's long-poll, still open on the server,
+// claims the invocation queued next (§12.17). The restarted agent gets
+// it once its deadline has passed, even though newer invocations ran
+// in between (the Rust client's cursor hides it until another restart).
+func TestOrphanedPoll(t *testing.T) {
+	w := newWorld(t, shortGrace)
+	w.pair()
+	w.proxy.setSticky(true)
+	p := w.start()
+	w.wait(w.enqueue("echo_args", map[string]any{"i": 0}, refserver.EnqueueOptions{}))
+	time.Sleep(200 * time.Millisecond) // the agent is back in its long-poll
+	p.kill9()
+	orphan := w.enqueue("touch_once", map[string]any{"folder": w.work, "tag": "orphan"}, refserver.EnqueueOptions{DeadlineMS: 2000})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if info, _ := w.srv.Invocation(orphan); info.Deliveries == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the dead agent's long-poll did not claim the invocation; the test proves nothing")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	w.proxy.setSticky(false)
+	w.start()
+	newer := w.enqueue("echo_args", map[string]any{"i": 1}, refserver.EnqueueOptions{})
+	if info := w.wait(newer); info.State != "done" {
+		t.Fatalf("newer: %s", info.ResultBody)
+	}
+	info := w.wait(orphan)
+	if info.State != "done" || info.Deliveries != 2 {
+		t.Fatalf("the orphaned invocation: %s after %d deliveries", info.State, info.Deliveries)
+	}
+	if l := lines(t, filepath.Join(w.work, "ran.log")); len(l) != 1 {
+		t.Fatalf("ran %d times", len(l))
+	}
+}

@@ -363,7 +363,10 @@ type proxy struct {
 	mu      sync.Mutex
 	ln      net.Listener
 	conns   map[net.Conn]bool
-	stopped bool
+	// sticky keeps the server side of a connection open when the
+	// client goes away, as a server that does not notice a dead
+	// client's long-poll (§12.17).
+	sticky bool
 }
 
 func newProxy(t *testing.T, target string) *proxy {
@@ -402,9 +405,35 @@ func (p *proxy) pipe(c net.Conn) {
 	p.mu.Lock()
 	p.conns[c], p.conns[s] = true, true
 	p.mu.Unlock()
-	go func() { io.Copy(s, c); s.Close() }()
-	io.Copy(c, s)
+	go func() {
+		io.Copy(s, c)
+		p.mu.Lock()
+		sticky := p.sticky
+		p.mu.Unlock()
+		if !sticky {
+			s.Close()
+		}
+	}()
+	io.Copy(io.Discard, io.TeeReader(s, writerOrDiscard{c}))
 	c.Close()
+}
+
+// writerOrDiscard writes to w until it fails, then drops what comes.
+type writerOrDiscard struct{ w io.Writer }
+
+func (d writerOrDiscard) Write(b []byte) (int, error) {
+	if d.w != nil {
+		d.w.Write(b)
+	}
+	return len(b), nil
+}
+
+// setSticky sets whether a dead client's server-side connection stays
+// open.
+func (p *proxy) setSticky(v bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sticky = v
 }
 
 // down closes the port and cuts every open connection.
