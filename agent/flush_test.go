@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/metnos/agent/pairing"
 )
@@ -110,5 +111,39 @@ func TestServerErrorSentences(t *testing.T) {
 	}
 	if StatusOf(os.ErrNotExist) != 0 {
 		t.Error("StatusOf of a non-server error")
+	}
+}
+
+// TestRetention: at start, spooled results older than the spool
+// retention and backup blobs of turns older than the history retention
+// are removed; newer ones stay.
+func TestRetention(t *testing.T) {
+	a := testAgent(t, "http://127.0.0.1:1")
+	data := a.cfg.DataDir
+	old := time.Now().Add(-40 * 24 * time.Hour)
+	files := map[string]bool{ // path -> kept
+		filepath.Join(data, "spool", "results", "inv-18ed65bd51bdc701fcd26b58.json"): false,
+		filepath.Join(data, "spool", "results", "inv-18ed65bd51bdc701fcd26b59.json"): true,
+		filepath.Join(data, "shimdata", "_history", "turn-old", "blob", "x.bin"):     false,
+		filepath.Join(data, "shimdata", "_history", "turn-new", "blob", "y.bin"):     true,
+	}
+	for p, kept := range files {
+		os.MkdirAll(filepath.Dir(p), 0o700)
+		os.WriteFile(p, []byte(`{"invocation_id":"x"}`), 0o600)
+		if !kept {
+			os.Chtimes(p, old, old)
+			os.Chtimes(filepath.Dir(filepath.Dir(p)), old, old)
+		}
+	}
+	a.Close()
+	b, err := New(a.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for p, kept := range files {
+		if _, err := os.Stat(p); (err == nil) != kept {
+			t.Errorf("%s: kept %v, want %v", p, err == nil, kept)
+		}
 	}
 }

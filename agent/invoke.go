@@ -223,11 +223,12 @@ func (a *Agent) run(ctx context.Context, inv wire.Invocation, ex Executor, limit
 		}
 		r.Sandbox = out.Sandbox
 		r.ElapsedMS = out.Wall.Milliseconds()
-		if out.Sandbox != a.best {
-			r.SandboxDowngradeReason = out.Reason
-			if r.SandboxDowngradeReason == "" {
-				r.SandboxDowngradeReason = fmt.Sprintf("ran under %s, weaker than this machine's %s", out.Sandbox, a.best)
-			}
+		// Weaker than every layer the OS has (what this machine lacks,
+		// or a layer that failed for this run), or than the machine's
+		// best when this run fell short of it: say why.
+		r.SandboxDowngradeReason = out.Reason
+		if r.SandboxDowngradeReason == "" && out.Sandbox != a.best {
+			r.SandboxDowngradeReason = fmt.Sprintf("ran under %s, weaker than this machine's %s", out.Sandbox, a.best)
 		}
 		return r
 	}

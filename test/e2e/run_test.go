@@ -224,3 +224,35 @@ func TestRevocation(t *testing.T) {
 		t.Errorf("a revoked device got work: %+v", info.State)
 	}
 }
+
+// TestWeakerSandbox: on a machine without a usable bubblewrap (here:
+// the agent is pointed at one that fails), results name the layers
+// really applied and say why, the heartbeat reports the same, and an
+// executor whose manifest asks for the full sandbox is refused rather
+// than run weaker; with the full sandbox it runs.
+func TestWeakerSandbox(t *testing.T) {
+	w := newWorld(t)
+	w.pair()
+	p := w.start()
+	if info := w.wait(w.enqueue("needs_full", map[string]any{}, refserver.EnqueueOptions{})); info.State != "done" {
+		t.Fatalf("with the full sandbox: %s", info.ResultBody)
+	}
+	p.stop(t)
+
+	t.Setenv("METNOS_BWRAP", "/bin/false")
+	w.start()
+	r := result(t, w.wait(w.enqueue("echo_args", map[string]any{}, refserver.EnqueueOptions{})))
+	reason, _ := r["sandbox_downgrade_reason"].(string)
+	if r["ok"] != true || r["sandbox"] != "landlock+seccomp" || !strings.Contains(reason, "bwrap") {
+		t.Fatalf("without bwrap: sandbox %v, reason %q", r["sandbox"], reason)
+	}
+	dev, _ := w.srv.Device(w.device)
+	if dev.Profile["sandbox_level"] != "landlock+seccomp" {
+		t.Errorf("heartbeat sandbox_level %v", dev.Profile["sandbox_level"])
+	}
+	info := w.wait(w.enqueue("needs_full", map[string]any{}, refserver.EnqueueOptions{}))
+	r = result(t, info)
+	if info.State != "failed" || r["error_class"] != "device_error" || !strings.Contains(r["error"].(string), "minimum sandbox not satisfied") {
+		t.Fatalf("min_sandbox full without bwrap: %s", info.ResultBody)
+	}
+}
