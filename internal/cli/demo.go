@@ -273,7 +273,7 @@ func (d *demo) invoke(ctx context.Context, title, executor string, args map[stri
 	}
 	d.say("   %s %s in %d ms (executor %v ms) · sandbox %v", mark, info.State, time.Since(start).Milliseconds(), r["elapsed_ms"], r["sandbox"])
 	if reason, ok := r["sandbox_downgrade_reason"]; ok {
-		d.say("     weaker than this machine's best: %v", reason)
+		d.say("     fewer sandbox layers than this OS has: %v", reason)
 	}
 	if r["ok"] != true {
 		return r, fmt.Errorf("%s failed: %v (%v)", executor, r["error"], r["error_class"])

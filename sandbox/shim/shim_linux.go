@@ -221,7 +221,10 @@ func applyLandlock(spec Spec) error {
 		case r.File:
 			fr = landlock.ROFiles(path)
 		case r.Write:
-			fr = landlock.RWDirs(path)
+			// Refer lets files be renamed and linked between
+			// directories beneath the rule; Landlock still refuses any
+			// move that would give a file more rights than it had.
+			fr = landlock.RWDirs(path).WithRefer()
 		default:
 			fr = landlock.RODirs(path)
 		}

@@ -170,6 +170,19 @@ func TestWriteEscape(t *testing.T) {
 				sh:     "echo PWNED > {{DOCS}}/new.txt; echo PWNED >> {{DOCS}}/readme.txt; mv {{DOCS}} {{HOME}}/docs2; mv {{DOCS}}/readme.txt {{HOME}}/",
 			},
 			{
+				// Renames and links between directories are allowed
+				// beneath a write grant (Landlock's refer right), but
+				// never so that a file gains rights it did not have.
+				name:   "hardlink-read-only-file-into-write-grant",
+				policy: supervised([]string{"{{DOCS}}"}, []string{"{{WORK}}"}),
+				sh:     "ln {{DOCS}}/readme.txt {{WORK}}/hl; echo PWNED >> {{WORK}}/hl",
+			},
+			{
+				name:   "hardlink-read-only-file-nested-in-write-grant",
+				policy: supervised([]string{"{{DOCS}}"}, []string{"{{HOME}}"}),
+				sh:     "ln {{DOCS}}/readme.txt {{HOME}}/hl; echo PWNED >> {{HOME}}/hl; mkdir -p {{HOME}}/d; ln {{DOCS}}/readme.txt {{HOME}}/d/hl2; echo PWNED >> {{HOME}}/d/hl2",
+			},
+			{
 				name:   "host-planted-symlink-to-outside-dir",
 				policy: supervised(nil, []string{"{{WORK}}"}),
 				setup:  func(t *testing.T, fx *fixture) { symlink(t, fx.Outside, fx.Work+"/link") },

@@ -90,3 +90,21 @@ rmdir {{ALBUM}}/2023`)), sandbox.Limits{})
 		}
 	})
 }
+
+// TestRenameWithinGrant: what an organiser does works in every mode:
+// files move between directories beneath a write grant, by rename.
+func TestRenameWithinGrant(t *testing.T) {
+	forModes(t, func(t *testing.T, m mode) {
+		fx := newFixture(t)
+		pol := fx.profile(t, sandbox.ProfileSupervised, nil, []string{fx.Work}, false)
+		r := runInside(t, fx, m, pol, pyArgv(fx.expand(`import os
+os.makedirs("{{WORK}}/2024/07")
+open("{{WORK}}/a.jpg", "w").write("A")
+os.rename("{{WORK}}/a.jpg", "{{WORK}}/2024/07/a.jpg")
+os.link("{{WORK}}/2024/07/a.jpg", "{{WORK}}/b.jpg")
+os.rename("{{WORK}}/2024", "{{WORK}}/2025")`)), sandbox.Limits{})
+		if r.exit != 0 || !fileHas(filepath.Join(fx.Work, "2025/07/a.jpg"), "A") || !fileHas(filepath.Join(fx.Work, "b.jpg"), "A") {
+			t.Fatalf("moving files inside the write grant failed:\n%s", r)
+		}
+	})
+}
