@@ -26,7 +26,6 @@ import os
 import shutil
 import stat
 import sys
-import tempfile
 import traceback
 
 _CHUNK = 1 << 20
@@ -231,22 +230,57 @@ def same_bytes(a, b):
                 return True
 
 
-def _temp_beside(path):
+def _temp_in(d, prefix, suffix, mode=0o600):
+    """An open (fd, name) new file in folder d, created with mode (less the
+    umask): the mode is set at creation because the sandbox may refuse a
+    later chmod."""
+    for _ in range(100):
+        name = os.path.join(d, prefix + os.urandom(6).hex() + suffix)
+        try:
+            return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode), name
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", d)
+
+
+def _temp_beside(path, mode=0o600):
     """An open (fd, name) temporary file in path's directory."""
     d, base = os.path.split(path)
-    return tempfile.mkstemp(prefix="." + base + ".", suffix=".metnos-tmp", dir=d)
+    return _temp_in(d, "." + base + ".", ".metnos-tmp", mode)
+
+
+def _best_effort(fn, *args, **kwargs):
+    """Change a file's mode or times where the sandbox allows it. Without
+    a mount namespace the agent's sandbox refuses every mode and time
+    change (Landlock does not confine them), so they are kept only where
+    they can be; the data always is."""
+    try:
+        fn(*args, **kwargs)
+        return True
+    except PermissionError as e:
+        print("metnos shim: %s not applied: %s" % (fn.__name__, e), file=sys.stderr)
+        return False
+
+
+def copy_stat(src, dst):
+    """Copy mode and times from src to dst, as far as the sandbox allows."""
+    st = os.stat(src)
+    _best_effort(os.chmod, dst, stat.S_IMODE(st.st_mode))
+    _best_effort(os.utime, dst, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def copy_file(src, dst, overwrite=False):
     """Copy src to dst durably: data and metadata to a temporary file beside
-    dst (shutil.copy2), fsync, then rename over dst and fsync the folder.
+    dst (shutil.copyfile, then mode and times where the sandbox allows),
+    fsync, then rename over dst and fsync the folder.
     src is never modified. FileExistsError if dst exists and not overwrite."""
     if not overwrite and os.path.lexists(dst):
         raise FileExistsError(errno.EEXIST, "destination exists", dst)
-    fd, tmp = _temp_beside(dst)
+    fd, tmp = _temp_beside(dst, stat.S_IMODE(os.stat(src).st_mode) | stat.S_IRUSR | stat.S_IWUSR)
     os.close(fd)
     try:
-        shutil.copy2(src, tmp)
+        shutil.copyfile(src, tmp)
+        copy_stat(src, tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         if not overwrite and os.path.lexists(dst):
@@ -313,7 +347,7 @@ def backup_blob(path):
     digest = sha256_file(path)
     blob = os.path.join(blob_dir, digest + ".bin")
     if not (os.path.isfile(blob) and sha256_file(blob) == digest):
-        fd, tmp = tempfile.mkstemp(prefix=".blob.", suffix=".tmp", dir=blob_dir)
+        fd, tmp = _temp_in(blob_dir, ".blob.", ".tmp", stat.S_IMODE(st.st_mode) | stat.S_IRUSR | stat.S_IWUSR)
         try:
             h = hashlib.sha256()
             with os.fdopen(fd, "wb") as out, open(path, "rb") as f:
@@ -326,8 +360,8 @@ def backup_blob(path):
                 # The file changed while we read it: keep what we copied.
                 digest = h.hexdigest()
                 blob = os.path.join(blob_dir, digest + ".bin")
-            os.chmod(tmp, stat.S_IMODE(st.st_mode) | stat.S_IRUSR | stat.S_IWUSR)
-            os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+            _best_effort(os.chmod, tmp, stat.S_IMODE(st.st_mode) | stat.S_IRUSR | stat.S_IWUSR)
+            _best_effort(os.utime, tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
             os.replace(tmp, blob)
         except BaseException:
             try:

@@ -3,6 +3,11 @@
 package e2e
 
 import (
+	"crypto/sha256"
+	"fmt"
+	"io/fs"
+
+	"github.com/metnos/agent/examples"
 	"os"
 	"path/filepath"
 	"strings"
@@ -255,4 +260,87 @@ func TestWeakerSandbox(t *testing.T) {
 	if info.State != "failed" || r["error_class"] != "device_error" || !strings.Contains(r["error"].(string), "minimum sandbox not satisfied") {
 		t.Fatalf("min_sandbox full without bwrap: %s", info.ResultBody)
 	}
+}
+
+// TestOrganizeAndUndo: the demo's chain with the agent as a process, in
+// the full sandbox and without bwrap: photos sorted into YYYY/MM (one
+// file replaced, its backup blob kept on the device), then the server's
+// undo puts every file, name, mode and byte back and removes the
+// folders it created.
+func TestOrganizeAndUndo(t *testing.T) {
+	// Inside bwrap /tmp is the command's own, so the folder lives in
+	// /var/tmp, as the demo's does.
+	t.Setenv("TMPDIR", "/var/tmp")
+	for _, mode := range []struct{ name, bwrap string }{{"full", ""}, {"landlock-only", "/bin/false"}} {
+		t.Run(mode.name, func(t *testing.T) {
+			w := newWorld(t)
+			t.Setenv("METNOS_BWRAP", mode.bwrap)
+			w.pair()
+			w.start()
+			photos := filepath.Join(w.work, "photos")
+			if err := examples.GeneratePhotos(photos, examples.DemoPhotos()); err != nil {
+				t.Fatal(err)
+			}
+			old := filepath.Join(photos, "2024", "07", "vacanza_mare.jpg")
+			os.MkdirAll(filepath.Dir(old), 0o755)
+			os.WriteFile(old, []byte("an older edit\n"), 0o640)
+			before := tree(t, photos)
+			const turn = "turn-e2e"
+			info := w.wait(w.enqueue("organize_photos", map[string]any{"folder": photos},
+				refserver.EnqueueOptions{TurnID: turn, Reversibility: "revertible", Env: map[string]string{"METNOS_TURN_ID": turn}}))
+			r := result(t, info)
+			if info.State != "done" || r["n_processed"] != float64(8) {
+				t.Fatalf("organize: %s", info.ResultBody)
+			}
+			blobs, _ := filepath.Glob(filepath.Join(w.dataDir(), "shimdata", "_history", turn, "blob", "*.bin"))
+			if len(blobs) != 1 {
+				t.Fatalf("backup blobs on the device: %v", blobs)
+			}
+			if tree(t, photos) == before {
+				t.Fatal("organize changed nothing")
+			}
+			plan, err := w.srv.Undo(w.device, turn, refserver.EnqueueOptions{})
+			if err != nil || len(plan.IDs) != 3 || len(plan.Unsupported) != 0 {
+				t.Fatalf("undo plan: %+v %v", plan, err)
+			}
+			for _, id := range plan.IDs {
+				if info := w.wait(id); info.State != "done" {
+					t.Fatalf("undo step %s: %s", info.Executor, info.ResultBody)
+				}
+			}
+			if after := tree(t, photos); after != before {
+				t.Fatalf("the folder is not restored:\nbefore %s\nafter  %s", before, after)
+			}
+		})
+	}
+}
+
+// tree describes every entry under root: path, mode, content.
+func tree(t *testing.T, root string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		fmt.Fprintf(&b, "%s %v", rel, fi.Mode())
+		if d.Type().IsRegular() {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, " %x", sha256.Sum256(data))
+		}
+		b.WriteString("\n")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }

@@ -6,7 +6,7 @@ args:
                 "{name}" becomes the base name of src, "{dst}" the entry's
                 dst; a template without placeholders is a literal path
   parents       create missing parent folders (recorded in dirs_created)
-  copy          copy (shutil.copy2 + fsync) instead of moving; the source,
+  copy          copy (data, then mode and times where allowed, fsync) instead of moving; the source,
                 e.g. a backup blob, stays where it is
   overwrite     replace an existing file at the destination (default false:
                 an occupied destination is a failure for that entry)
