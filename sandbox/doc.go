@@ -45,6 +45,26 @@
 //     RLIMIT_AS per process). File size and core dumps always use
 //     rlimits. Output.LimitsBy says which.
 //
+// Two kinds of grant bend that picture, both for the agent's own needs:
+//
+//   - A grant marked Own (set only by the agent, for the executor's code,
+//     the shim and the executor's user data folder) opens through the
+//     mask of the agent's own directories: the mask stays, and only that
+//     folder shows through it, mounted over it.
+//   - A writable directory that an argument names itself is Removable:
+//     where Landlock applies and its parent is not in the private /tmp or
+//     /dev, the parent is mounted in its stead and Landlock gives the
+//     parent nothing but the removal of empty directories, so the command
+//     can remove the directory (a mount point cannot be removed: protocol
+//     §12.15). The parent's other entries can then be stat-ed by name
+//     (Landlock does not confine metadata reads), not read, listed,
+//     changed, renamed or removed unless empty. Writable grants inside a
+//     writable grant are not mounted again, for the same reason.
+//
+// Write rules carry Landlock's refer right: files move and link between
+// directories beneath writable grants, and the kernel refuses any such
+// move that would give a file rights it did not have.
+//
 // Without a usable bwrap (missing, or user namespaces refused) Run falls
 // back to the shim alone ("landlock+seccomp"): Landlock is then the only
 // file boundary, so every rule whose directory holds a masked path or a
@@ -66,6 +86,8 @@
 //     unix sockets before ABI 9: the seccomp ban on AF_UNIX sockets is what
 //     keeps the command off host sockets, and a Policy with UnixSockets
 //     set relies on the masks alone.
+//   - Empty directories directly in the parent of a Removable grant can
+//     be removed (the same right that removes the grant).
 //   - A hard link that the host itself made from inside a grant to a
 //     secret file is the same file: masks work by path.
 //   - Grants are resolved when the Policy is made and opened again,
