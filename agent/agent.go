@@ -280,12 +280,45 @@ func (a *Agent) housekeeping() {
 			os.Remove(p)
 		}
 	}
-	cut = time.Now().Add(-days("METNOS_HISTORY_RETENTION_DAYS", 30))
-	turns, _ := filepath.Glob(filepath.Join(a.UserData(), "_history", "*"))
-	for _, p := range turns {
-		if fi, err := os.Stat(p); err == nil && fi.IsDir() && fi.ModTime().Before(cut) {
-			a.log.Info("removing backup blobs past their retention", "dir", p)
-			os.RemoveAll(p)
+	a.expireHistory(time.Now().Add(-days("METNOS_HISTORY_RETENTION_DAYS", 30)))
+}
+
+// expireHistory removes the per-turn blob folders of shimdata/_history
+// last changed before cut. Executors write shimdata, so nothing there is
+// trusted: a symbolic link is never followed (the removal goes through
+// an os.Root, which cannot leave _history), and one in place of
+// _history itself is removed.
+func (a *Agent) expireHistory(cut time.Time) {
+	dir := filepath.Join(a.UserData(), "_history")
+	fi, err := os.Lstat(dir)
+	switch {
+	case err != nil:
+		return
+	case fi.Mode()&os.ModeSymlink != 0:
+		a.log.Warn("shimdata/_history is a symbolic link (an executor made it?); removing the link, not what it points to", "path", dir)
+		os.Remove(dir)
+		return
+	case !fi.IsDir():
+		return
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		a.log.Warn("backup blob retention", "err", err)
+		return
+	}
+	defer root.Close()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fi, err := root.Lstat(e.Name())
+		if err != nil || !fi.IsDir() || !fi.ModTime().Before(cut) {
+			continue
+		}
+		a.log.Info("removing backup blobs past their retention", "dir", filepath.Join(dir, e.Name()))
+		if err := root.RemoveAll(e.Name()); err != nil {
+			a.log.Warn("backup blob retention", "err", err)
 		}
 	}
 }

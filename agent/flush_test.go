@@ -147,3 +147,35 @@ func TestRetention(t *testing.T) {
 		}
 	}
 }
+
+// TestHistoryLinkNotFollowed: an executor that replaced shimdata/_history
+// (or a turn folder in it) by a link to the user's files loses the link
+// at the next start, and the files stay.
+func TestHistoryLinkNotFollowed(t *testing.T) {
+	a := testAgent(t, "http://127.0.0.1:1")
+	old := time.Now().Add(-40 * 24 * time.Hour)
+	victim := filepath.Join(t.TempDir(), "Photos")
+	os.MkdirAll(filepath.Join(victim, "2019"), 0o700)
+	os.WriteFile(filepath.Join(victim, "2019", "kid.jpg"), []byte("x"), 0o600)
+	os.Chtimes(filepath.Join(victim, "2019"), old, old)
+	hist := filepath.Join(a.UserData(), "_history")
+	os.MkdirAll(a.UserData(), 0o700)
+	if err := os.Symlink(victim, hist); err != nil {
+		t.Fatal(err)
+	}
+	a.expireHistory(time.Now().Add(-30 * 24 * time.Hour))
+	if _, err := os.Stat(filepath.Join(victim, "2019", "kid.jpg")); err != nil {
+		t.Fatalf("a file behind the link was removed: %v", err)
+	}
+	if _, err := os.Lstat(hist); err == nil {
+		t.Error("the link is still there")
+	}
+	// A link as a turn folder.
+	os.MkdirAll(hist, 0o700)
+	os.Symlink(filepath.Join(victim, "2019"), filepath.Join(hist, "turn-x"))
+	os.Chtimes(filepath.Join(victim, "2019"), old, old)
+	a.expireHistory(time.Now().Add(-30 * 24 * time.Hour))
+	if _, err := os.Stat(filepath.Join(victim, "2019", "kid.jpg")); err != nil {
+		t.Fatalf("a file behind a turn link was removed: %v", err)
+	}
+}

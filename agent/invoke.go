@@ -46,7 +46,11 @@ func (a *Agent) Handle(ctx context.Context, raw any) {
 		a.refuse(log, inv, err)
 		return
 	}
-	r := a.execute(ctx, log, inv)
+	r, keep := a.execute(ctx, inv)
+	if !keep {
+		log.Info("stopping before the run started; the server will hand the invocation out again")
+		return
+	}
 	r.InvocationID, r.DeviceID = inv.ID, a.client.DeviceID
 	body, err := r.Body()
 	if err != nil {
@@ -86,20 +90,24 @@ func (a *Agent) refuse(log interface {
 
 // execute fetches and verifies the executor, writes the STARTED marker
 // and runs it under the watchdog.
-func (a *Agent) execute(ctx context.Context, log interface {
-	Warn(string, ...any)
-	Error(string, ...any)
-	Info(string, ...any)
-}, inv wire.Invocation) Result {
+func (a *Agent) execute(ctx context.Context, inv wire.Invocation) (Result, bool) {
+	// Everything before the marker has no effect on the device: when the
+	// agent is asked to stop meanwhile, nothing is spooled, and the server
+	// hands the invocation out again later.
 	ex, err := a.executor(ctx, inv)
+	if err == nil {
+		_, err = a.ensureShim(ctx, false)
+	}
+	if err == nil {
+		err = a.pyErr
+	}
 	if err != nil {
-		return DeviceError(err)
+		return DeviceError(err), ctx.Err() == nil
 	}
 	// The marker comes after the executor is known: whether it can
-	// write decides what a crash means (§12.6). Fetching has no effect
-	// on the device.
+	// write decides what a crash means (§12.6).
 	if err := a.spool.Start(inv.ID, inv.Reversibility, canWrite(ex.Manifest)); err != nil {
-		return DeviceError(fmt.Errorf("writing the STARTED marker: %w", err))
+		return DeviceError(fmt.Errorf("writing the STARTED marker: %w", err)), true
 	}
 	limit := max(time.Duration(inv.DeadlineMS)*time.Millisecond, time.Second)
 	dog := time.AfterFunc(limit+10*time.Second, func() {
@@ -111,7 +119,9 @@ func (a *Agent) execute(ctx context.Context, log interface {
 		os.Exit(124)
 	})
 	defer dog.Stop()
-	return a.run(ctx, inv, ex, limit)
+	// A started run is not cut short when the agent is asked to stop: it
+	// ends by itself or at its deadline, and its result is spooled.
+	return a.run(context.WithoutCancel(ctx), inv, ex, limit), true
 }
 
 // canWrite reports whether a manifest declares fs:write.
@@ -180,20 +190,39 @@ func (a *Agent) ensureShim(ctx context.Context, force bool) (string, error) {
 	return dir, nil
 }
 
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// refusedEnv says why an env_injections name is not passed on ("" when
+// it is): what the loader, the interpreter or the shell would act on
+// (LD_*, PYTHON*, PATH, HOME, ...) stays the agent's to set, whatever a
+// signed invocation says.
+func refusedEnv(k string) string {
+	u := strings.ToUpper(k)
+	switch {
+	case !envName.MatchString(k):
+		return "not a variable name"
+	case strings.HasPrefix(u, "LD_"), strings.HasPrefix(u, "PYTHON"), strings.HasPrefix(u, "DYLD_"):
+		return "changes how the interpreter loads code"
+	}
+	switch u {
+	case "PATH", "HOME", "GCONV_PATH", "BASH_ENV", "ENV", "IFS", "TMPDIR", "SHELL", "USER", "LOGNAME", "LOCPATH", "NLSPATH", "MALLOC_CHECK_", "METNOS_RUNTIME", "METNOS_CLIENT_EXE":
+		return "the agent sets it"
+	}
+	return ""
+}
+
 var noModule = regexp.MustCompile(`No module named '([A-Za-z0-9_.]+)'`)
 
 // run runs the executor in the sandbox and maps its output; once, a
 // missing shim module makes it fetch the shim again and retry (§6.4).
 func (a *Agent) run(ctx context.Context, inv wire.Invocation, ex Executor, limit time.Duration) Result {
+	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		shimDir, err := a.ensureShim(ctx, attempt > 0)
 		if err != nil {
 			return DeviceError(err)
 		}
-		if a.pyErr != nil {
-			return DeviceError(a.pyErr)
-		}
-		req, err := a.Request(inv, ex, shimDir, limit)
+		req, err := a.Request(inv, ex, shimDir, limit-time.Since(start))
 		if err != nil {
 			return DeviceError(err)
 		}
@@ -213,16 +242,21 @@ func (a *Agent) run(ctx context.Context, inv wire.Invocation, ex Executor, limit
 		default:
 			r = FromStdout(out.Stdout)
 			if r.ErrorClass == "device_error" {
+				// Self-heal (§6.4), only for a module of the shim that is
+				// missing from this device's copy, and only once.
 				m := noModule.FindStringSubmatch(string(out.Stderr))
-				if attempt == 0 && m != nil {
-					a.log.Warn("the executor misses a shim module; fetching the shim again and retrying once", "executor", ex.Name, "module", m[1])
-					continue
+				if attempt == 0 && m != nil && !shimHas(shimDir, m[1]) && limit-time.Since(start) > time.Second {
+					a.log.Warn("the executor misses a shim module; fetching the shim again", "executor", ex.Name, "module", m[1])
+					if dir, err := a.ensureShim(ctx, true); err == nil && shimHas(dir, m[1]) {
+						a.log.Warn("retrying once with the fetched shim", "executor", ex.Name)
+						continue
+					}
 				}
 				r.Error += stderrTail(out.Stderr)
 			}
 		}
 		r.Sandbox = out.Sandbox
-		r.ElapsedMS = out.Wall.Milliseconds()
+		r.ElapsedMS = time.Since(start).Milliseconds()
 		// Weaker than every layer the OS has (what this machine lacks,
 		// or a layer that failed for this run), or than the machine's
 		// best when this run fell short of it: say why.
@@ -232,6 +266,13 @@ func (a *Agent) run(ctx context.Context, inv wire.Invocation, ex Executor, limit
 		}
 		return r
 	}
+}
+
+// shimHas reports whether the shim in dir has the module named (dotted),
+// as a file or a package.
+func shimHas(dir, module string) bool {
+	p := filepath.Join(dir, filepath.FromSlash(strings.ReplaceAll(module, ".", "/")))
+	return isFile(p+".py") || isFile(filepath.Join(p, "__init__.py"))
 }
 
 // stderrTail is the end of an executor's stderr, for an error message.
@@ -253,8 +294,18 @@ func stderrTail(b []byte) string {
 // environment, the arguments on stdin.
 func (a *Agent) Request(inv wire.Invocation, ex Executor, shimDir string, limit time.Duration) (sandbox.Request, error) {
 	data := a.UserData()
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return sandbox.Request{}, fmt.Errorf("user data folder: %w", err)
+	}
 	for _, d := range []string{"state", "config", "workspace"} {
-		if err := os.MkdirAll(filepath.Join(data, d), 0o700); err != nil {
+		// Executors write shimdata: a link in place of one of these is
+		// theirs, and is replaced rather than followed.
+		p := filepath.Join(data, d)
+		if fi, err := os.Lstat(p); err == nil && !fi.IsDir() {
+			a.log.Warn("replacing what an executor left in place of a user data folder", "path", p)
+			os.Remove(p)
+		}
+		if err := os.Mkdir(p, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 			return sandbox.Request{}, fmt.Errorf("user data folder: %w", err)
 		}
 	}
@@ -327,6 +378,10 @@ func (a *Agent) env(inv wire.Invocation, ex Executor, shimDir string) []string {
 	set("LANG", getOr("LANG", "C.UTF-8"))
 	set("HOME", a.host.Home)
 	for _, k := range slices.Sorted(maps.Keys(inv.Env)) {
+		if why := refusedEnv(k); why != "" {
+			a.log.Warn("env_injections: variable dropped", "invocation", inv.ID, "name", k, "why", why)
+			continue
+		}
 		set(k, inv.Env[k])
 	}
 	data := a.UserData()

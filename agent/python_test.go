@@ -46,3 +46,15 @@ func TestFindPython(t *testing.T) {
 		t.Fatal("only a shell shim on PATH was accepted")
 	}
 }
+
+func TestRefusedEnv(t *testing.T) {
+	for k, refused := range map[string]bool{
+		"METNOS_TURN_ID": false, "METNOS_LANG": false, "METNOS_EXECUTOR_ASSIGNED_X": false, "lower_ok": false,
+		"LD_PRELOAD": true, "ld_library_path": true, "PYTHONPATH": true, "PYTHONHOME": true, "PATH": true, "HOME": true,
+		"GCONV_PATH": true, "A=B": true, "": true, "1X": true, "METNOS_RUNTIME": true,
+	} {
+		if got := refusedEnv(k) != ""; got != refused {
+			t.Errorf("%q: refused %v, want %v", k, got, refused)
+		}
+	}
+}

@@ -114,7 +114,14 @@ func (s *Spool) Executed(id string) bool { return s.executed[id] }
 func (s *Spool) Start(id, reversibility string, canWrite bool) error {
 	m := Marker{InvocationID: id, Reversibility: reversibility, StartedEpochMS: time.Now().UnixMilli(), CanWrite: &canWrite}
 	b, _ := json.Marshal(m)
-	return atomicfile.WriteFile(filepath.Join(s.dir, "started", fileName(id)+".json"), b, 0o600)
+	if err := atomicfile.WriteFile(filepath.Join(s.dir, "started", fileName(id)+".json"), b, 0o600); err != nil {
+		return err
+	}
+	// From here on this process never starts it again, whatever happens
+	// to its result (a full disk must not mean a second run); the marker
+	// decides after a restart.
+	s.executed[id] = true
+	return nil
 }
 
 // Finish spools the result body (durably), records id as executed and
@@ -211,7 +218,7 @@ func (s *Spool) Recover(deviceID string) ([]string, error) {
 		spooled := fileExists(filepath.Join(s.dir, "results", fileName(m.InvocationID)+".json"))
 		canWrite := m.CanWrite == nil || *m.CanWrite
 		switch {
-		case spooled:
+		case spooled || s.executed[m.InvocationID]:
 			if !s.executed[m.InvocationID] {
 				if err := s.record(m.InvocationID); err != nil {
 					return unknown, err

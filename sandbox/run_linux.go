@@ -260,6 +260,9 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 		spec.Dir = dir
 		argv = []string{exe}
 	}
+	// The command's environment goes in the spec; bwrap (a host
+	// program, not confined) and the shim start with none.
+	spec.Env = env
 	sargs, err := shim.EncodeArgs(spec, req.Argv)
 	if err != nil {
 		return out, false, err
@@ -273,7 +276,7 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 	defer statusR.Close()
 	stdout := &capped{limit: lim.OutputBytes}
 	stderr := &capped{limit: lim.OutputBytes}
-	cmd := &exec.Cmd{Path: argv[0], Args: argv, Env: env, Dir: "/"}
+	cmd := &exec.Cmd{Path: argv[0], Args: argv, Env: []string{}, Dir: "/"}
 	cmd.Stdin = strings.NewReader(string(req.Stdin))
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	extra[0] = statusW

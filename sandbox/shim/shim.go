@@ -76,6 +76,10 @@ type Spec struct {
 	CgroupFDs []int `json:"cgroup_fds,omitempty"`
 	// Dir is the working directory to enter before restricting.
 	Dir string `json:"dir,omitempty"`
+	// Env is the command's whole environment. It travels in the spec so
+	// that bwrap itself, which runs on the host unconfined, starts with
+	// an empty one (no LD_PRELOAD of the command's reaches it).
+	Env []string `json:"env,omitempty"`
 }
 
 // Status is the shim's report on descriptor 3.

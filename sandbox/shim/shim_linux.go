@@ -46,7 +46,13 @@ func run(status *os.File, spec Spec, argv []string) int {
 	runtime.LockOSThread()
 	unix.CloseOnExec(StatusFD)
 
-	path, err := exec.LookPath(argv[0])
+	// The command's environment is spec.Env (the shim's own is empty, so
+	// that nothing in it, LD_PRELOAD above all, acts on a host program).
+	env := spec.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	path, err := lookPath(argv[0], env)
 	if err != nil {
 		return fail(status, fmt.Errorf("command %q: %w", argv[0], err))
 	}
@@ -99,7 +105,7 @@ func run(status *os.File, spec Spec, argv []string) int {
 	if err != nil {
 		return fail(status, err)
 	}
-	envp, err := syscall.SlicePtrFromStrings(os.Environ())
+	envp, err := syscall.SlicePtrFromStrings(env)
 	if err != nil {
 		return fail(status, err)
 	}
@@ -272,6 +278,7 @@ func supervise(status *os.File, spec Spec, argv []string) int {
 		self = "/proc/self/exe"
 	}
 	cmd := exec.Command(self, append([]string{Arg, string(inner), "--"}, argv...)...)
+	cmd.Env = []string{} // the command's is in the spec
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.ExtraFiles = []*os.File{status}
 	for _, fd := range spec.CgroupFDs {
@@ -414,4 +421,27 @@ func applySeccomp(progs [][]byte) error {
 		}
 	}
 	return nil
+}
+
+// lookPath finds name as exec.LookPath does, in the PATH of env.
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return exec.LookPath(name)
+	}
+	path := "/usr/local/bin:/usr/bin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range strings.Split(path, ":") {
+		if dir == "" {
+			dir = "."
+		}
+		p := dir + "/" + name
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: not found in PATH %s", name, path)
 }
