@@ -357,12 +357,12 @@ func (w *world) dumpLogs() {
 // refuses connections, and open ones are cut) and brought back up on
 // the same port: the server going away, as the agent sees it.
 type proxy struct {
-	t       *testing.T
-	target  string
-	addr    string
-	mu      sync.Mutex
-	ln      net.Listener
-	conns   map[net.Conn]bool
+	t      *testing.T
+	target string
+	addr   string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  map[net.Conn]bool
 	// sticky keeps the server side of a connection open when the
 	// client goes away, as a server that does not notice a dead
 	// client's long-poll (§12.17).
