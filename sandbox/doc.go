@@ -51,15 +51,21 @@
 //     the shim and the executor's user data folder) opens through the
 //     mask of the agent's own directories: the mask stays, and only that
 //     folder shows through it, mounted over it.
-//   - A writable directory that an argument names itself is Removable:
-//     where Landlock applies and its parent is not in the private /tmp or
-//     /dev, the parent is mounted in its stead and Landlock gives the
-//     parent nothing but the removal of empty directories, so the command
-//     can remove the directory (a mount point cannot be removed: protocol
-//     §12.15). The parent's other entries can then be stat-ed by name
-//     (Landlock does not confine metadata reads), not read, listed,
-//     changed, renamed or removed unless empty. Writable grants inside a
-//     writable grant are not mounted again, for the same reason.
+//   - A writable directory that an argument names itself is Removable.
+//     Where Landlock (ABI 3 or later, which confines truncate) and seccomp
+//     apply, and the parent is not a system path, a shared root (/home,
+//     /srv, /var...), in the private /tmp or /dev, granted itself, beside
+//     another grant or directly holding a masked path (without bwrap: any
+//     masked path), the parent is mounted in its stead and Landlock gives
+//     it nothing but the removal of empty directories, so that the
+//     command can remove the directory (a mount point cannot be removed:
+//     protocol §12.15). seccomp then refuses mode, owner, time and xattr
+//     changes by path for the whole run, as without bwrap. The parent's
+//     other entries can be stat-ed by name (Landlock does not confine
+//     metadata reads), not read, listed, written, truncated, renamed or
+//     changed. Elsewhere the directory stays a mount point, and removing
+//     it fails. Writable grants whose innermost enclosing grant is
+//     writable are not mounted again, for the same reason.
 //
 // Write rules carry Landlock's refer right: files move and link between
 // directories beneath writable grants, and the kernel refuses any such
@@ -86,8 +92,9 @@
 //     unix sockets before ABI 9: the seccomp ban on AF_UNIX sockets is what
 //     keeps the command off host sockets, and a Policy with UnixSockets
 //     set relies on the masks alone.
-//   - Empty directories directly in the parent of a Removable grant can
-//     be removed (the same right that removes the grant).
+//   - Empty directories anywhere beneath the parent of a Removable grant
+//     can be removed (Landlock's right holds for the whole tree; masks and
+//     other grants are mount points, which cannot be).
 //   - A hard link that the host itself made from inside a grant to a
 //     secret file is the same file: masks work by path.
 //   - Grants are resolved when the Policy is made and opened again,

@@ -566,7 +566,7 @@ func withRemovableParents(p Policy, inBwrap bool) Policy {
 			continue
 		}
 		a := filepath.Dir(g.Path)
-		if a == "/" || a == g.Path || byParent[a] || (inBwrap && (within(a, "/tmp") || within(a, "/dev"))) {
+		if a == "/" || a == g.Path || byParent[a] || (inBwrap && (within(a, "/tmp") || within(a, "/dev"))) || systemParent(a) {
 			continue
 		}
 		if _, masked := CoveredByMask(a, p.Masks); masked {
@@ -574,7 +574,10 @@ func withRemovableParents(p Policy, inBwrap bool) Policy {
 		}
 		ok := true
 		for _, m := range p.Masks {
-			if filepath.Dir(m.Path) == a {
+			// Landlock's REMOVE_DIR holds for the whole tree beneath the
+			// parent: without bwrap (whose masks are mount points, which
+			// cannot be removed) no mask may lie anywhere beneath it.
+			if filepath.Dir(m.Path) == a || (!inBwrap && within(m.Path, a)) {
 				ok = false
 			}
 		}
@@ -592,14 +595,45 @@ func withRemovableParents(p Policy, inBwrap bool) Policy {
 		if g.Access != Write || g.Own || g.Via != "" || g.parentOf || hasMaskIn(g.Path) {
 			continue
 		}
-		for _, h := range grants {
-			if h.Path != g.Path && h.Access == Write && h.Via == "" && within(g.Path, h.Path) {
-				grants[i].inParent = true
-				break
+		// Only into the innermost grant around it, and only when that
+		// one is writable: a read-only grant in between must stay
+		// mounted over it.
+		var h *Grant
+		for j := range grants {
+			if grants[j].Path != g.Path && within(g.Path, grants[j].Path) && (h == nil || len(grants[j].Path) > len(h.Path)) {
+				h = &grants[j]
 			}
+		}
+		if h != nil && h.Access == Write && h.Via == "" && !h.Own {
+			grants[i].inParent = true
 		}
 	}
 	sort.SliceStable(grants, func(i, j int) bool { return grants[i].Path < grants[j].Path })
 	p.Grants = grants
 	return p
+}
+
+// systemParent reports whether dir is a system path or a shared root
+// (protected as in Derive): never mounted writable as the parent of a
+// removable grant.
+func systemParent(dir string) bool {
+	if slices.Contains(sharedRoots, dir) {
+		return true
+	}
+	for _, p := range protectedPaths {
+		if within(dir, p) || within(p, dir) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasParentOf reports whether p mounts the parent of a removable grant.
+func hasParentOf(p Policy) bool {
+	for _, g := range p.Grants {
+		if g.parentOf {
+			return true
+		}
+	}
+	return false
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -172,5 +173,53 @@ func TestVisible(t *testing.T) {
 	p.RootReadable, p.RootWritable, p.RealDev = false, true, true
 	if Visible(p, "/tmp/v") {
 		t.Errorf("full-fs-no-net: want the host's /tmp hidden too")
+	}
+}
+
+// TestRemovableParents: which removable grants get their parent mounted
+// in their stead, and which writable grants are left to the grant
+// around them.
+func TestRemovableParents(t *testing.T) {
+	w := func(p string, removable bool) Grant { return Grant{Path: p, Access: Write, Removable: removable} }
+	r := func(p string) Grant { return Grant{Path: p, Access: Read} }
+	type want struct{ parents, folded []string }
+	for _, tc := range []struct {
+		name    string
+		grants  []Grant
+		masks   []string
+		inBwrap bool
+		want    want
+	}{
+		{"plain", []Grant{w("/data/album/2023", true)}, nil, true, want{parents: []string{"/data/album"}, folded: []string{"/data/album/2023"}}},
+		{"system or shared parent", []Grant{w("/home/bob", true), w("/srv/x", true), w("/usr/local/x", true), w("/var/lib/x", true)}, nil, true, want{}},
+		{"private tmp in bwrap", []Grant{w("/tmp/x/y", true)}, nil, true, want{}},
+		{"private tmp without bwrap", []Grant{w("/tmp/x/y", true)}, nil, false, want{parents: []string{"/tmp/x"}, folded: []string{"/tmp/x/y"}}},
+		{"mask directly in the parent", []Grant{w("/h/u/Old", true)}, []string{"/h/u/.ssh"}, true, want{}},
+		{"mask deeper, bwrap", []Grant{w("/h/u/Old", true)}, []string{"/h/u/x/.ssh"}, true, want{parents: []string{"/h/u"}, folded: []string{"/h/u/Old"}}},
+		{"mask deeper, no bwrap", []Grant{w("/h/u/Old", true)}, []string{"/h/u/x/.ssh"}, false, want{}},
+		{"sibling grant", []Grant{w("/d/a", true), r("/d/b")}, nil, true, want{}},
+		{"nested removables", []Grant{w("/d/p/2023", true), w("/d/p/2023/05", true)}, nil, true, want{parents: []string{"/d/p"}, folded: []string{"/d/p/2023", "/d/p/2023/05"}}},
+		{"write in read in write", []Grant{w("/p", false), r("/p/ro"), w("/p/ro/w", false)}, nil, true, want{}},
+		{"write in write", []Grant{w("/p", false), w("/p/a/b", false)}, nil, true, want{folded: []string{"/p/a/b"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Policy{Grants: tc.grants}
+			for _, m := range tc.masks {
+				p.Masks = append(p.Masks, Mask{Path: m, Kind: MaskDir})
+			}
+			q := withRemovableParents(p, tc.inBwrap)
+			var got want
+			for _, g := range q.Grants {
+				if g.parentOf {
+					got.parents = append(got.parents, g.Path)
+				}
+				if g.inParent {
+					got.folded = append(got.folded, g.Path)
+				}
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got parents %v folded %v, want %v %v", got.parents, got.folded, tc.want.parents, tc.want.folded)
+			}
+		})
 	}
 }

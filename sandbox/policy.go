@@ -67,9 +67,10 @@ type Grant struct {
 	Own bool `json:"own,omitempty"`
 	// Removable marks a writable directory that an argument named
 	// itself: the command may remove it (delete_dirs, the undo of a
-	// move). Where Landlock applies, the run mounts its parent instead
-	// of it, so it is not a mount point (which cannot be removed), and
-	// lets the parent do nothing but have empty directories removed.
+	// move). Where it is safe (see the package doc), the run mounts its
+	// parent instead of it, so it is not a mount point (which cannot be
+	// removed), and lets the parent do nothing but have empty
+	// directories removed.
 	Removable bool `json:"removable,omitempty"`
 
 	// parentOf is set on the synthetic grant of a Removable grant's

@@ -157,7 +157,11 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 		p.Masks = append(p.Masks, Mask{Path: exe, Kind: MaskFile, Why: "the sandbox shim"})
 	}
 	p.Normalize()
-	if use.landlock {
+	// Landlock confines truncate(2) from ABI 3 on; below, a parent
+	// mounted writable would not hold.
+	// Seccomp keeps mode, owner, time and xattr changes off the
+	// parent's other entries (Landlock does not confine them).
+	if use.landlock && use.seccomp && c.LandlockABI >= 3 {
 		p = withRemovableParents(p, use.bwrap)
 	}
 	env := append([]string(nil), req.Env...)
@@ -182,8 +186,10 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 	}
 	if use.seccomp {
 		// Without bwrap's mount view, Landlock alone cannot keep chmod,
-		// chown, utimes and xattrs off masked files: they are denied.
-		if spec.Filters, err = filter.Programs(spec.NetCut, spec.Unix, use.bwrap); err != nil {
+		// chown, utimes and xattrs off masked files: they are denied. So
+		// they are when the parent of a removable grant is mounted
+		// writable, for its other entries.
+		if spec.Filters, err = filter.Programs(spec.NetCut, spec.Unix, use.bwrap && !hasParentOf(p)); err != nil {
 			return out, false, err
 		}
 	}

@@ -44,8 +44,8 @@ type Rule struct {
 	File bool `json:"f,omitempty"`
 	// Dev allows ioctl on device files beneath it.
 	Dev bool `json:"d,omitempty"`
-	// RemoveDir allows nothing but removing empty directories directly
-	// in Path (the parent of a removable grant).
+	// RemoveDir allows nothing but removing empty directories beneath
+	// Path (the parent of a removable grant).
 	RemoveDir bool `json:"r,omitempty"`
 }
 

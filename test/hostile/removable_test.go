@@ -3,6 +3,7 @@
 package hostile
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -73,6 +74,27 @@ rmdir {{ALBUM}}/2023`)), sandbox.Limits{})
 				landed: func(t *testing.T, fx *fixture, r result) []string {
 					if exists(filepath.Join(fx.Work, "album/planted")) {
 						return []string{"a directory was created in the parent"}
+					}
+					return nil
+				}},
+			{name: "chmod-sibling", sh: "chmod 666 {{ALBUM}}/cover.jpg",
+				landed: func(t *testing.T, fx *fixture, r result) []string {
+					if fi, err := os.Stat(filepath.Join(fx.Work, "album/cover.jpg")); err == nil && fi.Mode().Perm() == 0o666 {
+						return []string{"a sibling's mode was changed"}
+					}
+					return nil
+				}},
+			{name: "touch-sibling", sh: "touch -d 2001-01-01 {{ALBUM}}/cover.jpg",
+				landed: func(t *testing.T, fx *fixture, r result) []string {
+					if fi, err := os.Stat(filepath.Join(fx.Work, "album/cover.jpg")); err == nil && fi.ModTime().Year() == 2001 {
+						return []string{"a sibling's time was changed"}
+					}
+					return nil
+				}},
+			{name: "truncate-sibling", sh: "truncate -s 0 {{ALBUM}}/cover.jpg",
+				landed: func(t *testing.T, fx *fixture, r result) []string {
+					if fi, err := os.Stat(filepath.Join(fx.Work, "album/cover.jpg")); err == nil && fi.Size() == 0 {
+						return []string{"a sibling was truncated"}
 					}
 					return nil
 				}},
