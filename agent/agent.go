@@ -174,23 +174,34 @@ func (a *Agent) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				break
 			}
-			wait := time.Duration(float64(backoff) * (0.75 + rand.Float64()*0.5))
-			a.log.Warn("poll failed; retrying", "err", err, "in", wait.Round(time.Millisecond))
-			select {
-			case <-ctx.Done():
-			case <-time.After(wait):
-			}
-			backoff = min(2*backoff, 10*time.Second)
+			a.log.Warn("poll failed; retrying", "err", err)
+			a.sleep(ctx, &backoff)
 			continue
 		}
-		backoff = time.Second
 		a.noteShim(resp.ShimSHA256)
 		if resp.Invocation != nil {
-			a.Handle(ctx, resp.Invocation)
+			if err := a.Handle(ctx, resp.Invocation); err != nil {
+				// A malformed invocation counts as a failed poll (§6.2
+				// step 1): back off.
+				a.sleep(ctx, &backoff)
+				continue
+			}
 		}
+		backoff = time.Second
 	}
 	a.log.Info("agent stopping")
 	return nil
+}
+
+// sleep waits backoff × a jitter in [0.75, 1.25), then doubles backoff
+// up to 10 s (Appendix C).
+func (a *Agent) sleep(ctx context.Context, backoff *time.Duration) {
+	wait := time.Duration(float64(*backoff) * (0.75 + rand.Float64()*0.5))
+	select {
+	case <-ctx.Done():
+	case <-time.After(wait):
+	}
+	*backoff = min(2**backoff, 10*time.Second)
 }
 
 // heartbeats sends the profile at once and then every HeartbeatEvery.
@@ -240,6 +251,7 @@ func (a *Agent) Flush(ctx context.Context) bool {
 		a.log.Error("reading the spool", "err", err)
 		return false
 	}
+	empty := true
 	for _, r := range pending {
 		err := a.client.Deliver(ctx, r.Body)
 		switch status := StatusOf(err); {
@@ -248,9 +260,14 @@ func (a *Agent) Flush(ctx context.Context) bool {
 				a.log.Error("removing a delivered result", "invocation", r.ID, "err", err)
 			}
 			a.log.Info("result delivered", "invocation", r.ID, "bytes", len(r.Body))
-		case status == 0 || Retryable(status):
+		case status == 0:
+			// The server is not there: the others would fail too.
 			a.log.Warn("result not delivered yet; kept in the spool", "invocation", r.ID, "err", err)
 			return false
+		case Retryable(status):
+			// This one may be refused for now; the next may go through.
+			a.log.Warn("result not delivered yet; kept in the spool", "invocation", r.ID, "err", err)
+			empty = false
 		default:
 			if derr := a.spool.DeadLetter(r, status); derr != nil {
 				a.log.Error("moving a refused result to dead-results", "invocation", r.ID, "err", derr)
@@ -259,7 +276,7 @@ func (a *Agent) Flush(ctx context.Context) bool {
 			a.log.Error("the server refused a result for good; kept in spool/dead-results", "invocation", r.ID, "status", status, "err", err)
 		}
 	}
-	return true
+	return empty
 }
 
 // housekeeping applies the retention rules at start: spooled results

@@ -89,20 +89,27 @@ var serverErrorWords = map[string]string{
 }
 
 // Retryable reports whether a result delivery that failed with status
-// may succeed later (§5.5): 408, 423, 425, 429 and every 5xx.
+// may succeed later (§5.5): 408, 423, 425, 429 and every 5xx, and also
+// every 3xx (a proxy in the way, which the protocol never sends).
 func Retryable(status int) bool {
 	switch status {
 	case 408, 423, 425, 429:
 		return true
 	}
-	return status >= 500
+	// A redirect is a misconfigured proxy, not the server's refusal:
+	// keep the result rather than lose it.
+	return status >= 500 || (status >= 300 && status < 400)
 }
+
+// plainClient follows no redirect: a 3xx is the answer (a proxy that
+// redirected a signed POST to a GET must not pass for the server's 200).
+var plainClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 func (c *Client) httpClient() *http.Client {
 	if c.HTTP != nil {
 		return c.HTTP
 	}
-	return http.DefaultClient
+	return plainClient
 }
 
 // do sends one request and reads the whole response. A non-2xx status

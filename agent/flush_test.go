@@ -50,7 +50,7 @@ func TestFlushStatuses(t *testing.T) {
 		{status: 200},
 		{status: 400, dead: true}, {status: 403, dead: true}, {status: 404, dead: true}, {status: 413, dead: true}, {status: 422, dead: true},
 		{status: 408, kept: true}, {status: 423, kept: true}, {status: 425, kept: true}, {status: 429, kept: true},
-		{status: 500, kept: true}, {status: 503, kept: true},
+		{status: 500, kept: true}, {status: 503, kept: true}, {status: 302, kept: true},
 		{serverGone: true, kept: true},
 	} {
 		var got []byte
@@ -177,5 +177,27 @@ func TestHistoryLinkNotFollowed(t *testing.T) {
 	a.expireHistory(time.Now().Add(-30 * 24 * time.Hour))
 	if _, err := os.Stat(filepath.Join(victim, "2019", "kid.jpg")); err != nil {
 		t.Fatalf("a file behind a turn link was removed: %v", err)
+	}
+}
+
+// TestFlushPastRefusedForNow: a result the server refuses for now does
+// not hold back the ones after it.
+func TestFlushPastRefusedForNow(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(b), "stuck") {
+			w.WriteHeader(500)
+		}
+	}))
+	defer srv.Close()
+	a := testAgent(t, srv.URL)
+	a.spool.Finish("inv-18ed65bd51bdc701fcd26b51", []byte(`{"invocation_id":"inv-18ed65bd51bdc701fcd26b51","x":"stuck"}`))
+	a.spool.Finish("inv-18ed65bd51bdc701fcd26b52", []byte(`{"invocation_id":"inv-18ed65bd51bdc701fcd26b52"}`))
+	if a.Flush(context.Background()) {
+		t.Fatal("Flush says the spool is empty")
+	}
+	pending, _ := a.spool.Pending()
+	if len(pending) != 1 || pending[0].ID != "inv-18ed65bd51bdc701fcd26b51" {
+		t.Fatalf("pending after the flush: %v", pending)
 	}
 }

@@ -23,33 +23,33 @@ import (
 // error_class "invocation_refused", so that the server learns at once
 // rather than at its timeout, and so that nothing it sends can stall
 // the invocations after it.
-func (a *Agent) Handle(ctx context.Context, raw any) {
+func (a *Agent) Handle(ctx context.Context, raw any) error {
 	inv, err := wire.ParseInvocation(raw)
 	if err != nil {
 		a.log.Error("the server sent an invocation of the wrong shape; ignored", "err", err)
-		return
+		return err
 	}
 	log := a.log.With("invocation", inv.ID, "executor", inv.Executor)
 	if !wire.ValidID(inv.ID) {
 		log.Error("refusing an invocation id the server cannot issue; not run, no result possible")
-		return
+		return nil
 	}
 	if a.spool.Executed(inv.ID) {
 		log.Info("already executed on this device; not run again")
-		return
+		return nil
 	}
 	if err := inv.Verify(a.server); err != nil {
 		a.refuse(log, inv, fmt.Errorf("the invocation's signature is not the paired server's: %w", err))
-		return
+		return nil
 	}
 	if err := wire.CheckID(inv.ID, time.Now()); err != nil {
 		a.refuse(log, inv, err)
-		return
+		return nil
 	}
 	r, keep := a.execute(ctx, inv)
 	if !keep {
 		log.Info("stopping before the run started; the server will hand the invocation out again")
-		return
+		return nil
 	}
 	r.InvocationID, r.DeviceID = inv.ID, a.client.DeviceID
 	body, err := r.Body()
@@ -65,10 +65,11 @@ func (a *Agent) Handle(ctx context.Context, raw any) {
 	}
 	if err := a.spool.Finish(inv.ID, body); err != nil {
 		log.Error("could not spool the result", "err", err)
-		return
+		return nil
 	}
 	log.Info("executed", "ok", r.OK, "sandbox", r.Sandbox, "elapsed_ms", r.ElapsedMS, "error_class", r.ErrorClass)
 	a.Flush(ctx)
+	return nil
 }
 
 // refuse records and reports an invocation that is not run.
@@ -326,6 +327,9 @@ func (a *Agent) Request(inv wire.Invocation, ex Executor, shimDir string, limit 
 		return sandbox.Request{}, fmt.Errorf("executor %s: %w", ex.Name, err)
 	}
 	if !sandbox.Visible(pol, a.python.Path) {
+		if a.python.Prefix == "/" || within(a.host.Home, a.python.Prefix) {
+			return sandbox.Request{}, fmt.Errorf("python %s: its installation would be %s, which the sandbox would have to show whole; set METNOS_PYTHON to an interpreter installed in a folder of its own", a.python.Path, a.python.Prefix)
+		}
 		in.Extra = append(in.Extra, sandbox.Grant{Path: a.python.Prefix, Access: sandbox.Read, Own: within(a.python.Prefix, a.cfg.CacheDir), Why: "python " + a.python.Source})
 		if pol, err = sandbox.Derive(in); err != nil {
 			return sandbox.Request{}, fmt.Errorf("executor %s: %w", ex.Name, err)

@@ -3,10 +3,14 @@
 package platform
 
 import (
+	"errors"
 	"os"
 
 	"golang.org/x/sys/unix"
 )
+
+// heldElsewhere reports whether a lock error means another holder.
+func heldElsewhere(err error) bool { return errors.Is(err, unix.EWOULDBLOCK) }
 
 func lockFile(f *os.File) error {
 	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)

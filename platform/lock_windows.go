@@ -3,10 +3,16 @@
 package platform
 
 import (
+	"errors"
 	"os"
 
 	"golang.org/x/sys/windows"
 )
+
+// heldElsewhere reports whether a lock error means another holder.
+func heldElsewhere(err error) bool {
+	return errors.Is(err, windows.ERROR_LOCK_VIOLATION) || errors.Is(err, windows.ERROR_IO_PENDING)
+}
 
 func lockFile(f *os.File) error {
 	var ol windows.Overlapped

@@ -35,6 +35,9 @@ func Lock(path string) (*InstanceLock, error) {
 	if err := lockFile(f); err != nil {
 		b, _ := io.ReadAll(io.LimitReader(f, 32))
 		f.Close()
+		if !heldElsewhere(err) {
+			return nil, fmt.Errorf("platform: locking %s: %w", path, err)
+		}
 		if pid, perr := strconv.Atoi(string(b)); perr == nil {
 			return nil, fmt.Errorf("%w: %s is held by process %d", ErrLocked, path, pid)
 		}
