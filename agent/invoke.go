@@ -202,7 +202,7 @@ func refusedEnv(k string) string {
 	switch {
 	case !envName.MatchString(k):
 		return "not a variable name"
-	case strings.HasPrefix(u, "LD_"), strings.HasPrefix(u, "PYTHON"), strings.HasPrefix(u, "DYLD_"):
+	case strings.HasPrefix(u, "LD_"), strings.HasPrefix(u, "PYTHON"), strings.HasPrefix(u, "DYLD_"), u == "GLIBC_TUNABLES":
 		return "changes how the interpreter loads code"
 	}
 	switch u {
@@ -248,7 +248,10 @@ func (a *Agent) run(ctx context.Context, inv wire.Invocation, ex Executor, limit
 				m := noModule.FindStringSubmatch(string(out.Stderr))
 				if attempt == 0 && m != nil && !shimHas(shimDir, m[1]) && limit-time.Since(start) > time.Second {
 					a.log.Warn("the executor misses a shim module; fetching the shim again", "executor", ex.Name, "module", m[1])
-					if dir, err := a.ensureShim(ctx, true); err == nil && shimHas(dir, m[1]) {
+					fctx, cancel := context.WithTimeout(ctx, limit-time.Since(start))
+					dir, err := a.ensureShim(fctx, true)
+					cancel()
+					if err == nil && shimHas(dir, m[1]) && limit-time.Since(start) > time.Second {
 						a.log.Warn("retrying once with the fetched shim", "executor", ex.Name)
 						continue
 					}

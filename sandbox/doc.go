@@ -54,16 +54,18 @@
 //   - A writable directory that an argument names itself is Removable.
 //     Where Landlock (ABI 3 or later, which confines truncate) and seccomp
 //     apply, and the parent is not a system path, a shared root (/home,
-//     /srv, /var...), in the private /tmp or /dev, granted itself, beside
-//     another grant or directly holding a masked path (without bwrap: any
-//     masked path), the parent is mounted in its stead and Landlock gives
+//     /srv, /var, a sticky world-writable directory such as /var/tmp...),
+//     in the private /tmp or /dev, granted itself, beside another grant
+//     or directly holding a masked path (without bwrap: any masked path
+//     or read-only grant beneath it), the parent is mounted in its stead and Landlock gives
 //     it nothing but the removal of empty directories, so that the
 //     command can remove the directory (a mount point cannot be removed:
 //     protocol §12.15). seccomp then refuses mode, owner, time and xattr
 //     changes by path for the whole run, as without bwrap. The parent's
-//     other entries can be stat-ed by name (Landlock does not confine
-//     metadata reads), not read, listed, written, truncated, renamed or
-//     changed. Elsewhere the directory stays a mount point, and removing
+//     other entries can be stat-ed by name, their links read (readlink),
+//     their extended attributes read, and the parent watched with inotify
+//     (Landlock confines none of these), not read, listed, written,
+//     truncated, renamed or changed. Elsewhere the directory stays a mount point, and removing
 //     it fails. Writable grants whose innermost enclosing grant is
 //     writable are not mounted again, for the same reason.
 //

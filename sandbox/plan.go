@@ -582,8 +582,13 @@ func withRemovableParents(p Policy, inBwrap bool) Policy {
 			}
 		}
 		for _, o := range grants {
-			if within(a, o.Path) || (filepath.Dir(o.Path) == a && !o.Removable) {
+			switch {
+			case within(a, o.Path) || (filepath.Dir(o.Path) == a && !o.Removable):
 				ok = false // already inside a grant, or a sibling grant
+			case !inBwrap && o.Access != Write && within(o.Path, a):
+				// Without bwrap a read-only grant beneath is no mount
+				// point: its empty directories would be removable.
+				ok = false
 			}
 		}
 		if ok {
@@ -618,6 +623,11 @@ func withRemovableParents(p Policy, inBwrap bool) Policy {
 // removable grant.
 func systemParent(dir string) bool {
 	if slices.Contains(sharedRoots, dir) {
+		return true
+	}
+	// A sticky, world-writable directory (/tmp, /var/tmp) holds
+	// everyone's files too.
+	if fi, err := os.Stat(dir); err == nil && fi.Mode()&os.ModeSticky != 0 && fi.Mode().Perm()&0o002 != 0 {
 		return true
 	}
 	for _, p := range protectedPaths {

@@ -201,6 +201,9 @@ func TestRemovableParents(t *testing.T) {
 		{"nested removables", []Grant{w("/d/p/2023", true), w("/d/p/2023/05", true)}, nil, true, want{parents: []string{"/d/p"}, folded: []string{"/d/p/2023", "/d/p/2023/05"}}},
 		{"write in read in write", []Grant{w("/p", false), r("/p/ro"), w("/p/ro/w", false)}, nil, true, want{}},
 		{"write in write", []Grant{w("/p", false), w("/p/a/b", false)}, nil, true, want{folded: []string{"/p/a/b"}}},
+		{"read-only grant beneath, bwrap", []Grant{w("/d/p/x", true), r("/d/p/y/z")}, nil, true, want{parents: []string{"/d/p"}, folded: []string{"/d/p/x"}}},
+		{"read-only grant beneath, no bwrap", []Grant{w("/d/p/x", true), r("/d/p/y/z")}, nil, false, want{}},
+		{"sticky world-writable parent", []Grant{w("/var/tmp/x", true)}, nil, false, want{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := Policy{Grants: tc.grants}

@@ -266,9 +266,16 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 		spec.Dir = dir
 		argv = []string{exe}
 	}
-	// The command's environment goes in the spec; bwrap (a host
-	// program, not confined) and the shim start with none.
-	spec.Env = env
+	// The command's environment goes to the shim in a sealed memfd;
+	// bwrap (a host program, not confined) and the shim start with none,
+	// and it is in no command line.
+	envFile, err := envMemfd(env)
+	if err != nil {
+		return out, false, err
+	}
+	defer envFile.Close()
+	spec.EnvFD = 3 + len(extra)
+	extra = append(extra, envFile)
 	sargs, err := shim.EncodeArgs(spec, req.Argv)
 	if err != nil {
 		return out, false, err
@@ -705,4 +712,22 @@ func placeholderLockDir() (string, error) {
 		return "", fmt.Errorf("sandbox: placeholder locks: %s is not a private directory of this user (%v); remove it", dir, fi.Mode())
 	}
 	return dir, nil
+}
+
+// envMemfd returns a sealed memfd holding env, NUL-separated.
+func envMemfd(env []string) (*os.File, error) {
+	fd, err := unix.MemfdCreate("metnos-env", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: memfd for the environment: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "metnos-env")
+	if _, err := f.WriteString(strings.Join(env, "\x00")); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sandbox: writing the environment: %w", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sandbox: sealing the environment: %w", err)
+	}
+	return f, nil
 }

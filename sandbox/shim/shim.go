@@ -76,10 +76,13 @@ type Spec struct {
 	CgroupFDs []int `json:"cgroup_fds,omitempty"`
 	// Dir is the working directory to enter before restricting.
 	Dir string `json:"dir,omitempty"`
-	// Env is the command's whole environment. It travels in the spec so
-	// that bwrap itself, which runs on the host unconfined, starts with
-	// an empty one (no LD_PRELOAD of the command's reaches it).
-	Env []string `json:"env,omitempty"`
+	// EnvFD is an inherited descriptor (a sealed memfd) holding the
+	// command's whole environment, NUL-separated; 0 means the shim's own.
+	// It travels this way so that bwrap, which runs on the host
+	// unconfined, and the shim start with an empty environment (no
+	// LD_PRELOAD of the command's reaches them), and so that it is not
+	// in any command line, which every user of the machine can read.
+	EnvFD int `json:"env_fd,omitempty"`
 }
 
 // Status is the shim's report on descriptor 3.

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,12 +47,16 @@ func run(status *os.File, spec Spec, argv []string) int {
 	// credentials, so the thread stays locked until exec.
 	runtime.LockOSThread()
 	unix.CloseOnExec(StatusFD)
+	var err error
 
-	// The command's environment is spec.Env (the shim's own is empty, so
-	// that nothing in it, LD_PRELOAD above all, acts on a host program).
-	env := spec.Env
-	if env == nil {
-		env = os.Environ()
+	// The command's environment comes from spec.EnvFD (the shim's own is
+	// empty, so that nothing in it, LD_PRELOAD above all, acts on a host
+	// program).
+	env := os.Environ()
+	if spec.EnvFD > 0 {
+		if env, err = readEnv(spec.EnvFD); err != nil {
+			return fail(status, err)
+		}
 	}
 	path, err := lookPath(argv[0], env)
 	if err != nil {
@@ -78,6 +84,14 @@ func run(status *os.File, spec Spec, argv []string) int {
 	}
 	st.NoNewPrivs = true
 	st.LandlockABI, _ = llsys.LandlockGetABIVersion()
+	// A rule that keeps the writable mount of a removable grant's parent
+	// to removing empty directories is the only thing holding it: no
+	// such run goes on without Landlock that confines truncate (ABI 3).
+	for _, r := range spec.Rules {
+		if r.RemoveDir && (!spec.Landlock || st.LandlockABI < 3) {
+			return fail(status, fmt.Errorf("the plan needs Landlock ABI 3 for %s, and this kernel gives %d", r.Path, st.LandlockABI))
+		}
+	}
 	if spec.Landlock && st.LandlockABI > 0 {
 		if err := applyLandlock(spec); err != nil {
 			return fail(status, err)
@@ -278,14 +292,19 @@ func supervise(status *os.File, spec Spec, argv []string) int {
 		self = "/proc/self/exe"
 	}
 	cmd := exec.Command(self, append([]string{Arg, string(inner), "--"}, argv...)...)
-	cmd.Env = []string{} // the command's is in the spec
+	cmd.Env = []string{} // the command's comes through spec.EnvFD
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.ExtraFiles = []*os.File{status}
-	for _, fd := range spec.CgroupFDs {
+	fds := append([]int(nil), spec.CgroupFDs...)
+	if spec.EnvFD > 0 {
+		fds = append(fds, spec.EnvFD)
+	}
+	slices.Sort(fds)
+	for _, fd := range fds {
 		for len(cmd.ExtraFiles) < fd-StatusFD {
 			cmd.ExtraFiles = append(cmd.ExtraFiles, nil)
 		}
-		cmd.ExtraFiles = append(cmd.ExtraFiles, os.NewFile(uintptr(fd), "cgroup.procs"))
+		cmd.ExtraFiles = append(cmd.ExtraFiles, os.NewFile(uintptr(fd), "inherited"))
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -423,6 +442,27 @@ func applySeccomp(progs [][]byte) error {
 	return nil
 }
 
+// readEnv reads the NUL-separated environment from the descriptor fd
+// and closes it.
+func readEnv(fd int) ([]string, error) {
+	f := os.NewFile(uintptr(fd), "env")
+	defer f.Close()
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("reading the environment: %w", err)
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("reading the environment: %w", err)
+	}
+	env := []string{}
+	for _, kv := range strings.Split(string(b), "\x00") {
+		if kv != "" {
+			env = append(env, kv)
+		}
+	}
+	return env, nil
+}
+
 // lookPath finds name as exec.LookPath does, in the PATH of env.
 func lookPath(name string, env []string) (string, error) {
 	if strings.Contains(name, "/") {
@@ -435,8 +475,8 @@ func lookPath(name string, env []string) (string, error) {
 		}
 	}
 	for _, dir := range strings.Split(path, ":") {
-		if dir == "" {
-			dir = "."
+		if !strings.HasPrefix(dir, "/") {
+			continue // relative entries (and "") are never searched
 		}
 		p := dir + "/" + name
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {

@@ -4,11 +4,14 @@ package e2e
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -268,37 +271,62 @@ func TestServerDownThenUp(t *testing.T) {
 
 // TestWatchdog: an execution stuck past its deadline plus 10 s makes
 // the agent exit 124 for its supervisor; restarted, it reports the
-// invocation as of unknown outcome and does not run it again. Here the
-// run gets stuck in the shim self-heal: the first attempt misses a shim
-// module, and fetching the shim again hangs.
+// invocation as of unknown outcome and does not run it again. The run
+// is stuck the way a wedged process of the same user would leave it:
+// holding, exclusively, the lock the sandbox takes before it masks a
+// nucleus path (here ~/.ssh, visible under a write grant of the home).
 func TestWatchdog(t *testing.T) {
 	w := newWorld(t)
 	w.pair()
 	p := w.start()
-	w.wait(w.enqueue("echo_args", map[string]any{}, refserver.EnqueueOptions{}))
-	if err := os.Remove(filepath.Join(w.cacheDir(), "shim", "executor_helpers.py")); err != nil {
-		t.Fatal(err)
-	}
-	w.srv.SetShimDelay(10 * time.Minute)
-	dst := filepath.Join(w.work, "moved")
-	os.WriteFile(filepath.Join(w.work, "a.txt"), []byte("A"), 0o644)
-	id := w.enqueue("move_files", map[string]any{"entries": []any{map[string]any{"src": filepath.Join(w.work, "a.txt")}}, "dst_template": dst + "/{name}", "parents": true},
-		refserver.EnqueueOptions{DeadlineMS: 3000})
+	unlock := holdPlaceholderLock(t, filepath.Join(w.home, ".ssh"))
+	id := w.enqueue("touch_once", map[string]any{"folder": w.home, "tag": "w"}, refserver.EnqueueOptions{DeadlineMS: 2000})
 	if code := p.exitCode(t, 60*time.Second); code != 124 {
 		t.Fatalf("the agent exited %d, want 124", code)
 	}
 	if !logHas(p, "watchdog") {
 		t.Error("the log does not name the watchdog")
 	}
-	w.srv.SetShimDelay(0)
+	unlock()
 	w.start()
 	info := w.wait(id)
 	if r := result(t, info); r["error_class"] != "execution_outcome_unknown" {
 		t.Fatalf("after the watchdog: %s", info.ResultBody)
 	}
-	if _, err := os.Stat(filepath.Join(dst, "a.txt")); err == nil {
-		t.Fatal("the invocation ran after the restart")
+	if l := lines(t, filepath.Join(w.home, "ran.log")); len(l) != 0 {
+		t.Fatalf("the executor ran: %v", l)
 	}
+}
+
+// holdPlaceholderLock takes, exclusively, the lock the sandbox takes
+// shared before it masks path (its name and place mirror the sandbox's
+// placeholderLockDir and placeholderLocks).
+func holdPlaceholderLock(t *testing.T, path string) func() {
+	t.Helper()
+	var dir string
+	switch rt := os.Getenv("XDG_RUNTIME_DIR"); {
+	case os.Getuid() == 0:
+		dir = "/run/metnos-agent/placeholders"
+	case filepath.IsAbs(rt):
+		dir = filepath.Join(rt, "metnos-agent", "placeholders")
+	default:
+		dir = filepath.Join(os.TempDir(), fmt.Sprintf("metnos-placeholders-%d", os.Getuid()))
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(path))
+	f, err := os.OpenFile(filepath.Join(dir, hex.EncodeToString(sum[:12])+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { f.Close() }) }
+	t.Cleanup(release)
+	return release
 }
 
 // TestShimSelfHeal: a shim module missing from the device's copy is
