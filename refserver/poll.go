@@ -43,6 +43,9 @@ func (s *Server) handlePoll(w http.ResponseWriter, r *http.Request) {
 	tick := time.NewTicker(s.check)
 	defer tick.Stop()
 	for {
+		if r.Context().Err() != nil {
+			return // the device went away: claim nothing for it
+		}
 		s.mu.Lock()
 		inv := s.claimLocked(id, cursor, s.now())
 		var obj any

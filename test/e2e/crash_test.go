@@ -250,12 +250,14 @@ func TestKillAtRandom(t *testing.T) {
 // TestServerDownThenUp: the agent keeps trying while the server is
 // unreachable, and picks work up again when it is back.
 func TestServerDownThenUp(t *testing.T) {
-	w := newWorld(t)
+	// The long-poll cut by the outage may still claim the invocation on
+	// the server (§12.17): a short deadline and grace bound the wait.
+	w := newWorld(t, shortGrace)
 	w.pair()
 	p := w.start()
 	w.wait(w.enqueue("echo_args", map[string]any{"i": 1}, refserver.EnqueueOptions{}))
 	w.proxy.down()
-	id := w.enqueue("echo_args", map[string]any{"i": 2}, refserver.EnqueueOptions{})
+	id := w.enqueue("echo_args", map[string]any{"i": 2}, refserver.EnqueueOptions{DeadlineMS: 2000})
 	deadline := time.Now().Add(20 * time.Second)
 	for !logHas(p, "poll failed") && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
