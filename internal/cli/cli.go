@@ -89,6 +89,11 @@ func init() {
 			short: "serve the paired server: poll, run invocations in the sandbox, send results",
 			run:   runRun,
 		},
+		"fetch": {
+			usage: "fetch URL --sha256 HEX -o FILE [--size N]",
+			short: "download a file in resumable chunks, installed only if it matches its pin",
+			run:   runFetch,
+		},
 		"help": {
 			usage: "help [COMMAND]",
 			short: "show help for a command",

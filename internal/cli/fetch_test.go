@@ -1,0 +1,52 @@
+package cli
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestFetchCommand: exit 0 only with a verified file; a wrong pin exits
+// 1 with the reason and installs nothing; progress goes to the log when
+// stderr is not a terminal.
+func TestFetchCommand(t *testing.T) {
+	data := bytes.Repeat([]byte("metnos"), 5000)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.ServeContent(w, r, "f", time.Unix(0, 0), bytes.NewReader(data))
+	}))
+	defer srv.Close()
+	sum := sha256.Sum256(data)
+	pin := hex.EncodeToString(sum[:])
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		sha  string
+		code int
+		out  string
+	}{
+		{pin, 0, "verified"},
+		{strings.Repeat("1", 64), 1, "pin or the upstream file is wrong"},
+	} {
+		dst := filepath.Join(dir, tc.sha[:8])
+		var out, errb bytes.Buffer
+		code := run(stdio{in: os.Stdin, out: &out, err: &errb}, []string{"fetch", srv.URL, "--sha256", tc.sha, "-o", dst, "--chunk", "7000"})
+		if code != tc.code || !strings.Contains(out.String()+errb.String(), tc.out) {
+			t.Errorf("sha %s…: exit %d, want %d with %q\nstdout: %s\nstderr: %s", tc.sha[:8], code, tc.code, tc.out, out.String(), errb.String())
+		}
+		if _, err := os.Stat(dst); (err == nil) != (tc.code == 0) {
+			t.Errorf("sha %s…: file present %v after exit %d", tc.sha[:8], err == nil, code)
+		}
+		if tc.code == 0 && !strings.Contains(errb.String(), "download progress") {
+			t.Errorf("no progress in the log: %s", errb.String())
+		}
+	}
+	if code := run(stdio{in: os.Stdin, out: &bytes.Buffer{}, err: &bytes.Buffer{}}, []string{"fetch", srv.URL}); code != exitUsage {
+		t.Errorf("fetch without a pin: exit %d, want %d", code, exitUsage)
+	}
+}
