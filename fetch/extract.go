@@ -1,0 +1,214 @@
+package fetch
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/ulikunitz/xz"
+)
+
+// Limits bound what [Extract] accepts. Zero fields take the defaults.
+type Limits struct {
+	// Bytes caps the total size of the files (4 GiB).
+	Bytes int64
+	// Entries caps the number of entries (200,000).
+	Entries int
+}
+
+// ErrUnsafeArchive is wrapped by every refusal of an archive's content.
+var ErrUnsafeArchive = errors.New("fetch: unsafe archive")
+
+// Extract unpacks the tar archive at archive (gzip, zstd or xz
+// compressed, told by its first bytes) into dir, which must not exist:
+// it is created, and removed again on any error. Through an [os.Root]
+// opened on dir, nothing is written outside it. It refuses absolute
+// names, "..", links whose target leaves the tree, hard links to
+// anything but a file already extracted, devices, FIFOs and sockets,
+// entries over the limits, and duplicate names; it strips setuid,
+// setgid and sticky bits; and it reads the compressed stream to its end,
+// so that its checksum is checked.
+func Extract(archive, dir string, lim Limits) (err error) {
+	if lim.Bytes <= 0 {
+		lim.Bytes = 4 << 30
+	}
+	if lim.Entries <= 0 {
+		lim.Entries = 200_000
+	}
+	f, err := os.Open(archive)
+	if err != nil {
+		return fmt.Errorf("extract %s: %w", archive, err)
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(f, 1<<20)
+	magic, _ := br.Peek(6)
+	var dec io.Reader
+	var closeDec func()
+	switch {
+	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
+		gz, err := gzip.NewReader(br)
+		if err != nil {
+			return fmt.Errorf("extract %s: %w", archive, err)
+		}
+		dec, closeDec = gz, func() { gz.Close() }
+	case bytes.HasPrefix(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+		zr, err := zstd.NewReader(br, zstd.WithDecoderMaxWindow(1<<31), zstd.WithDecoderMaxMemory(1<<31), zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return fmt.Errorf("extract %s: %w", archive, err)
+		}
+		dec, closeDec = zr, zr.Close
+	case bytes.HasPrefix(magic, []byte{0xfd, '7', 'z', 'X', 'Z', 0x00}):
+		xr, err := xz.NewReader(br)
+		if err != nil {
+			return fmt.Errorf("extract %s: %w", archive, err)
+		}
+		dec, closeDec = xr, func() {}
+	default:
+		return fmt.Errorf("extract %s: not a gzip, zstd or xz stream", archive)
+	}
+	defer closeDec()
+
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return fmt.Errorf("extract %s: %w", archive, err)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("extract %s: %w", archive, err)
+	}
+	defer root.Close()
+
+	tr := tar.NewReader(dec)
+	var total int64
+	files := map[string]bool{} // regular files extracted, for hard links
+	for n := 0; ; n++ {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("extract %s: %w", archive, err)
+		}
+		if n >= lim.Entries {
+			return fmt.Errorf("%w: %s has more than %d entries", ErrUnsafeArchive, archive, lim.Entries)
+		}
+		name, err := entryName(h.Name)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrUnsafeArchive, archive, err)
+		}
+		if name == "." {
+			continue
+		}
+		if err := root.MkdirAll(path.Dir(name), 0o755); err != nil && path.Dir(name) != "." {
+			return fmt.Errorf("extract %s: %s: %w", archive, name, err)
+		}
+		mode := fs.FileMode(h.Mode).Perm() // no setuid, setgid, sticky
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := root.Mkdir(name, mode|0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+				return fmt.Errorf("extract %s: %s: %w", archive, name, err)
+			}
+		case tar.TypeReg, tar.TypeRegA:
+			total += h.Size
+			if h.Size < 0 || total > lim.Bytes {
+				return fmt.Errorf("%w: %s unpacks to more than %d bytes", ErrUnsafeArchive, archive, lim.Bytes)
+			}
+			out, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode|0o600)
+			if err != nil {
+				return fmt.Errorf("extract %s: %s: %w (a duplicate entry?)", archive, name, err)
+			}
+			w, err := io.Copy(out, io.LimitReader(tr, h.Size))
+			if cerr := out.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil || w != h.Size {
+				return fmt.Errorf("extract %s: %s: %d of %d bytes: %v", archive, name, w, h.Size, err)
+			}
+			files[name] = true
+		case tar.TypeSymlink:
+			if err := linkTarget(name, h.Linkname); err != nil {
+				return fmt.Errorf("%w: %s: %v", ErrUnsafeArchive, archive, err)
+			}
+			if err := root.Symlink(h.Linkname, name); err != nil {
+				return fmt.Errorf("extract %s: %s: %w", archive, name, err)
+			}
+		case tar.TypeLink:
+			target, err := entryName(h.Linkname)
+			if err != nil || !files[target] {
+				return fmt.Errorf("%w: %s: hard link %s -> %s is not to a file extracted before it", ErrUnsafeArchive, archive, name, h.Linkname)
+			}
+			if err := root.Link(target, name); err != nil {
+				return fmt.Errorf("extract %s: %s: %w", archive, name, err)
+			}
+		case tar.TypeXGlobalHeader:
+		default:
+			return fmt.Errorf("%w: %s: %s is a %s, not a file, directory or link", ErrUnsafeArchive, archive, name, typeName(h.Typeflag))
+		}
+	}
+	// The rest of the stream: its checksum is only checked at its end.
+	if _, err := io.Copy(io.Discard, dec); err != nil {
+		return fmt.Errorf("extract %s: the compressed stream is damaged: %w", archive, err)
+	}
+	return nil
+}
+
+// entryName cleans an archive name: relative, no "..", no empty or odd
+// element. "./python/bin" is "python/bin".
+func entryName(n string) (string, error) {
+	if strings.HasPrefix(n, "/") || strings.Contains(n, "\\") {
+		return "", fmt.Errorf("%q is absolute or uses backslashes", n)
+	}
+	n = strings.TrimSuffix(strings.TrimPrefix(n, "./"), "/")
+	if n == "" || n == "." {
+		return ".", nil
+	}
+	if !fs.ValidPath(n) || len(n) > 4096 {
+		return "", fmt.Errorf("%q is not a safe relative name", n)
+	}
+	return n, nil
+}
+
+// linkTarget checks that a symbolic link at name pointing at target
+// stays inside the tree.
+func linkTarget(name, target string) error {
+	if target == "" || strings.HasPrefix(target, "/") || strings.Contains(target, "\\") {
+		return fmt.Errorf("link %s -> %q points out of the tree", name, target)
+	}
+	// No "..": through another link (b -> .) a lexically inside target
+	// can resolve outside.
+	for _, el := range strings.Split(target, "/") {
+		if el == ".." {
+			return fmt.Errorf("link %s -> %q climbs with \"..\"", name, target)
+		}
+	}
+	resolved := path.Join(path.Dir(name), target)
+	if resolved == ".." || strings.HasPrefix(resolved, "../") || !fs.ValidPath(resolved) {
+		return fmt.Errorf("link %s -> %q points out of the tree", name, target)
+	}
+	return nil
+}
+
+func typeName(t byte) string {
+	switch t {
+	case tar.TypeChar:
+		return "character device"
+	case tar.TypeBlock:
+		return "block device"
+	case tar.TypeFifo:
+		return "FIFO"
+	}
+	return fmt.Sprintf("entry of type %q", t)
+}

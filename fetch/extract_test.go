@@ -1,0 +1,157 @@
+package fetch
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/ulikunitz/xz"
+)
+
+type entry struct {
+	name, link string
+	typ        byte
+	mode       int64
+	body       string
+}
+
+func tarball(t *testing.T, comp string, es []entry) []byte {
+	t.Helper()
+	var raw bytes.Buffer
+	tw := tar.NewWriter(&raw)
+	for _, e := range es {
+		h := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: e.typ, Mode: e.mode, Size: int64(len(e.body))}
+		if h.Mode == 0 {
+			h.Mode = 0o644
+		}
+		if e.typ != tar.TypeReg {
+			h.Size = 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if e.typ == tar.TypeReg {
+			tw.Write([]byte(e.body))
+		}
+	}
+	tw.Close()
+	var out bytes.Buffer
+	switch comp {
+	case "gz":
+		w := gzip.NewWriter(&out)
+		w.Write(raw.Bytes())
+		w.Close()
+	case "zst":
+		w, _ := zstd.NewWriter(&out)
+		w.Write(raw.Bytes())
+		w.Close()
+	case "xz":
+		w, _ := xz.NewWriter(&out)
+		w.Write(raw.Bytes())
+		w.Close()
+	}
+	return out.Bytes()
+}
+
+// pbs is a tree shaped like python-build-standalone's install_only.
+var pbs = []entry{
+	{name: "python/", typ: tar.TypeDir, mode: 0o755},
+	{name: "python/bin/", typ: tar.TypeDir, mode: 0o755},
+	{name: "python/bin/python3.12", typ: tar.TypeReg, mode: 0o6755, body: "#!interp"},
+	{name: "python/bin/python3", typ: tar.TypeSymlink, link: "python3.12"},
+	{name: "python/lib/python3.12/os.py", typ: tar.TypeReg, body: "import sys"},
+	{name: "python/lib/python3.12/os2.py", typ: tar.TypeLink, link: "python/lib/python3.12/os.py"},
+}
+
+func TestExtractFormats(t *testing.T) {
+	for _, comp := range []string{"gz", "zst", "xz"} {
+		t.Run(comp, func(t *testing.T) {
+			dir := t.TempDir()
+			arc := filepath.Join(dir, "a.tar."+comp)
+			os.WriteFile(arc, tarball(t, comp, pbs), 0o644)
+			out := filepath.Join(dir, "out")
+			if err := Extract(arc, out, Limits{}); err != nil {
+				t.Fatal(err)
+			}
+			if b, err := os.ReadFile(filepath.Join(out, "python/bin/python3")); err != nil || string(b) != "#!interp" {
+				t.Fatalf("python3 through its link: %q %v", b, err)
+			}
+			fi, _ := os.Stat(filepath.Join(out, "python/bin/python3.12"))
+			if fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 || fi.Mode().Perm() != 0o755 {
+				t.Errorf("mode %v: set-id bits were kept", fi.Mode())
+			}
+		})
+	}
+}
+
+func TestExtractRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		es   []entry
+		lim  Limits
+		want string
+	}{
+		{"absolute", []entry{{name: "/etc/evil", typ: tar.TypeReg, body: "x"}}, Limits{}, "absolute"},
+		{"dotdot", []entry{{name: "python/../../evil", typ: tar.TypeReg, body: "x"}}, Limits{}, "not a safe relative name"},
+		{"symlink-absolute", []entry{{name: "python/l", typ: tar.TypeSymlink, link: "/etc/passwd"}}, Limits{}, "points out of the tree"},
+		{"symlink-climbing", []entry{{name: "python/l", typ: tar.TypeSymlink, link: "../../etc"}}, Limits{}, "climbs"},
+		{"symlink-through-symlink", []entry{
+			{name: "top/b", typ: tar.TypeSymlink, link: "."},
+			{name: "top/a", typ: tar.TypeSymlink, link: "b/../../outside"},
+		}, Limits{}, "climbs"},
+		{"write-through-symlink", []entry{
+			{name: "python/l", typ: tar.TypeSymlink, link: "x"},
+			{name: "python/x", typ: tar.TypeSymlink, link: "y"},
+			{name: "python/l/evil", typ: tar.TypeReg, body: "x"},
+		}, Limits{}, "python/l/evil"},
+		{"hardlink-outside", []entry{{name: "python/h", typ: tar.TypeLink, link: "../../etc/passwd"}}, Limits{}, "hard link"},
+		{"hardlink-not-extracted", []entry{{name: "python/h", typ: tar.TypeLink, link: "python/later"}}, Limits{}, "hard link"},
+		{"device", []entry{{name: "python/sda", typ: tar.TypeBlock}}, Limits{}, "block device"},
+		{"fifo", []entry{{name: "python/f", typ: tar.TypeFifo}}, Limits{}, "FIFO"},
+		{"duplicate", []entry{{name: "python/a", typ: tar.TypeReg, body: "1"}, {name: "python/a", typ: tar.TypeReg, body: "2"}}, Limits{}, "duplicate"},
+		{"too-big", []entry{{name: "a", typ: tar.TypeReg, body: strings.Repeat("x", 100)}}, Limits{Bytes: 50}, "more than 50 bytes"},
+		{"too-many", []entry{{name: "a", typ: tar.TypeReg}, {name: "b", typ: tar.TypeReg}, {name: "c", typ: tar.TypeReg}}, Limits{Entries: 2}, "more than 2 entries"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			arc := filepath.Join(dir, "a.tar.gz")
+			os.WriteFile(arc, tarball(t, "gz", tc.es), 0o644)
+			out := filepath.Join(dir, "out")
+			err := Extract(arc, out, tc.lim)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one saying %q", err, tc.want)
+			}
+			if _, serr := os.Stat(out); serr == nil {
+				t.Error("the staging folder was left behind")
+			}
+			if _, serr := os.Lstat(filepath.Join(dir, "outside")); serr == nil {
+				t.Error("something was written outside")
+			}
+		})
+	}
+}
+
+// TestExtractDamagedStream: a stream cut short or with a bad checksum
+// is an error, even when the tar part looked complete.
+func TestExtractDamagedStream(t *testing.T) {
+	good := tarball(t, "gz", pbs)
+	for name, b := range map[string][]byte{
+		"truncated": good[:len(good)-6],
+		"bad-crc":   append(append([]byte(nil), good[:len(good)-8]...), 0, 0, 0, 0, good[len(good)-4], good[len(good)-3], good[len(good)-2], good[len(good)-1]),
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			arc := filepath.Join(dir, "a.tar.gz")
+			os.WriteFile(arc, b, 0o644)
+			err := Extract(arc, filepath.Join(dir, "out"), Limits{})
+			if err == nil {
+				t.Fatal("a damaged stream was accepted")
+			}
+		})
+	}
+}
