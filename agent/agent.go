@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"github.com/metnos/agent/fetch"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -230,6 +231,10 @@ func (a *Agent) Profile() map[string]any {
 		"os_family":      OSFamily(),
 		"sandbox_level":  a.best,
 		"agent":          "metnos-agent",
+	}
+	for _, d := range fetch.Downloading(a.cfg.CacheDir) {
+		// A runtime download under way (or left half-way).
+		p["runtime_download"] = fmt.Sprintf("%s: %d/%d bytes", d.URL, d.Done, d.Total)
 	}
 	if a.pyErr == nil {
 		p["python"] = a.python.Path

@@ -5,6 +5,7 @@ package fetch
 import (
 	"context"
 	"fmt"
+	"github.com/metnos/agent/sandbox/shim"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The test binary is also the sandbox's shim (TestRuntimeFromSystemPython).
+	shim.MainIfShim()
 	// As a child of TestKill9Resume: download, then exit.
 	if spec := os.Getenv("METNOS_FETCH_CHILD"); spec != "" {
 		f := strings.Split(spec, "|")

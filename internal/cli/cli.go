@@ -84,6 +84,11 @@ func init() {
 			short: "forget the pairing (the device key stays)",
 			run:   runUnpair,
 		},
+		"runtime": {
+			usage: "runtime install (--url URL --sha256 HEX [--size N] | --from-server NAME) | runtime status [--json]",
+			short: "install or show the standalone Python executors run with",
+			run:   runRuntime,
+		},
 		"run": {
 			usage: "run [--server URL] [--min-sandbox LEVEL]",
 			short: "serve the paired server: poll, run invocations in the sandbox, send results",

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/metnos/agent/agent"
+	"github.com/metnos/agent/fetch"
 	"io"
 	"os"
 	"os/user"
@@ -218,6 +219,11 @@ func printDoctor(w io.Writer, r doctorReport) {
 			v += "; does not run: " + py.Error
 		}
 		row("python", v)
+	}
+	if _, cache, err := dirs(); err == nil {
+		for _, d := range fetch.Downloading(cache) {
+			row("download", fmt.Sprintf("%s: %d of %d bytes (resumes on the next runtime install)", d.URL, d.Done, d.Total))
+		}
 	}
 	if c.Disabled != "" {
 		row("disabled", c.Disabled)

@@ -38,33 +38,41 @@ func runFetch(std stdio, args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log := slog.New(slog.NewTextHandler(std.err, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	o := fetch.Options{Chunk: *chunk, Logger: log}
-	if f, ok := std.err.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		var bar *progressbar.ProgressBar
-		o.Logger = slog.New(slog.NewTextHandler(std.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		o.Progress = func(p fetch.Progress) {
-			if bar == nil {
-				bar = progressbar.DefaultBytes(p.Total, filepath.Base(*out))
-			}
-			if p.Pass == 2 && bar.GetMax64() == p.Total {
-				bar.Describe(filepath.Base(*out) + " (again, chunk by chunk)")
-			}
-			bar.Set64(p.Done)
-		}
-	} else {
-		last := int64(-1)
-		o.Progress = func(p fetch.Progress) {
-			if p.Total > 0 && p.Done*10/p.Total != last {
-				last = p.Done * 10 / p.Total
-				log.Info("download progress", "file", *out, "done", p.Done, "total", p.Total, "pass", max(p.Pass, 1))
-			}
-		}
-	}
+	o := progressOptions(std, filepath.Base(*out))
+	o.Chunk = *chunk
 	if err := fetch.File(ctx, url, *out, fetch.Pin{SHA256: *sha, Size: *size}, o); err != nil {
 		fmt.Fprintf(std.err, "\nmetnos-agent: %v\n", err)
 		return exitFailure
 	}
 	fmt.Fprintf(std.out, "%s: verified (sha256 %s)\n", *out, *sha)
 	return exitOK
+}
+
+// progressOptions reports a download's progress as a bar when stderr is
+// a terminal, as log lines (every 10 %) otherwise.
+func progressOptions(std stdio, name string) fetch.Options {
+	log := slog.New(slog.NewTextHandler(std.err, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	o := fetch.Options{Logger: log}
+	if f, ok := std.err.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		var bar *progressbar.ProgressBar
+		o.Logger = slog.New(slog.NewTextHandler(std.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		o.Progress = func(p fetch.Progress) {
+			if bar == nil {
+				bar = progressbar.DefaultBytes(p.Total, name)
+			}
+			if p.Pass == 2 {
+				bar.Describe(name + " (again, chunk by chunk)")
+			}
+			bar.Set64(p.Done)
+		}
+		return o
+	}
+	last := int64(-1)
+	o.Progress = func(p fetch.Progress) {
+		if p.Total > 0 && p.Done*10/p.Total != last {
+			last = p.Done * 10 / p.Total
+			log.Info("download progress", "file", name, "done", p.Done, "total", p.Total, "pass", max(p.Pass, 1))
+		}
+	}
+	return o
 }

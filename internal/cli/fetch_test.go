@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
@@ -48,5 +50,40 @@ func TestFetchCommand(t *testing.T) {
 	}
 	if code := run(stdio{in: os.Stdin, out: &bytes.Buffer{}, err: &bytes.Buffer{}}, []string{"fetch", srv.URL}); code != exitUsage {
 		t.Errorf("fetch without a pin: exit %d, want %d", code, exitUsage)
+	}
+}
+
+// TestRuntimeCommands: runtime install from a URL and a pin, then
+// runtime status, and the Python selection picks the provisioned one.
+func TestRuntimeCommands(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_CACHE_HOME", filepath.Join(home, "cache"))
+	t.Setenv("XDG_DATA_HOME", filepath.Join(home, "data"))
+	t.Setenv("METNOS_PYTHON", "")
+	var raw bytes.Buffer
+	tw := tar.NewWriter(&raw)
+	script := "#!/bin/sh\necho 3.99.0\n"
+	tw.WriteHeader(&tar.Header{Name: "python/bin/python3", Mode: 0o755, Size: int64(len(script)), Typeflag: tar.TypeReg})
+	tw.Write([]byte(script))
+	tw.Close()
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(raw.Bytes())
+	zw.Close()
+	archive := gz.Bytes()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.ServeContent(w, r, "a", time.Unix(0, 0), bytes.NewReader(archive))
+	}))
+	defer srv.Close()
+	sum := sha256.Sum256(archive)
+	var out, errb bytes.Buffer
+	std := stdio{in: os.Stdin, out: &out, err: &errb}
+	if code := run(std, []string{"runtime", "install", "--url", srv.URL + "/cpython-3.99.0-test.tar.gz", "--sha256", hex.EncodeToString(sum[:])}); code != 0 || !strings.Contains(out.String(), "installed Python 3.99.0") {
+		t.Fatalf("install: exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+	out.Reset()
+	if code := run(std, []string{"runtime", "status"}); code != 0 || !strings.Contains(out.String(), "installed:  Python 3.99.0") || !strings.Contains(out.String(), "(provisioned)") {
+		t.Fatalf("status: exit %d\n%s", code, out.String())
 	}
 }

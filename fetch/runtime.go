@@ -1,0 +1,305 @@
+package fetch
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/metnos/agent/internal/atomicfile"
+	"github.com/metnos/agent/platform"
+	"github.com/metnos/agent/wire"
+)
+
+// Source is a Python runtime archive to install: where it is and what
+// it must be.
+type Source struct {
+	URL string
+	Pin Pin
+	// Filename is the archive's name in the cache (default: the URL's
+	// last element).
+	Filename string
+}
+
+// Runtime is an installed Python runtime.
+type Runtime struct {
+	// Dir is the runtime's "python" folder (versions/<sha16>/python).
+	Dir string `json:"dir"`
+	// Interpreter is the python executable inside it.
+	Interpreter string `json:"interpreter"`
+	// SHA256 is the pin of the archive it came from.
+	SHA256 string `json:"sha256"`
+	// Version is what the interpreter says ("3.12.13").
+	Version string `json:"version,omitempty"`
+}
+
+// RuntimeDir is where runtimes live under the agent's cache directory
+// (the Rust client's <cache>/runtime).
+func RuntimeDir(cacheDir string) string { return filepath.Join(cacheDir, "runtime") }
+
+var safeArchiveName = regexp.MustCompile(`^[A-Za-z0-9._+-]{1,240}$`)
+
+// Install downloads (or finds, already verified, in the cache) the
+// archive of src, extracts it into a new versions/<sha16> folder, runs
+// its interpreter once, and only then points <cache>/runtime/python at
+// it; older versions are removed after the switch. One install runs at
+// a time (a lock on runtime/.lock): a second one fails at once.
+func Install(ctx context.Context, cacheDir string, src Source, o Options) (Runtime, error) {
+	o.defaults()
+	dir := RuntimeDir(cacheDir)
+	if src.Filename == "" {
+		src.Filename = filepath.Base(strings.SplitN(src.URL, "?", 2)[0])
+	}
+	if !safeArchiveName.MatchString(src.Filename) || strings.Contains(src.Filename, "..") {
+		return Runtime{}, fmt.Errorf("runtime: archive name %q is not a plain file name", src.Filename)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "versions"), 0o755); err != nil {
+		return Runtime{}, fmt.Errorf("runtime: %w", err)
+	}
+	lock, err := platform.Lock(filepath.Join(dir, ".lock"))
+	if err != nil {
+		return Runtime{}, fmt.Errorf("runtime: another install is running: %w", err)
+	}
+	defer lock.Release()
+
+	archive := filepath.Join(dir, src.Filename+".verified")
+	if err := File(ctx, src.URL, archive, src.Pin, o); err != nil {
+		return Runtime{}, err
+	}
+	pin := strings.ToLower(src.Pin.SHA256)
+	final := filepath.Join(dir, "versions", pin[:16])
+	if _, err := os.Stat(final); err != nil {
+		staging := filepath.Join(dir, "versions", fmt.Sprintf(".staging-%d", time.Now().UnixNano()))
+		if err := Extract(archive, staging, Limits{}); err != nil {
+			return Runtime{}, err
+		}
+		if _, err := interpreterIn(filepath.Join(staging, "python")); err != nil {
+			os.RemoveAll(staging)
+			return Runtime{}, fmt.Errorf("runtime %s: %w", src.Filename, err)
+		}
+		if err := os.Rename(staging, final); err != nil {
+			os.RemoveAll(staging)
+			return Runtime{}, fmt.Errorf("runtime: %w", err)
+		}
+	}
+	rt := Runtime{Dir: filepath.Join(final, "python"), SHA256: pin}
+	if rt.Interpreter, err = interpreterIn(rt.Dir); err != nil {
+		return Runtime{}, fmt.Errorf("runtime %s: %w", src.Filename, err)
+	}
+	// It must run before it replaces anything.
+	if rt.Version, err = probe(ctx, rt.Interpreter); err != nil {
+		return Runtime{}, fmt.Errorf("runtime %s: the interpreter does not run here, the previous runtime stays: %w", src.Filename, err)
+	}
+	if err := switchTo(dir, rt.Dir); err != nil {
+		return Runtime{}, err
+	}
+	b, _ := json.Marshal(rt)
+	atomicfile.WriteFile(filepath.Join(dir, "current.json"), b, 0o644)
+	// Older versions go once the new one is in place.
+	ents, _ := os.ReadDir(filepath.Join(dir, "versions"))
+	for _, e := range ents {
+		if p := filepath.Join(dir, "versions", e.Name()); p != final {
+			os.RemoveAll(p)
+		}
+	}
+	o.Logger.Info("python runtime installed", "version", rt.Version, "dir", rt.Dir)
+	return rt, nil
+}
+
+// interpreterIn finds the interpreter of a python-build-standalone tree.
+func interpreterIn(py string) (string, error) {
+	for _, c := range []string{"bin/python3", "bin/python", "python.exe"} {
+		p := filepath.Join(py, filepath.FromSlash(c))
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			return p, nil
+		}
+	}
+	return "", errors.New("the archive has no python/bin/python3 nor python/python.exe")
+}
+
+// probe runs the interpreter once: python -c 'import sys'.
+func probe(ctx context.Context, interp string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, interp, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%s: %v: %s", interp, err, strings.TrimSpace(string(out)))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// Current returns the runtime <cache>/runtime/python points at, if any.
+func Current(cacheDir string) (Runtime, error) {
+	dir := RuntimeDir(cacheDir)
+	real, err := filepath.EvalSymlinks(filepath.Join(dir, "python"))
+	if err != nil {
+		return Runtime{}, err
+	}
+	rt := Runtime{Dir: real}
+	if b, err := os.ReadFile(filepath.Join(dir, "current.json")); err == nil {
+		var c Runtime
+		if json.Unmarshal(b, &c) == nil && c.Dir == real {
+			rt = c
+		}
+	}
+	if rt.Interpreter, err = interpreterIn(real); err != nil {
+		return Runtime{}, err
+	}
+	return rt, nil
+}
+
+// Downloading reports the downloads under <cache>/runtime that a state
+// file says are under way (or were left half-way).
+func Downloading(cacheDir string) []Progress {
+	var out []Progress
+	states, _ := filepath.Glob(filepath.Join(RuntimeDir(cacheDir), "*.part.json"))
+	for _, p := range states {
+		var st state
+		if b, err := os.ReadFile(p); err == nil && json.Unmarshal(b, &st) == nil {
+			total := st.Size
+			if total == 0 {
+				total = st.Total
+			}
+			out = append(out, Progress{URL: st.URL, Done: st.Committed, Total: total})
+		}
+	}
+	return out
+}
+
+// switchTo points dir/python at target: a new link renamed over the old
+// one on Unix, atomically; on Windows, where links need privileges, a
+// folder rename (the previous folder is kept until the new is there).
+func switchTo(dir, target string) error {
+	link := filepath.Join(dir, "python")
+	if runtime.GOOS == "windows" {
+		prev := link + ".prev"
+		os.RemoveAll(prev)
+		if _, err := os.Stat(link); err == nil {
+			if err := os.Rename(link, prev); err != nil {
+				return fmt.Errorf("runtime: %w", err)
+			}
+		}
+		if err := os.Rename(target, link); err != nil {
+			os.Rename(prev, link)
+			return fmt.Errorf("runtime: %w", err)
+		}
+		os.RemoveAll(prev)
+		return nil
+	}
+	rel, err := filepath.Rel(dir, target)
+	if err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
+	// A real folder there (the Rust client's) is moved aside first.
+	if fi, err := os.Lstat(link); err == nil && fi.IsDir() {
+		if err := os.Rename(link, filepath.Join(dir, "versions", fmt.Sprintf("previous-%d", time.Now().UnixNano()))); err != nil {
+			return fmt.Errorf("runtime: %w", err)
+		}
+	}
+	tmp := link + ".new"
+	os.Remove(tmp)
+	if err := os.Symlink(rel, tmp); err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// Descriptor is the server's signed description of a runtime archive
+// (protocol §7).
+type Descriptor struct {
+	Version       int64  `json:"version"`
+	Filename      string `json:"filename"`
+	ArchiveSHA256 string `json:"archive_sha256"`
+	ArchiveSize   int64  `json:"archive_size"`
+}
+
+// FetchDescriptor gets GET /agent/runtime/descriptor/<filename> from the
+// server, checks it against the pinned key and the name asked, caches
+// the verified envelope in runtime/runtime-descriptor.json, and falls
+// back to that cache (verified again) when the server cannot be reached.
+func FetchDescriptor(ctx context.Context, cacheDir, server string, key ed25519.PublicKey, filename string, client *http.Client) (Descriptor, error) {
+	if !safeArchiveName.MatchString(filename) || strings.Contains(filename, "..") || !strings.HasSuffix(filename, ".tar.gz") {
+		return Descriptor{}, fmt.Errorf("runtime: %q is not a runtime archive name (…tar.gz)", filename)
+	}
+	if client == nil {
+		client = &http.Client{Timeout: 30 * time.Second}
+	}
+	cache := filepath.Join(RuntimeDir(cacheDir), "runtime-descriptor.json")
+	url := strings.TrimRight(server, "/") + "/agent/runtime/descriptor/" + filename
+	body, err := func() ([]byte, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("%s: the server answered %s: %s", url, resp.Status, strings.TrimSpace(string(b)))
+		}
+		return b, err
+	}()
+	fromCache := false
+	if err != nil {
+		cached, cerr := os.ReadFile(cache)
+		if cerr != nil {
+			return Descriptor{}, fmt.Errorf("runtime descriptor: %w", err)
+		}
+		body, fromCache = cached, true
+	}
+	d, verr := verifyDescriptor(body, key, filename)
+	if verr != nil {
+		return Descriptor{}, verr
+	}
+	if !fromCache {
+		os.MkdirAll(RuntimeDir(cacheDir), 0o755)
+		atomicfile.WriteFile(cache, body, 0o644)
+	}
+	return d, nil
+}
+
+func verifyDescriptor(body []byte, key ed25519.PublicKey, filename string) (Descriptor, error) {
+	v, err := wire.Decode(body)
+	env, _ := v.(map[string]any)
+	if err != nil || env == nil {
+		return Descriptor{}, fmt.Errorf("runtime descriptor: not a JSON object: %v", err)
+	}
+	desc, _ := env["descriptor"].(map[string]any)
+	sig, _ := env["sig"].(string)
+	if desc == nil {
+		return Descriptor{}, errors.New("runtime descriptor: no descriptor")
+	}
+	if err := wire.VerifyCanonical(key, desc, sig); err != nil {
+		return Descriptor{}, fmt.Errorf("runtime descriptor for %s: %w (not signed by the paired server)", filename, err)
+	}
+	b, _ := json.Marshal(desc)
+	var d Descriptor
+	if err := json.Unmarshal(b, &d); err != nil {
+		return Descriptor{}, fmt.Errorf("runtime descriptor: %w", err)
+	}
+	if _, herr := hex.DecodeString(d.ArchiveSHA256); d.Version != 1 || d.ArchiveSize <= 0 || len(d.ArchiveSHA256) != 64 || herr != nil || d.Filename != filename {
+		return Descriptor{}, fmt.Errorf("runtime descriptor for %s: version %d, size %d, sha256 %q, filename %q: not a valid descriptor of that archive", filename, d.Version, d.ArchiveSize, d.ArchiveSHA256, d.Filename)
+	}
+	return d, nil
+}

@@ -1,0 +1,204 @@
+package fetch
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/metnos/agent/sandbox"
+)
+
+// standaloneFromSystem builds a python-build-standalone-layout .tar.gz
+// (python/bin/python3.X, python/bin/python3 -> python3.X,
+// python/lib/python3.X/...) from this machine's own Python: the
+// interpreter finds its standard library beside itself, as a
+// python-build-standalone one does.
+func standaloneFromSystem(t *testing.T) ([]byte, string) {
+	t.Helper()
+	var exe, lib string
+	for _, v := range []string{"3.13", "3.12", "3.11", "3.10"} {
+		if _, err := os.Stat("/usr/bin/python" + v); err == nil {
+			if _, err := os.Stat("/usr/lib/python" + v + "/os.py"); err == nil {
+				exe, lib = "/usr/bin/python"+v, "/usr/lib/python"+v
+				break
+			}
+		}
+	}
+	if exe == "" {
+		t.Skip("no Debian-style /usr/bin/python3.X with /usr/lib/python3.X here")
+	}
+	ver := strings.TrimPrefix(filepath.Base(exe), "python")
+	var buf bytes.Buffer
+	gz, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	tw := tar.NewWriter(gz)
+	add := func(name string, fi fs.FileInfo, body io.Reader, link string) {
+		h, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Name = name
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if body != nil {
+			io.Copy(tw, body)
+		}
+	}
+	fi, _ := os.Stat(exe)
+	f, _ := os.Open(exe)
+	add("python/bin/python"+ver, fi, f, "")
+	f.Close()
+	h := &tar.Header{Name: "python/bin/python3", Typeflag: tar.TypeSymlink, Linkname: "python" + ver, Mode: 0o777}
+	tw.WriteHeader(h)
+	skip := map[string]bool{"__pycache__": true, "test": true, "idlelib": true, "tkinter": true, "ensurepip": true, "lib2to3": true, "turtledemo": true, "site-packages": true, "dist-packages": true, "pydoc_data": true}
+	filepath.WalkDir(lib, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() && skip[d.Name()] {
+			return filepath.SkipDir
+		}
+		rel, _ := filepath.Rel(lib, p)
+		name := "python/lib/python" + ver + "/" + filepath.ToSlash(rel)
+		if rel == "." {
+			name = "python/lib/python" + ver
+		}
+		fi, err := d.Info()
+		if err != nil || (!fi.Mode().IsRegular() && !fi.IsDir()) {
+			return nil
+		}
+		if fi.IsDir() {
+			add(name+"/", fi, nil, "")
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return nil
+		}
+		defer f.Close()
+		add(name, fi, f, "")
+		return nil
+	})
+	tw.Close()
+	gz.Close()
+	return buf.Bytes(), ver
+}
+
+// TestRuntimeFromSystemPython: a real runtime, served over loopback,
+// installed, and an executor run with it through sandbox.Run.
+func TestRuntimeFromSystemPython(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the sandbox part is Linux's")
+	}
+	archive, ver := standaloneFromSystem(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.ServeContent(w, r, "py.tar.gz", time.Unix(0, 0), bytes.NewReader(archive))
+	}))
+	defer srv.Close()
+	sum := sha256.Sum256(archive)
+	cache := t.TempDir()
+	name := "cpython-" + ver + "+test-x86_64-unknown-linux-gnu-install_only.tar.gz"
+	rt, err := Install(context.Background(), cache, Source{URL: srv.URL + "/" + name, Pin: Pin{SHA256: hex.EncodeToString(sum[:]), Size: int64(len(archive))}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(rt.Version, ver) {
+		t.Errorf("the runtime says it is %q, want %s.x", rt.Version, ver)
+	}
+	cur, err := Current(cache)
+	if err != nil || cur.Dir != rt.Dir {
+		t.Fatalf("Current: %+v %v", cur, err)
+	}
+	// The agent's path for the provisioned runtime resolves to it.
+	if p, err := filepath.EvalSymlinks(filepath.Join(cache, "runtime", "python", "bin", "python3")); err != nil || !strings.HasPrefix(p, rt.Dir) {
+		t.Fatalf("runtime/python/bin/python3 -> %s (%v)", p, err)
+	}
+
+	// An executor, run with it in the sandbox.
+	exDir := t.TempDir()
+	os.WriteFile(filepath.Join(exDir, "echo.py"), []byte("import json, sys\nargs = json.load(sys.stdin)\nprint(json.dumps({'ok': True, 'prefix': sys.prefix, 'echo': args}))\n"), 0o644)
+	host, err := sandbox.HostFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := sandbox.Derive(sandbox.DeriveInput{Host: host, Extra: []sandbox.Grant{
+		{Path: rt.Dir, Access: sandbox.Read, Own: true}, {Path: exDir, Access: sandbox.Read, Own: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := sandbox.Run(context.Background(), sandbox.Request{
+		// Resolved, as the agent's FindPython gives it.
+		Argv:  []string{rt.Interpreter, filepath.Join(exDir, "echo.py")},
+		Stdin: []byte(`{"q":"città"}`), Env: []string{"PATH=/usr/bin:/bin"}, Policy: pol, Limits: sandbox.Limits{Timeout: 30 * time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		OK     bool
+		Prefix string
+		Echo   map[string]string
+	}
+	if json.Unmarshal(out.Stdout, &r) != nil || !r.OK || r.Echo["q"] != "città" || r.Prefix != rt.Dir {
+		t.Fatalf("the executor under %s: %s / %s", out.Sandbox, out.Stdout, out.Stderr)
+	}
+	t.Logf("ran with the installed runtime under %s, sys.prefix %s", out.Sandbox, r.Prefix)
+
+	// A second archive whose interpreter does not run: the first stays.
+	bad := tarball(t, "gz", []entry{{name: "python/bin/python3", typ: tar.TypeReg, mode: 0o755, body: "#!/bin/false\n"}})
+	srv2 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.ServeContent(w, r, "b", time.Unix(0, 0), bytes.NewReader(bad))
+	}))
+	defer srv2.Close()
+	bsum := sha256.Sum256(bad)
+	if _, err := Install(context.Background(), cache, Source{URL: srv2.URL + "/bad.tar.gz", Pin: Pin{SHA256: hex.EncodeToString(bsum[:])}}, Options{}); err == nil || !strings.Contains(err.Error(), "previous runtime stays") {
+		t.Fatalf("a runtime that does not run: %v", err)
+	}
+	if cur, err := Current(cache); err != nil || cur.Dir != rt.Dir {
+		t.Fatalf("after a failed install the runtime is %+v (%v)", cur, err)
+	}
+}
+
+// TestDescriptorVector: the protocol's V4 vector verifies; a changed
+// field, another name or another key does not.
+func TestDescriptorVector(t *testing.T) {
+	seed, _ := hex.DecodeString("000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f")
+	key := ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey)
+	const name = "cpython-3.12.13+20260623-x86_64-pc-windows-msvc-install_only.tar.gz"
+	env := `{"descriptor": {"version": 1, "filename": "` + name + `", "archive_sha256": "22c27b021752596140145a93194d9cdf33b0b1b454f50fd1b430491eb3eb3cb9", "archive_size": 25600}, "sig": "bGnriNvpflq6k6vr28uxDE8dDfHsw_8EzD9d8LDcRern3i6uLWyoWfzLWRMXQNPEBo55ySVeA0AnHeDWOUAxAg"}`
+	d, err := verifyDescriptor([]byte(env), key, name)
+	if err != nil || d.ArchiveSize != 25600 {
+		t.Fatalf("V4: %+v %v", d, err)
+	}
+	for what, body := range map[string]string{
+		"size changed": strings.Replace(env, "25600", "25601", 1),
+		"other name":   env,
+	} {
+		n := name
+		if what == "other name" {
+			n = "other.tar.gz"
+		}
+		if _, err := verifyDescriptor([]byte(body), key, n); err == nil {
+			t.Errorf("%s: accepted", what)
+		}
+	}
+	other, _, _ := ed25519.GenerateKey(nil)
+	if _, err := verifyDescriptor([]byte(env), other, name); err == nil {
+		t.Error("another key: accepted")
+	}
+}
