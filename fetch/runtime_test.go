@@ -9,8 +9,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"io"
-	"io/fs"
+	"errors"
+	"github.com/metnos/agent/internal/pbstest"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -23,79 +23,17 @@ import (
 	"github.com/metnos/agent/sandbox"
 )
 
-// standaloneFromSystem builds a python-build-standalone-layout .tar.gz
-// (python/bin/python3.X, python/bin/python3 -> python3.X,
-// python/lib/python3.X/...) from this machine's own Python: the
-// interpreter finds its standard library beside itself, as a
-// python-build-standalone one does.
+// standaloneFromSystem is pbstest's archive of this machine's Python.
 func standaloneFromSystem(t *testing.T) ([]byte, string) {
 	t.Helper()
-	var exe, lib string
-	for _, v := range []string{"3.13", "3.12", "3.11", "3.10"} {
-		if _, err := os.Stat("/usr/bin/python" + v); err == nil {
-			if _, err := os.Stat("/usr/lib/python" + v + "/os.py"); err == nil {
-				exe, lib = "/usr/bin/python"+v, "/usr/lib/python"+v
-				break
-			}
-		}
-	}
-	if exe == "" {
-		t.Skip("no Debian-style /usr/bin/python3.X with /usr/lib/python3.X here")
-	}
-	ver := strings.TrimPrefix(filepath.Base(exe), "python")
 	var buf bytes.Buffer
-	gz, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
-	tw := tar.NewWriter(gz)
-	add := func(name string, fi fs.FileInfo, body io.Reader, link string) {
-		h, err := tar.FileInfoHeader(fi, link)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.Name = name
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if body != nil {
-			io.Copy(tw, body)
-		}
+	ver, err := pbstest.Write(&buf, gzip.BestSpeed)
+	if errors.Is(err, pbstest.ErrNoPython) {
+		t.Skip(err)
 	}
-	fi, _ := os.Stat(exe)
-	f, _ := os.Open(exe)
-	add("python/bin/python"+ver, fi, f, "")
-	f.Close()
-	h := &tar.Header{Name: "python/bin/python3", Typeflag: tar.TypeSymlink, Linkname: "python" + ver, Mode: 0o777}
-	tw.WriteHeader(h)
-	skip := map[string]bool{"__pycache__": true, "test": true, "idlelib": true, "tkinter": true, "ensurepip": true, "lib2to3": true, "turtledemo": true, "site-packages": true, "dist-packages": true, "pydoc_data": true}
-	filepath.WalkDir(lib, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		if d.IsDir() && skip[d.Name()] {
-			return filepath.SkipDir
-		}
-		rel, _ := filepath.Rel(lib, p)
-		name := "python/lib/python" + ver + "/" + filepath.ToSlash(rel)
-		if rel == "." {
-			name = "python/lib/python" + ver
-		}
-		fi, err := d.Info()
-		if err != nil || (!fi.Mode().IsRegular() && !fi.IsDir()) {
-			return nil
-		}
-		if fi.IsDir() {
-			add(name+"/", fi, nil, "")
-			return nil
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return nil
-		}
-		defer f.Close()
-		add(name, fi, f, "")
-		return nil
-	})
-	tw.Close()
-	gz.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
 	return buf.Bytes(), ver
 }
 

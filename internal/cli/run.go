@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/metnos/agent/fetch"
+	"github.com/metnos/agent/pairing"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/metnos/agent/agent"
@@ -49,6 +52,17 @@ func runRun(std stdio, args []string) int {
 		level = slog.LevelInfo
 	}
 	log := platform.Logger(logf, std.err, level)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if name := os.Getenv("METNOS_PYTHON_RUNTIME"); name != "" {
+		// As the Rust client: the runtime the installer pinned, from the
+		// paired server's signed descriptor, before the first poll; a
+		// failure is only logged (executors then use what FindPython
+		// finds).
+		if err := installFromServer(ctx, data, cache, name, log); err != nil {
+			log.Error("the Python runtime could not be installed; executors use the next Python found", "runtime", name, "err", err)
+		}
+	}
 	a, err := agent.New(agent.Config{
 		DataDir: data, CacheDir: cache, ServerURL: *server, Logger: log,
 		Version: version(), MinSandbox: sandbox.Level(minSandbox),
@@ -58,11 +72,37 @@ func runRun(std stdio, args []string) int {
 		return exitFailure
 	}
 	defer a.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	if err := a.Run(ctx); err != nil {
 		log.Error("stopped", "err", err)
 		return exitFailure
 	}
 	return exitOK
+}
+
+// installFromServer installs the runtime archive name as the paired
+// server's signed descriptor describes it.
+func installFromServer(ctx context.Context, data, cache, name string, log *slog.Logger) error {
+	st, err := pairing.LoadState(data)
+	if err != nil || !st.Paired() || st.ServerURL == nil {
+		return fmt.Errorf("a paired device is needed: %w", agent.ErrNotPaired)
+	}
+	key, err := st.ServerKey()
+	if err != nil {
+		return err
+	}
+	d, err := fetch.FetchDescriptor(ctx, cache, *st.ServerURL, key, name, nil)
+	if err != nil {
+		return err
+	}
+	o := fetch.Options{Logger: log}
+	last := int64(-1)
+	o.Progress = func(p fetch.Progress) {
+		if p.Total > 0 && p.Done*10/p.Total != last {
+			last = p.Done * 10 / p.Total
+			log.Info("runtime download", "file", name, "done", p.Done, "total", p.Total)
+		}
+	}
+	_, err = fetch.Install(ctx, cache, fetch.Source{URL: strings.TrimRight(*st.ServerURL, "/") + "/agent/runtime/" + d.Filename,
+		Filename: d.Filename, Pin: fetch.Pin{SHA256: d.ArchiveSHA256, Size: d.ArchiveSize}}, o)
+	return err
 }

@@ -7,12 +7,10 @@ import (
 	"os"
 	"os/signal"
 	"path"
-	"strings"
 	"syscall"
 
 	"github.com/metnos/agent/agent"
 	"github.com/metnos/agent/fetch"
-	"github.com/metnos/agent/pairing"
 )
 
 func runRuntime(std stdio, args []string) int {
@@ -47,20 +45,15 @@ func runRuntimeInstall(std stdio, args []string) int {
 	switch {
 	case *from != "" && *url == "" && *sha == "":
 		data, _, _ := dirs()
-		st, err := pairing.LoadState(data)
-		if err != nil || !st.Paired() || st.ServerURL == nil {
-			return fail(std, fmt.Errorf("--from-server needs a paired device: %w", agent.ErrNotPaired))
+		if err := installFromServer(ctx, data, cache, *from, progressOptions(std, *from).Logger); err != nil {
+			return fail(std, err)
 		}
-		key, err := st.ServerKey()
+		rt, err := fetch.Current(cache)
 		if err != nil {
 			return fail(std, err)
 		}
-		d, err := fetch.FetchDescriptor(ctx, cache, *st.ServerURL, key, *from, nil)
-		if err != nil {
-			return fail(std, err)
-		}
-		src = fetch.Source{URL: strings.TrimRight(*st.ServerURL, "/") + "/agent/runtime/" + d.Filename, Filename: d.Filename,
-			Pin: fetch.Pin{SHA256: d.ArchiveSHA256, Size: d.ArchiveSize}}
+		fmt.Fprintf(std.out, "installed Python %s in %s\n", rt.Version, rt.Dir)
+		return exitOK
 	case *url != "" && *sha != "" && *from == "":
 		src = fetch.Source{URL: *url, Pin: fetch.Pin{SHA256: *sha, Size: *size}}
 	default:

@@ -3,8 +3,11 @@
 package e2e
 
 import (
+	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"fmt"
+	"github.com/metnos/agent/internal/pbstest"
 	"io/fs"
 
 	"github.com/metnos/agent/examples"
@@ -343,4 +346,41 @@ func tree(t *testing.T, root string) string {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// TestProvisionedRuntime: the runtime the server signs a descriptor for
+// is downloaded, verified and installed by the agent at start
+// (METNOS_PYTHON_RUNTIME, as the installers set it), and executors run
+// with it in the sandbox; the heartbeat says so.
+func TestProvisionedRuntime(t *testing.T) {
+	rtDir := t.TempDir()
+	var buf bytes.Buffer
+	ver, err := pbstest.Write(&buf, gzip.BestSpeed)
+	if err != nil {
+		t.Skip(err)
+	}
+	name := "cpython-" + ver + ".0+e2e-x86_64-unknown-linux-gnu-install_only.tar.gz"
+	if err := os.WriteFile(filepath.Join(rtDir, name), buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w := newWorld(t, func(c *refserver.Config) { c.RuntimeDir = rtDir })
+	w.pair()
+	t.Setenv("METNOS_PYTHON_RUNTIME", name)
+	p := w.start()
+	info := w.wait(w.enqueue("echo_args", map[string]any{"q": 1}, refserver.EnqueueOptions{}))
+	r := result(t, info)
+	if info.State != "done" || r["sandbox"] != bestSandbox() {
+		t.Fatalf("%s", info.ResultBody)
+	}
+	dev, _ := w.srv.Device(w.device)
+	py, _ := dev.Profile["python"].(string)
+	if dev.Profile["python_source"] != "provisioned" || !strings.HasPrefix(py, filepath.Join(w.cacheDir(), "runtime", "versions")) {
+		t.Fatalf("heartbeat python %v (%v)", py, dev.Profile["python_source"])
+	}
+	if !logHas(p, "python runtime installed") {
+		t.Error("the log does not say the runtime was installed")
+	}
+	if code, out := w.cli("runtime", "status"); code != 0 || !strings.Contains(out, "(provisioned)") {
+		t.Errorf("runtime status: exit %d\n%s", code, out)
+	}
 }
