@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"github.com/metnos/agent/internal/pbstest"
+	"github.com/metnos/agent/platform"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -138,5 +139,50 @@ func TestDescriptorVector(t *testing.T) {
 	other, _, _ := ed25519.GenerateKey(nil)
 	if _, err := verifyDescriptor([]byte(env), other, name); err == nil {
 		t.Error("another key: accepted")
+	}
+}
+
+// TestInstallSwitchAndLock: a second runtime replaces the first, whose
+// folder then goes; an install while another holds the lock fails at
+// once and changes nothing.
+func TestInstallSwitchAndLock(t *testing.T) {
+	cache := t.TempDir()
+	serve := func(version string) (Source, func()) {
+		arc := tarball(t, "gz", []entry{{name: "python/bin/python3", typ: tar.TypeReg, mode: 0o755, body: "#!/bin/sh\necho " + version + "\n"}})
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.ServeContent(w, r, "a", time.Unix(0, 0), bytes.NewReader(arc))
+		}))
+		sum := sha256.Sum256(arc)
+		return Source{URL: srv.URL + "/cpython-" + version + ".tar.gz", Pin: Pin{SHA256: hex.EncodeToString(sum[:])}}, srv.Close
+	}
+	s1, c1 := serve("3.99.1")
+	defer c1()
+	s2, c2 := serve("3.99.2")
+	defer c2()
+	r1, err := Install(context.Background(), cache, s1, Options{})
+	if err != nil || r1.Version != "3.99.1" {
+		t.Fatalf("first: %+v %v", r1, err)
+	}
+	lock, err := platform.Lock(filepath.Join(RuntimeDir(cache), ".lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Install(context.Background(), cache, s2, Options{}); err == nil || !strings.Contains(err.Error(), "another install is running") {
+		t.Fatalf("an install under the lock: %v", err)
+	}
+	if cur, _ := Current(cache); cur.Dir != r1.Dir {
+		t.Fatal("the locked-out install changed the runtime")
+	}
+	lock.Release()
+	r2, err := Install(context.Background(), cache, s2, Options{})
+	if err != nil || r2.Version != "3.99.2" {
+		t.Fatalf("second: %+v %v", r2, err)
+	}
+	if cur, _ := Current(cache); cur.Dir != r2.Dir || cur.Version != "3.99.2" {
+		t.Fatalf("current after the switch: %+v", cur)
+	}
+	ents, _ := os.ReadDir(filepath.Join(RuntimeDir(cache), "versions"))
+	if len(ents) != 1 || filepath.Join(RuntimeDir(cache), "versions", ents[0].Name(), "python") != r2.Dir {
+		t.Fatalf("versions left: %v", ents)
 	}
 }
