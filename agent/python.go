@@ -45,8 +45,10 @@ func FindPython(cacheDir string) (Python, error) {
 		}
 		return pythonAt(p, "env:METNOS_PYTHON", "")
 	}
-	if p := RuntimeInterpreter(cacheDir); isFile(p) {
-		return pythonAt(p, "provisioned", "")
+	for _, p := range []string{RuntimeInterpreter(cacheDir), filepath.Join(cacheDir, "runtime", "python", "bin", "python")} {
+		if isFile(p) {
+			return pythonAt(p, "provisioned", "")
+		}
 	}
 	var skipped []string
 	for _, name := range []string{"python3", "python"} {

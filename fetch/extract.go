@@ -61,7 +61,7 @@ func Extract(archive, dir string, lim Limits) (err error) {
 		}
 		dec, closeDec = gz, func() { gz.Close() }
 	case bytes.HasPrefix(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
-		zr, err := zstd.NewReader(br, zstd.WithDecoderMaxWindow(1<<31), zstd.WithDecoderMaxMemory(1<<31), zstd.WithDecoderConcurrency(1))
+		zr, err := zstd.NewReader(br, zstd.WithDecoderMaxWindow(128<<20), zstd.WithDecoderMaxMemory(1<<30), zstd.WithDecoderConcurrency(1))
 		if err != nil {
 			return fmt.Errorf("extract %s: %w", archive, err)
 		}
@@ -118,8 +118,11 @@ func Extract(archive, dir string, lim Limits) (err error) {
 		mode := fs.FileMode(h.Mode).Perm() // no setuid, setgid, sticky
 		switch h.Typeflag {
 		case tar.TypeDir:
-			if err := root.Mkdir(name, mode|0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-				return fmt.Errorf("extract %s: %s: %w", archive, name, err)
+			if err := root.Mkdir(name, mode|0o700); err != nil {
+				// Only a folder may be named twice.
+				if fi, lerr := root.Lstat(name); !errors.Is(err, fs.ErrExist) || lerr != nil || !fi.IsDir() {
+					return fmt.Errorf("%w: %s: %s: %v (a duplicate entry?)", ErrUnsafeArchive, archive, name, err)
+				}
 			}
 		case tar.TypeReg, tar.TypeRegA:
 			total += h.Size

@@ -42,6 +42,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/metnos/agent/platform"
 	"hash"
 	"io"
 	"log/slog"
@@ -159,6 +160,7 @@ type download struct {
 	part     *os.File
 	h        hash.Hash
 	sync     *syncer
+	restarts int
 }
 
 // File downloads url to dst, verified against pin; see the package doc.
@@ -172,6 +174,17 @@ func File(ctx context.Context, url, dst string, pin Pin, o Options) error {
 	if _, err := hex.DecodeString(pin.SHA256); err != nil {
 		return fmt.Errorf("fetch %s: the pinned sha256 %q is not hex", url, pin.SHA256)
 	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return fmt.Errorf("fetch %s: %w", url, err)
+	}
+	// One download of a file at a time: another would cut dst.part from
+	// under this one. (The lock file stays: removing it would let two
+	// later downloads each lock a different file.)
+	lock, err := platform.Lock(dst + ".part.lock")
+	if err != nil {
+		return fmt.Errorf("fetch %s: another download to %s is running: %w", url, dst, err)
+	}
+	defer lock.Release()
 	if ok, _ := matches(dst, pin); ok {
 		return nil
 	}
@@ -269,7 +282,28 @@ func (d *download) rewind(n int64) error {
 	if _, err := io.CopyN(d.h, d.part, n); err != nil {
 		return fmt.Errorf("fetch %s: hashing the part already downloaded: %w", d.url, err)
 	}
+	cut := n < d.st.Committed
 	d.st.Committed = n
+	if cut {
+		// The state on disk counts more than there is now: replace it at
+		// once, so that a crash cannot resume past the cut.
+		if err := d.writeState(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeState writes the state now (the syncer is stopped).
+func (d *download) writeState() error {
+	b, _ := json.Marshal(d.st)
+	tmp := d.statePath() + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("fetch %s: %w", d.url, err)
+	}
+	if err := os.Rename(tmp, d.statePath()); err != nil {
+		return fmt.Errorf("fetch %s: %w", d.url, err)
+	}
 	return nil
 }
 
@@ -314,6 +348,13 @@ func (d *download) finish() error {
 	}
 	if err := d.part.Close(); err != nil {
 		return fmt.Errorf("fetch %s: %w", d.url, err)
+	}
+	// What is on disk, not what went through the hash, is what goes in
+	// place: read it once more (it is in the page cache).
+	if ok, err := matches(d.partPath(), d.pin); !ok {
+		os.Remove(d.partPath())
+		os.Remove(d.statePath())
+		return fmt.Errorf("%w: %s on disk does not match what was downloaded (%v); it was removed, download it again", ErrPinMismatch, d.partPath(), err)
 	}
 	if err := os.Rename(d.partPath(), d.dst); err != nil {
 		return fmt.Errorf("fetch %s: %w", d.url, err)
@@ -378,6 +419,15 @@ func (d *download) chunkWithRetries(ctx context.Context, start, end int64) (done
 			return false, fmt.Errorf("fetch %s: bytes %d-%d, after %d attempt(s): %w", d.url, start, end, attempt, err)
 		}
 		d.o.Logger.Warn("chunk failed; retrying", "url", d.url, "range", fmt.Sprintf("%d-%d", start, end), "attempt", attempt, "err", err)
+		if d.st.Committed < start {
+			// The answer reset the download (a changed file, a whole-file
+			// answer cut short): go on from where it now stands.
+			d.restarts++
+			if d.restarts > d.o.Attempts {
+				return false, fmt.Errorf("fetch %s: started over %d times: %w", d.url, d.restarts, err)
+			}
+			return false, nil
+		}
 		if rerr := d.rewind(start); rerr != nil {
 			return false, rerr
 		}
@@ -432,6 +482,11 @@ func (d *download) chunk(ctx context.Context, start, end int64) (bool, error) {
 		total, _ := strconv.ParseInt(m[3], 10, 64)
 		if m[3] == "*" || (d.pin.Size > 0 && total != d.pin.Size) {
 			return false, fmt.Errorf("the server says the file is %s bytes, the pin says %d", m[3], d.pin.Size)
+		}
+		if et := resp.Header.Get("ETag"); d.st.ETag != "" && et != "" && et != d.st.ETag && start > 0 {
+			// A server that ignored If-Range: another version.
+			d.restart(resp)
+			return false, errors.New("the file changed on the server (another ETag)")
 		}
 		if d.st.Total != 0 && total != d.st.Total {
 			// The file changed size under the same validator: start over.

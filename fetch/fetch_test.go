@@ -112,7 +112,30 @@ func TestFaults(t *testing.T) {
 		pin   func(m *mirror) Pin
 		want  string // "" for success
 		log   string // what the log must say
+		nolog string // what it must not
 	}{
+		{name: "transient-416-inside-the-file", fault: func(m *mirror, n int, w http.ResponseWriter, r *http.Request) bool {
+			if n != 2 {
+				return false
+			}
+			w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", len(m.data)))
+			w.WriteHeader(http.StatusRequestedRangeNotSatisfiable)
+			return true
+		}, nolog: "fetching every chunk twice"},
+		{name: "server-ignores-if-range", fault: func(m *mirror, n int, w http.ResponseWriter, r *http.Request) bool {
+			if n == 3 {
+				m.mu.Lock()
+				m.data = append([]byte("new version!"), m.data[12:]...)
+				m.etag = `"v2"`
+				m.mu.Unlock()
+			}
+			r.Header.Del("If-Range")
+			return false
+		}, pin: func(m *mirror) Pin {
+			d := append([]byte("new version!"), m.data[12:]...)
+			sum := sha256.Sum256(d)
+			return Pin{SHA256: hex.EncodeToString(sum[:]), Size: int64(len(d))}
+		}, log: "another ETag", nolog: "fetching every chunk twice"},
 		{name: "plain"},
 		{name: "ignores-range", fault: func(m *mirror, n int, w http.ResponseWriter, r *http.Request) bool {
 			w.Write(m.data)
@@ -252,6 +275,9 @@ func TestFaults(t *testing.T) {
 			check(t, dst, m, err, tc.want)
 			if !strings.Contains(logs.String(), tc.log) {
 				t.Errorf("the log does not say %q:\n%s", tc.log, logs.String())
+			}
+			if tc.nolog != "" && strings.Contains(logs.String(), tc.nolog) {
+				t.Errorf("the log says %q:\n%s", tc.nolog, logs.String())
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -73,48 +74,117 @@ func Install(ctx context.Context, cacheDir string, src Source, o Options) (Runti
 	}
 	defer lock.Release()
 
+	// Leftovers of an install that crashed.
+	if stale, _ := filepath.Glob(filepath.Join(dir, "versions", ".staging-*")); len(stale) > 0 {
+		for _, p := range stale {
+			os.RemoveAll(p)
+		}
+	}
 	archive := filepath.Join(dir, src.Filename+".verified")
 	if err := File(ctx, src.URL, archive, src.Pin, o); err != nil {
 		return Runtime{}, err
 	}
 	pin := strings.ToLower(src.Pin.SHA256)
 	final := filepath.Join(dir, "versions", pin[:16])
-	if _, err := os.Stat(final); err != nil {
-		staging := filepath.Join(dir, "versions", fmt.Sprintf(".staging-%d", time.Now().UnixNano()))
+	previous, _ := Current(cacheDir)
+	rt, err := unpacked(ctx, archive, final, pin)
+	if err != nil {
+		// A damaged copy (a crash, a disk error): once more from the archive.
+		o.Logger.Warn("the unpacked runtime does not run; unpacking it again", "dir", final, "err", err)
+		os.RemoveAll(final)
+		if rt, err = unpacked(ctx, archive, final, pin); err != nil {
+			return Runtime{}, fmt.Errorf("runtime %s: the interpreter does not run here, the previous runtime stays: %w", src.Filename, err)
+		}
+	}
+	if rt, err = switchTo(dir, rt); err != nil {
+		return Runtime{}, err
+	}
+	b, _ := json.Marshal(rt)
+	atomicfile.WriteFile(filepath.Join(dir, "current.json"), b, 0o644)
+	// Older versions go once the new one is in place, but for the one
+	// that was current until now: an executor started by a running agent
+	// may still be using it.
+	ents, _ := os.ReadDir(filepath.Join(dir, "versions"))
+	for _, e := range ents {
+		p := filepath.Join(dir, "versions", e.Name())
+		if p == final || (previous.Dir != "" && within(previous.Dir, p)) {
+			continue
+		}
+		os.RemoveAll(p)
+	}
+	o.Logger.Info("python runtime installed", "version", rt.Version, "dir", rt.Dir)
+	return rt, nil
+}
+
+// unpacked returns the runtime unpacked in final, unpacking the archive
+// there first when final is not a complete copy (its .complete marker,
+// written only after every file was synced to disk, names the pin);
+// the interpreter must run.
+func unpacked(ctx context.Context, archive, final, pin string) (Runtime, error) {
+	if b, err := os.ReadFile(filepath.Join(final, ".complete")); err != nil || strings.TrimSpace(string(b)) != pin {
+		os.RemoveAll(final)
+		staging := filepath.Join(filepath.Dir(final), fmt.Sprintf(".staging-%d", time.Now().UnixNano()))
 		if err := Extract(archive, staging, Limits{}); err != nil {
 			return Runtime{}, err
 		}
 		if _, err := interpreterIn(filepath.Join(staging, "python")); err != nil {
 			os.RemoveAll(staging)
-			return Runtime{}, fmt.Errorf("runtime %s: %w", src.Filename, err)
+			return Runtime{}, err
+		}
+		if err := syncTree(staging); err != nil {
+			os.RemoveAll(staging)
+			return Runtime{}, fmt.Errorf("runtime: %w", err)
+		}
+		if err := atomicfile.WriteFile(filepath.Join(staging, ".complete"), []byte(pin+"\n"), 0o644); err != nil {
+			os.RemoveAll(staging)
+			return Runtime{}, fmt.Errorf("runtime: %w", err)
 		}
 		if err := os.Rename(staging, final); err != nil {
 			os.RemoveAll(staging)
 			return Runtime{}, fmt.Errorf("runtime: %w", err)
 		}
+		syncDir(filepath.Dir(final))
 	}
 	rt := Runtime{Dir: filepath.Join(final, "python"), SHA256: pin}
+	var err error
 	if rt.Interpreter, err = interpreterIn(rt.Dir); err != nil {
-		return Runtime{}, fmt.Errorf("runtime %s: %w", src.Filename, err)
+		return Runtime{}, err
 	}
 	// It must run before it replaces anything.
 	if rt.Version, err = probe(ctx, rt.Interpreter); err != nil {
-		return Runtime{}, fmt.Errorf("runtime %s: the interpreter does not run here, the previous runtime stays: %w", src.Filename, err)
-	}
-	if err := switchTo(dir, rt.Dir); err != nil {
 		return Runtime{}, err
 	}
-	b, _ := json.Marshal(rt)
-	atomicfile.WriteFile(filepath.Join(dir, "current.json"), b, 0o644)
-	// Older versions go once the new one is in place.
-	ents, _ := os.ReadDir(filepath.Join(dir, "versions"))
-	for _, e := range ents {
-		if p := filepath.Join(dir, "versions", e.Name()); p != final {
-			os.RemoveAll(p)
-		}
-	}
-	o.Logger.Info("python runtime installed", "version", rt.Version, "dir", rt.Dir)
 	return rt, nil
+}
+
+// syncTree makes every file and folder under root durable.
+func syncTree(root string) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return f.Sync()
+	})
+}
+
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}
+
+func within(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // interpreterIn finds the interpreter of a python-build-standalone tree.
@@ -177,49 +247,51 @@ func Downloading(cacheDir string) []Progress {
 	return out
 }
 
-// switchTo points dir/python at target: a new link renamed over the old
-// one on Unix, atomically; on Windows, where links need privileges, a
-// folder rename (the previous folder is kept until the new is there).
-func switchTo(dir, target string) error {
+// switchTo points dir/python at rt: a new link renamed over the old one
+// on Unix, atomically. On Windows, where links need privileges, the
+// unpacked folder itself is renamed into place (the previous one kept
+// as python.prev until then), and rt is updated to say so.
+func switchTo(dir string, rt Runtime) (Runtime, error) {
 	link := filepath.Join(dir, "python")
 	if runtime.GOOS == "windows" {
 		prev := link + ".prev"
 		os.RemoveAll(prev)
 		if _, err := os.Stat(link); err == nil {
 			if err := os.Rename(link, prev); err != nil {
-				return fmt.Errorf("runtime: %w", err)
+				return rt, fmt.Errorf("runtime: %w", err)
 			}
 		}
-		if err := os.Rename(target, link); err != nil {
+		if err := os.Rename(rt.Dir, link); err != nil {
 			os.Rename(prev, link)
-			return fmt.Errorf("runtime: %w", err)
+			return rt, fmt.Errorf("runtime: %w", err)
 		}
 		os.RemoveAll(prev)
-		return nil
+		// The versions folder is spent: a later install unpacks again.
+		os.RemoveAll(filepath.Dir(rt.Dir))
+		rel, _ := filepath.Rel(rt.Dir, rt.Interpreter)
+		rt.Dir, rt.Interpreter = link, filepath.Join(link, rel)
+		return rt, nil
 	}
-	rel, err := filepath.Rel(dir, target)
+	rel, err := filepath.Rel(dir, rt.Dir)
 	if err != nil {
-		return fmt.Errorf("runtime: %w", err)
+		return rt, fmt.Errorf("runtime: %w", err)
 	}
 	// A real folder there (the Rust client's) is moved aside first.
 	if fi, err := os.Lstat(link); err == nil && fi.IsDir() {
 		if err := os.Rename(link, filepath.Join(dir, "versions", fmt.Sprintf("previous-%d", time.Now().UnixNano()))); err != nil {
-			return fmt.Errorf("runtime: %w", err)
+			return rt, fmt.Errorf("runtime: %w", err)
 		}
 	}
 	tmp := link + ".new"
 	os.Remove(tmp)
 	if err := os.Symlink(rel, tmp); err != nil {
-		return fmt.Errorf("runtime: %w", err)
+		return rt, fmt.Errorf("runtime: %w", err)
 	}
 	if err := os.Rename(tmp, link); err != nil {
-		return fmt.Errorf("runtime: %w", err)
+		return rt, fmt.Errorf("runtime: %w", err)
 	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+	syncDir(dir)
+	return rt, nil
 }
 
 // Descriptor is the server's signed description of a runtime archive

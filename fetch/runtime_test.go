@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -181,8 +182,64 @@ func TestInstallSwitchAndLock(t *testing.T) {
 	if cur, _ := Current(cache); cur.Dir != r2.Dir || cur.Version != "3.99.2" {
 		t.Fatalf("current after the switch: %+v", cur)
 	}
-	ents, _ := os.ReadDir(filepath.Join(RuntimeDir(cache), "versions"))
-	if len(ents) != 1 || filepath.Join(RuntimeDir(cache), "versions", ents[0].Name(), "python") != r2.Dir {
-		t.Fatalf("versions left: %v", ents)
+	// The one current until now stays (an executor may be using it);
+	// the one before goes.
+	s3, c3 := serve("3.99.3")
+	defer c3()
+	r3, err := Install(context.Background(), cache, s3, Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
+	var left []string
+	ents, _ := os.ReadDir(filepath.Join(RuntimeDir(cache), "versions"))
+	for _, e := range ents {
+		left = append(left, filepath.Join(RuntimeDir(cache), "versions", e.Name(), "python"))
+	}
+	if len(left) != 2 || !slices.Contains(left, r3.Dir) || !slices.Contains(left, r2.Dir) {
+		t.Fatalf("versions left: %v, want the current %s and the previous %s", left, r3.Dir, r2.Dir)
+	}
+}
+
+// TestInstallRepairsDamagedCopy: an unpacked runtime without its
+// completion marker (a crash before it was synced) is unpacked again.
+func TestInstallRepairsDamagedCopy(t *testing.T) {
+	cache := t.TempDir()
+	arc := tarball(t, "gz", []entry{{name: "python/bin/python3", typ: tar.TypeReg, mode: 0o755, body: "#!/bin/sh\necho 3.99.9\n"}})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.ServeContent(w, r, "a", time.Unix(0, 0), bytes.NewReader(arc))
+	}))
+	defer srv.Close()
+	sum := sha256.Sum256(arc)
+	src := Source{URL: srv.URL + "/cpython.tar.gz", Pin: Pin{SHA256: hex.EncodeToString(sum[:])}}
+	rt, err := Install(context.Background(), cache, src, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a power cut can leave: an empty interpreter, no marker.
+	os.WriteFile(rt.Interpreter, nil, 0o755)
+	os.Remove(filepath.Join(filepath.Dir(rt.Dir), ".complete"))
+	if rt, err = Install(context.Background(), cache, src, Options{}); err != nil || rt.Version != "3.99.9" {
+		t.Fatalf("after damage: %+v %v", rt, err)
+	}
+}
+
+// TestTwoDownloadsOfOneFile: a second download to the same file while
+// one runs fails at once rather than cutting the first's .part.
+func TestTwoDownloadsOfOneFile(t *testing.T) {
+	m, srv := newMirror(t, 20_000)
+	m.delay = 20 * time.Millisecond
+	dst := filepath.Join(t.TempDir(), "f")
+	errc := make(chan error)
+	go func() { errc <- File(context.Background(), srv.URL, dst, m.pin(), quick()) }()
+	for {
+		if _, err := os.Stat(dst + ".part"); err == nil {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	err := File(context.Background(), srv.URL, dst, m.pin(), quick())
+	if err == nil || !strings.Contains(err.Error(), "another download") {
+		t.Fatalf("the second download: %v", err)
+	}
+	check(t, dst, m, <-errc, "")
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"syscall"
 
@@ -54,7 +55,11 @@ func runRun(std stdio, args []string) int {
 	log := platform.Logger(logf, std.err, level)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if name := os.Getenv("METNOS_PYTHON_RUNTIME"); name != "" {
+	runtimeVar := "METNOS_PYTHON_RUNTIME"
+	if goruntime.GOOS == "windows" {
+		runtimeVar = "METNOS_PYTHON_RUNTIME_WIN" // what the Windows installer sets (§7)
+	}
+	if name := os.Getenv(runtimeVar); name != "" {
 		// As the Rust client: the runtime the installer pinned, from the
 		// paired server's signed descriptor, before the first poll; a
 		// failure is only logged (executors then use what FindPython
