@@ -87,3 +87,19 @@ func TestRuntimeCommands(t *testing.T) {
 		t.Fatalf("status: exit %d\n%s", code, out.String())
 	}
 }
+
+// TestDoctorShowsDownload: a runtime download under way (or left
+// half-way) shows in doctor.
+func TestDoctorShowsDownload(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_CACHE_HOME", filepath.Join(home, "cache"))
+	rt := filepath.Join(home, "cache", "metnos", "runtime")
+	os.MkdirAll(rt, 0o755)
+	os.WriteFile(filepath.Join(rt, "cpython.tar.gz.verified.part.json"), []byte(`{"url":"http://mirror/cpython.tar.gz","sha256":"x","size":30000000,"committed":8000000}`), 0o644)
+	var out bytes.Buffer
+	run(stdio{in: os.Stdin, out: &out, err: &bytes.Buffer{}}, []string{"doctor"})
+	if !strings.Contains(out.String(), "http://mirror/cpython.tar.gz: 8000000 of 30000000 bytes") {
+		t.Fatalf("doctor:\n%s", out.String())
+	}
+}
