@@ -43,6 +43,9 @@ type Config struct {
 	// MemoryBytes caps each run's memory (0: $METNOS_EXEC_MEM_MB, else
 	// the sandbox default).
 	MemoryBytes int64
+	// OnHeartbeat, when set, runs with every heartbeat (the tailnet
+	// node records its state then).
+	OnHeartbeat func(context.Context)
 	// Watchdog is called when an execution overruns its deadline by
 	// 10 s (§6.2 step 5). Nil exits the process with code 124, for the
 	// supervisor to restart it.
@@ -212,6 +215,9 @@ func (a *Agent) heartbeats(ctx context.Context) {
 	for {
 		if err := a.client.Heartbeat(ctx, a.Profile()); err != nil && ctx.Err() == nil {
 			a.log.Warn("heartbeat failed", "err", err)
+		}
+		if a.cfg.OnHeartbeat != nil {
+			a.cfg.OnHeartbeat(ctx)
 		}
 		select {
 		case <-ctx.Done():

@@ -113,6 +113,10 @@ func runDoctor(std stdio, args []string) int {
 		return exitOK
 	}
 	printDoctor(std.out, r)
+	if data, _, err := dirs(); err == nil {
+		fmt.Fprintln(std.out)
+		printTailnet(std.out, data)
+	}
 	return exitOK
 }
 

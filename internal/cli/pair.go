@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,6 +40,7 @@ func runRegister(std stdio, args []string) int {
 	server := fs.String("server", "", "the server's device URL, such as http://metnos.tailnet:8765")
 	token := fs.String("token", "", "the one-time pairing token (DEV.…)")
 	name := fs.String("name", "", "the name this device shows locally (default: the name the server gives it)")
+	tf := addTailnetFlags(fs)
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
@@ -57,6 +59,18 @@ func runRegister(std stdio, args []string) int {
 		return fail(std, err)
 	}
 	c := agent.NewClient(*server, key, "")
+	tc, useTailnet, err := tf.config(data, *name)
+	if err != nil {
+		return fail(std, err)
+	}
+	if useTailnet {
+		node, hc, err := joinTailnet(context.Background(), data, tc, slog.New(slog.NewTextHandler(std.err, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		if err != nil {
+			return fail(std, err)
+		}
+		defer node.Close()
+		c.HTTP = hc
+	}
 	reg, err := c.Register(context.Background(), *token)
 	if err != nil {
 		return fail(std, fmt.Errorf("pairing failed: %w", err))
@@ -123,6 +137,7 @@ func runWhoami(std stdio, args []string) int {
 			fmt.Fprintf(w, "server key (pinned): none (%v)\n", err)
 		}
 	}
+	printTailnet(w, data)
 	fmt.Fprintf(w, "data dir:            %s\n", data)
 	return exitOK
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"github.com/metnos/agent/fetch"
 	"github.com/metnos/agent/pairing"
+	"github.com/metnos/agent/tailnet"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -27,6 +29,7 @@ func runRun(std stdio, args []string) int {
 	server := fs.String("server", "", "the server URL (default: the one paired with)")
 	var minSandbox levelFlag
 	fs.Var(&minSandbox, "min-sandbox", "refuse any executor run weaker than this (none, contained, isolated, full)")
+	tf := addTailnetFlags(fs)
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
@@ -68,7 +71,31 @@ func runRun(std stdio, args []string) int {
 			log.Error("the Python runtime could not be installed; executors use the next Python found", "runtime", name, "err", err)
 		}
 	}
-	a, err := agent.New(agent.Config{
+	st, _ := pairing.LoadState(data)
+	deviceName := ""
+	if st.DeviceName != nil {
+		deviceName = *st.DeviceName
+	}
+	tc, useTailnet, err := tf.config(data, deviceName)
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		return exitFailure
+	}
+	var httpClient *http.Client
+	var node *tailnet.Node
+	if useTailnet {
+		if node, httpClient, err = joinTailnet(ctx, data, tc, log); err != nil {
+			log.Error("cannot join the tailnet", "err", err)
+			return exitFailure
+		}
+		defer node.Close()
+		log.Info("joined the tailnet", "node", tc.Hostname)
+	}
+	a, err := agent.New(agent.Config{HTTP: httpClient, OnHeartbeat: func(ctx context.Context) {
+		if node != nil {
+			node.Report(ctx)
+		}
+	},
 		DataDir: data, CacheDir: cache, ServerURL: *server, Logger: log,
 		Version: version(), MinSandbox: sandbox.Level(minSandbox),
 	})

@@ -1,0 +1,117 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/metnos/agent/tailnet"
+)
+
+// tailnetFlags are the tailnet options of register and run.
+type tailnetFlags struct {
+	control, authKey, authKeyFile, name *string
+}
+
+func addTailnetFlags(fs *flag.FlagSet) tailnetFlags {
+	return tailnetFlags{
+		control:     fs.String("tailnet-control-url", "", "join the tailnet of this control server (Headscale) with an embedded node, and reach the server through it"),
+		authKey:     fs.String("tailnet-authkey", "", "the auth key of the first login (also $METNOS_TAILNET_AUTHKEY; prefer --tailnet-authkey-file)"),
+		authKeyFile: fs.String("tailnet-authkey-file", "", "a file (mode 0600) holding the auth key"),
+		name:        fs.String("tailnet-name", "", "the node's name on the tailnet (default: the device name)"),
+	}
+}
+
+// config merges the flags with what dataDir/tailnet.json keeps; ok is
+// false when no tailnet is configured (the OS network is used).
+func (f tailnetFlags) config(dataDir, deviceName string) (tailnet.Config, bool, error) {
+	c, ok, err := tailnet.LoadConfig(dataDir)
+	if err != nil {
+		return c, false, err
+	}
+	key := *f.authKey
+	if key == "" {
+		key = os.Getenv("METNOS_TAILNET_AUTHKEY")
+	}
+	if *f.authKeyFile != "" {
+		if key, err = tailnet.ReadAuthKey(*f.authKeyFile); err != nil {
+			return c, false, err
+		}
+	}
+	if *f.control != "" || key != "" || *f.name != "" {
+		ok = true
+	}
+	if *f.control != "" {
+		c.ControlURL = *f.control
+	}
+	if *f.name != "" {
+		c.Hostname = *f.name
+	}
+	if c.Hostname == "" {
+		c.Hostname = deviceName
+	}
+	if c.Hostname == "" {
+		c.Hostname, _ = os.Hostname()
+	}
+	c.AuthKey = key
+	return c, ok, nil
+}
+
+// joinTailnet starts the embedded node when a tailnet is configured and
+// returns the HTTP client to use (nil: the OS network).
+func joinTailnet(ctx context.Context, dataDir string, c tailnet.Config, log *slog.Logger) (*tailnet.Node, *http.Client, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	// The agent serves nothing: no listening port, not even the node's
+	// peer API (see tailnet.DenyListen).
+	if err := tailnet.DenyListen(); err != nil {
+		return nil, nil, err
+	}
+	n, err := tailnet.Start(ctx, dataDir, c, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := tailnet.SaveConfig(dataDir, c); err != nil {
+		n.Close()
+		return nil, nil, err
+	}
+	return n, n.HTTPClient(), nil
+}
+
+// printTailnet adds the tailnet lines to whoami and doctor.
+func printTailnet(w interface{ Write([]byte) (int, error) }, dataDir string) {
+	c, ok, err := tailnet.LoadConfig(dataDir)
+	switch {
+	case err != nil:
+		fmt.Fprintf(w, "tailnet:             %v\n", err)
+		return
+	case !ok:
+		fmt.Fprintln(w, "tailnet:             none (the server is reached over the OS network)")
+		return
+	}
+	control := c.ControlURL
+	if control == "" {
+		control = "Tailscale"
+	}
+	fmt.Fprintf(w, "tailnet node:        %s (control %s)\n", c.Hostname, control)
+	st, ok := tailnet.LastStatus(dataDir)
+	if !ok {
+		fmt.Fprintln(w, "tailnet state:       unknown (no agent has run with it yet)")
+		return
+	}
+	state := "not connected"
+	if st.Connected {
+		state = "connected"
+	}
+	fmt.Fprintf(w, "tailnet state:       %s, IPs %v, as of %s\n", state, st.IPs, st.At.Format(time.RFC3339))
+	if st.LastError != "" {
+		fmt.Fprintf(w, "tailnet last error:  %s\n", st.LastError)
+	}
+	if st.LoginURL != "" {
+		fmt.Fprintf(w, "tailnet login:       %s\n", st.LoginURL)
+	}
+}

@@ -1,0 +1,247 @@
+// Package tailnet joins the user's Tailscale or Headscale network with
+// an embedded node (tailscale.com/tsnet), so that the agent reaches its
+// server over the tailnet without a system Tailscale, root or a TUN
+// device.
+//
+// # What it guarantees
+//
+//   - The node's state lives in the directory given (the agent's data
+//     directory), never in /var/lib/tailscale; the node is not ephemeral,
+//     so it keeps its identity across restarts.
+//   - Log upload to Tailscale is off unless Config.LogUpload is set.
+//   - The node listens on nothing: the agent only dials out through it.
+//     Executors never see it (they use the OS network, or none).
+//
+// # What it does not guarantee
+//
+//   - The node binds a UDP port on the OS for WireGuard and reaches the
+//     control server and DERP relays over the OS network, as any
+//     Tailscale node does.
+package tailnet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"tailscale.com/envknob"
+	"tailscale.com/tsnet"
+)
+
+// Config is how the agent joins a tailnet.
+type Config struct {
+	// ControlURL is the control server (Headscale); "" is Tailscale's.
+	ControlURL string `json:"control_url,omitempty"`
+	// Hostname is the node's name (default: the device name).
+	Hostname string `json:"hostname"`
+	// AuthKey authorises the first login; later starts reuse the node's
+	// state. It is never written to disk by this package.
+	AuthKey string `json:"-"`
+	// LogUpload sends the node's logs to Tailscale (off by default).
+	LogUpload bool `json:"log_upload,omitempty"`
+}
+
+// ConfigFile is where the agent keeps the tailnet configuration (not
+// the auth key) in its data directory, and StateDir the node's state.
+const (
+	ConfigFile = "tailnet.json"
+	StateDir   = "tailnet"
+	StatusFile = "tailnet/status.json"
+)
+
+// LoadConfig reads dataDir/tailnet.json; ok is false when there is none
+// (the agent then uses the OS network).
+func LoadConfig(dataDir string) (c Config, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, ConfigFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return Config{}, false, nil
+	}
+	if err != nil {
+		return Config{}, false, fmt.Errorf("tailnet: %w", err)
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return Config{}, false, fmt.Errorf("tailnet: %s: %w", ConfigFile, err)
+	}
+	return c, true, nil
+}
+
+// SaveConfig writes dataDir/tailnet.json (without the auth key).
+func SaveConfig(dataDir string, c Config) error {
+	b, _ := json.MarshalIndent(c, "", "  ")
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("tailnet: %w", err)
+	}
+	return os.WriteFile(filepath.Join(dataDir, ConfigFile), b, 0o600)
+}
+
+// ReadAuthKey reads an auth key from a file that only its owner may read
+// (mode 0600 or stricter).
+func ReadAuthKey(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("tailnet: auth key file: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("tailnet: auth key file %s is readable by others (%v); chmod 600 it", path, fi.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("tailnet: auth key file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// Node is a running embedded tailnet node.
+type Node struct {
+	s    *tsnet.Server
+	cfg  Config
+	dir  string
+	log  *slog.Logger
+	mu   sync.Mutex
+	last string
+}
+
+// Status is what whoami and doctor show of the node.
+type Status struct {
+	Hostname   string    `json:"hostname"`
+	ControlURL string    `json:"control_url"`
+	IPs        []string  `json:"ips,omitempty"`
+	Connected  bool      `json:"connected"`
+	LastError  string    `json:"last_error,omitempty"`
+	LoginURL   string    `json:"login_url,omitempty"`
+	At         time.Time `json:"at"`
+}
+
+// Start brings the node up with its state in dataDir/tailnet and waits
+// until it is connected (or ctx ends). Without an auth key on a first
+// login, it logs the login URL to open and keeps waiting.
+func Start(ctx context.Context, dataDir string, c Config, log *slog.Logger) (*Node, error) {
+	if c.Hostname == "" {
+		return nil, errors.New("tailnet: the node needs a name")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if !c.LogUpload {
+		envknob.Setenv("TS_NO_LOGS_NO_SUPPORT", "true")
+	}
+	dir := filepath.Join(dataDir, StateDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("tailnet: %w", err)
+	}
+	n := &Node{cfg: c, dir: dataDir, log: log}
+	n.s = &tsnet.Server{
+		Dir:        dir,
+		Hostname:   c.Hostname,
+		ControlURL: c.ControlURL,
+		AuthKey:    c.AuthKey,
+		Ephemeral:  false,
+		Logf:       func(string, ...any) {},
+		UserLogf: func(format string, args ...any) {
+			msg := fmt.Sprintf(format, args...)
+			if i := strings.Index(msg, "https://"); i >= 0 && strings.Contains(msg, "login") || strings.Contains(msg, "To authenticate") {
+				n.setLoginURL(msg)
+			}
+			log.Info("tailnet: " + msg)
+		},
+	}
+	if _, err := n.s.Up(ctx); err != nil {
+		n.s.Close()
+		n.note(err)
+		return nil, fmt.Errorf("tailnet: joining %s as %s: %w", controlName(c.ControlURL), c.Hostname, err)
+	}
+	n.writeStatus(ctx)
+	return n, nil
+}
+
+func controlName(u string) string {
+	if u == "" {
+		return "Tailscale"
+	}
+	return u
+}
+
+func (n *Node) setLoginURL(msg string) {
+	n.mu.Lock()
+	n.last = msg
+	n.mu.Unlock()
+}
+
+func (n *Node) note(err error) {
+	n.mu.Lock()
+	n.last = err.Error()
+	n.mu.Unlock()
+}
+
+// HTTPClient returns a client whose every connection goes through the
+// node; it follows no redirect.
+func (n *Node) HTTPClient() *http.Client {
+	c := n.s.HTTPClient()
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return c
+}
+
+// Status reports the node's state now.
+func (n *Node) Status(ctx context.Context) Status {
+	st := Status{Hostname: n.cfg.Hostname, ControlURL: controlName(n.cfg.ControlURL), At: time.Now().UTC()}
+	lc, err := n.s.LocalClient()
+	if err == nil {
+		if s, err2 := lc.Status(ctx); err2 == nil {
+			for _, ip := range s.TailscaleIPs {
+				st.IPs = append(st.IPs, ip.String())
+			}
+			st.Connected = s.BackendState == "Running"
+			if s.AuthURL != "" {
+				st.LoginURL = s.AuthURL
+			}
+		} else {
+			err = err2
+		}
+	}
+	n.mu.Lock()
+	st.LastError = n.last
+	n.mu.Unlock()
+	if err != nil {
+		st.LastError = err.Error()
+	}
+	return st
+}
+
+// writeStatus records the status in dataDir/tailnet/status.json, for
+// whoami and doctor (which do not start a second node on the same
+// state).
+func (n *Node) writeStatus(ctx context.Context) {
+	b, _ := json.MarshalIndent(n.Status(ctx), "", "  ")
+	p := filepath.Join(n.dir, StatusFile)
+	tmp := p + ".tmp"
+	if os.WriteFile(tmp, b, 0o600) == nil {
+		os.Rename(tmp, p)
+	}
+}
+
+// Report writes the status file; the agent calls it with each heartbeat.
+func (n *Node) Report(ctx context.Context) { n.writeStatus(ctx) }
+
+// Close stops the node.
+func (n *Node) Close() error {
+	n.writeStatus(context.Background())
+	return n.s.Close()
+}
+
+// LastStatus reads what a running agent last recorded.
+func LastStatus(dataDir string) (Status, bool) {
+	b, err := os.ReadFile(filepath.Join(dataDir, StatusFile))
+	if err != nil {
+		return Status{}, false
+	}
+	var s Status
+	return s, json.Unmarshal(b, &s) == nil
+}
