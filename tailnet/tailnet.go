@@ -147,8 +147,11 @@ func Start(ctx context.Context, dataDir string, c Config, log *slog.Logger) (*No
 		Logf:       func(string, ...any) {},
 		UserLogf: func(format string, args ...any) {
 			msg := fmt.Sprintf(format, args...)
-			if i := strings.Index(msg, "https://"); i >= 0 && strings.Contains(msg, "login") || strings.Contains(msg, "To authenticate") {
+			if strings.Contains(msg, "://") && (strings.Contains(msg, "auth") || strings.Contains(msg, "login")) {
+				// A first login without an auth key: the user must open it.
 				n.setLoginURL(msg)
+				log.Warn("tailnet: log this device in: " + msg)
+				return
 			}
 			log.Info("tailnet: " + msg)
 		},

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/metnos/agent/tailnet"
@@ -15,6 +16,7 @@ import (
 // tailnetFlags are the tailnet options of register and run.
 type tailnetFlags struct {
 	control, authKey, authKeyFile, name *string
+	logUpload                           *bool
 }
 
 func addTailnetFlags(fs *flag.FlagSet) tailnetFlags {
@@ -23,6 +25,7 @@ func addTailnetFlags(fs *flag.FlagSet) tailnetFlags {
 		authKey:     fs.String("tailnet-authkey", "", "the auth key of the first login (also $METNOS_TAILNET_AUTHKEY; prefer --tailnet-authkey-file)"),
 		authKeyFile: fs.String("tailnet-authkey-file", "", "a file (mode 0600) holding the auth key"),
 		name:        fs.String("tailnet-name", "", "the node's name on the tailnet (default: the device name)"),
+		logUpload:   fs.Bool("tailnet-log-upload", false, "let the node upload its logs to Tailscale (off unless asked)"),
 	}
 }
 
@@ -51,6 +54,9 @@ func (f tailnetFlags) config(dataDir, deviceName string) (tailnet.Config, bool, 
 	if *f.name != "" {
 		c.Hostname = *f.name
 	}
+	if *f.logUpload {
+		c.LogUpload = true
+	}
 	if c.Hostname == "" {
 		c.Hostname = deviceName
 	}
@@ -70,6 +76,11 @@ func joinTailnet(ctx context.Context, dataDir string, c tailnet.Config, log *slo
 	// peer API (see tailnet.DenyListen).
 	if err := tailnet.DenyListen(); err != nil {
 		return nil, nil, err
+	}
+	// The node's buffers make the heap grow in bursts; a soft limit lets
+	// the collector give the memory back while the agent idles.
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(24 << 20)
 	}
 	n, err := tailnet.Start(ctx, dataDir, c, log)
 	if err != nil {

@@ -5,34 +5,19 @@ package tailnet
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"fmt"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-	"tailscale.com/derp/derpserver"
-	"tailscale.com/envknob"
-	"tailscale.com/ipn/store/mem"
-	"tailscale.com/net/netns"
-	"tailscale.com/net/stun/stuntest"
-	"tailscale.com/tailcfg"
-	"tailscale.com/tsnet"
-	"tailscale.com/tstest/integration/testcontrol"
-	"tailscale.com/types/key"
-	"tailscale.com/types/logger"
-	"tailscale.com/types/nettype"
-
 	"github.com/metnos/agent/examples"
+	"github.com/metnos/agent/internal/tailnettest"
 	"github.com/metnos/agent/refserver"
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/tailnet"
@@ -40,41 +25,8 @@ import (
 
 var binDir string
 
-// knobs keep every node off the LAN, the port mappers and log upload.
-var knobs = []string{"TS_DEBUG_OMIT_LOCAL_ADDRS=true", "TS_DISABLE_PORTMAPPER=true", "TS_NO_LOGS_NO_SUPPORT=true", "TS_ASSUME_NETWORK_UP_FOR_TEST=true"}
-
 func TestMain(m *testing.M) {
-	for _, kv := range knobs {
-		k, v, _ := strings.Cut(kv, "=")
-		envknob.Setenv(k, v)
-	}
-	switch os.Getenv("METNOS_TAILNET_NETNS") {
-	case "":
-		// Again, in a network namespace that holds only loopback.
-		cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-		cmd.Env = append(os.Environ(), "METNOS_TAILNET_NETNS=inside")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
-		if os.Geteuid() != 0 {
-			cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWUSER
-			cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
-			cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
-		}
-		err := cmd.Run()
-		if ee, ok := err.(*exec.ExitError); ok {
-			os.Exit(ee.ExitCode())
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "no network namespace for the tailnet tests: %v\n", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	case "inside":
-		if err := loopbackUp(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-	}
+	tailnettest.Main()
 	dir, err := os.MkdirTemp("", "metnos-tailnet-bin-")
 	if err != nil {
 		panic(err)
@@ -98,77 +50,6 @@ func TestMain(m *testing.M) {
 		return m.Run()
 	}()
 	os.Exit(code)
-}
-
-func loopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return err
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
-}
-
-// startTailnet runs DERP (TLS), STUN and a control server on loopback.
-// (testcontrol asks for the auth key at every start of a node when it
-// requires one, which real control servers do not: the tests run it
-// open, and check the auth key handling on the agent's side.)
-func startTailnet(t *testing.T) *testcontrol.Server {
-	netns.SetEnabled(false)
-	d := derpserver.New(key.NewNode(), logger.Discard)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	derp := httptest.NewUnstartedServer(derpserver.Handler(d))
-	derp.Listener.Close()
-	derp.Listener = ln
-	derp.Config.ErrorLog = logger.StdLogger(logger.Discard)
-	derp.Config.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
-	derp.StartTLS()
-	stunAddr, stunStop := stuntest.ServeWithPacketListener(t, nettype.Std{})
-	t.Cleanup(func() { derp.CloseClientConnections(); derp.Close(); d.Close(); stunStop() })
-	c := &testcontrol.Server{
-		DERPMap: &tailcfg.DERPMap{Regions: map[int]*tailcfg.DERPRegion{1: {
-			RegionID: 1, RegionCode: "test", Nodes: []*tailcfg.DERPNode{{
-				Name: "t1", RegionID: 1, HostName: "127.0.0.1", IPv4: "127.0.0.1", IPv6: "none",
-				STUNPort: stunAddr.Port, DERPPort: ln.Addr().(*net.TCPAddr).Port,
-				InsecureForTests: true, STUNTestIP: "127.0.0.1",
-			}},
-		}}},
-		DNSConfig:      &tailcfg.DNSConfig{Proxied: true},
-		MagicDNSDomain: "tail.test",
-		Logf:           logger.Discard,
-	}
-	c.HTTPTestServer = httptest.NewServer(c)
-	t.Cleanup(c.HTTPTestServer.Close)
-	return c
-}
-
-// serverNode runs the reference server on a tsnet node named "metnos",
-// listening on the tailnet only.
-func serverNode(t *testing.T, ctx context.Context, control string, srv *refserver.Server) {
-	s := &tsnet.Server{Dir: t.TempDir(), ControlURL: control, Hostname: "metnos", Store: new(mem.Store), Ephemeral: true,
-		AuthKey: "tskey-test", UserLogf: func(string, ...any) {}, Logf: func(string, ...any) {}}
-	t.Cleanup(func() { s.Close() })
-	if _, err := s.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := s.Listen("tcp", ":8765")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: srv.Handler()}
-	go hs.Serve(ln)
-	t.Cleanup(func() { hs.Close() })
 }
 
 // listeningTCP reports the TCP sockets of pid that listen.
@@ -206,19 +87,19 @@ func listeningTCP(t *testing.T, pid int) []string {
 func TestAgentOverTailnet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tc := startTailnet(t)
+	tc := tailnettest.Start(t)
 	control := tc.HTTPTestServer.URL
 	srv, err := refserver.New(refserver.Config{Executors: examples.Executors, Shim: examples.Shim, PollCheck: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	serverNode(t, ctx, control, srv)
+	tailnettest.ServeNode(t, ctx, control, srv.Handler())
 
 	home := t.TempDir()
 	os.Chmod(home, 0o755)
 	env := append(os.Environ(), "HOME="+home, "METNOS_LOG=debug")
-	env = append(env, knobs...)
+	env = append(env, tailnettest.Knobs...)
 	keyFile := filepath.Join(home, "authkey")
 	os.WriteFile(keyFile, []byte("tskey-test\n"), 0o644)
 	cli := func(args ...string) (int, string) {
@@ -299,4 +180,49 @@ func TestAgentOverTailnet(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "tailnet node:        laptop") || !strings.Contains(out, "connected, IPs [100.") {
 		t.Fatalf("whoami:\n%s", out)
 	}
+}
+
+// TestLoginURL: a first login without an auth key, on a control server
+// that wants one, prints the URL to open and waits.
+func TestLoginURL(t *testing.T) {
+	tc := tailnettest.Start(t)
+	tc.RequireAuth = true
+	home := t.TempDir()
+	env := append(os.Environ(), "HOME="+home)
+	env = append(env, tailnettest.Knobs...)
+	cmd := exec.Command(filepath.Join(binDir, "metnos-agent"), "register", "--server", "http://metnos:8765", "--token", "DEV.x.y",
+		"--tailnet-control-url", tc.HTTPTestServer.URL, "--name", "laptop")
+	cmd.Env = env
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if strings.Contains(out.String(), "log this device in") && strings.Contains(out.String(), tc.HTTPTestServer.URL) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("no login URL was printed:\n%s", out.String())
+}
+
+// syncBuffer is a buffer written by a child's output and read by the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
