@@ -5,7 +5,11 @@ package tailnet
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +18,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/metnos/agent/examples"
@@ -89,7 +94,7 @@ func TestAgentOverTailnet(t *testing.T) {
 	defer cancel()
 	tc := tailnettest.Start(t)
 	control := tc.HTTPTestServer.URL
-	srv, err := refserver.New(refserver.Config{Executors: examples.Executors, Shim: examples.Shim, PollCheck: 20 * time.Millisecond})
+	srv, err := refserver.New(refserver.Config{Executors: executorsFS(t), Shim: examples.Shim, PollCheck: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,6 +181,46 @@ func TestAgentOverTailnet(t *testing.T) {
 	if n := len(tc.AllNodes()); n != 2 {
 		t.Errorf("the control server knows %d nodes, want 2", n)
 	}
+	// Executors never reach the tailnet through the agent: one with
+	// network access has the OS network (it reaches a loopback server),
+	// not the tailnet (not the server's tailnet address).
+	plain := httptest.NewServer(http.NotFoundHandler())
+	defer plain.Close()
+	var serverIP string
+	for _, n := range tc.AllNodes() {
+		if n.Hostinfo.Hostname() == "metnos" && len(n.Addresses) > 0 {
+			serverIP = n.Addresses[0].Addr().String()
+		}
+	}
+	if serverIP == "" {
+		t.Fatal("no tailnet address for the server's node")
+	}
+	cmd := exec.Command(filepath.Join(binDir, "metnos-agent"), "run")
+	cmd.Env = env
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tailAddr, loopAddr := serverIP+":8765", strings.TrimPrefix(plain.URL, "http://")
+	id, err := srv.Enqueue(devs[0].ID, "net_probe", map[string]any{"addrs": []any{tailAddr, loopAddr}}, refserver.EnqueueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+	info, err := srv.Wait(wctx, id)
+	wcancel()
+	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var probe struct {
+		Payload struct{ Probes map[string]string }
+	}
+	json.Unmarshal(info.ResultBody, &probe)
+	if probe.Payload.Probes[loopAddr] != "reached" || probe.Payload.Probes[tailAddr] == "reached" || probe.Payload.Probes[tailAddr] == "" {
+		t.Fatalf("an executor with network access: %s", info.ResultBody)
+	}
+
 	code, out := cli("whoami")
 	if code != 0 || !strings.Contains(out, "tailnet node:        laptop") || !strings.Contains(out, "connected, IPs [100.") {
 		t.Fatalf("whoami:\n%s", out)
@@ -225,4 +270,24 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// executorsFS is the sample executors and this package's test ones.
+func executorsFS(t *testing.T) fs.FS {
+	t.Helper()
+	out := fstest.MapFS{}
+	for _, fsys := range []fs.FS{examples.Executors, os.DirFS("testdata/executors")} {
+		err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := fs.ReadFile(fsys, p)
+			out[p] = &fstest.MapFile{Data: b, Mode: 0o644}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
 }
