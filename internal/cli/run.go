@@ -58,19 +58,6 @@ func runRun(std stdio, args []string) int {
 	log := platform.Logger(logf, std.err, level)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	runtimeVar := "METNOS_PYTHON_RUNTIME"
-	if goruntime.GOOS == "windows" {
-		runtimeVar = "METNOS_PYTHON_RUNTIME_WIN" // what the Windows installer sets (§7)
-	}
-	if name := os.Getenv(runtimeVar); name != "" {
-		// As the Rust client: the runtime the installer pinned, from the
-		// paired server's signed descriptor, before the first poll; a
-		// failure is only logged (executors then use what FindPython
-		// finds).
-		if err := installFromServer(ctx, data, cache, name, log); err != nil {
-			log.Error("the Python runtime could not be installed; executors use the next Python found", "runtime", name, "err", err)
-		}
-	}
 	st, _ := pairing.LoadState(data)
 	deviceName := ""
 	if st.DeviceName != nil {
@@ -90,6 +77,19 @@ func runRun(std stdio, args []string) int {
 		}
 		defer node.Close()
 		log.Info("joined the tailnet", "node", tc.Hostname)
+	}
+	runtimeVar := "METNOS_PYTHON_RUNTIME"
+	if goruntime.GOOS == "windows" {
+		runtimeVar = "METNOS_PYTHON_RUNTIME_WIN" // what the Windows installer sets (§7)
+	}
+	if name := os.Getenv(runtimeVar); name != "" {
+		// As the Rust client: the runtime the installer pinned, from the
+		// paired server's signed descriptor, before the first poll; a
+		// failure is only logged (executors then use what FindPython
+		// finds).
+		if err := installFromServer(ctx, data, cache, name, log, httpClient); err != nil {
+			log.Error("the Python runtime could not be installed; executors use the next Python found", "runtime", name, "err", err)
+		}
 	}
 	a, err := agent.New(agent.Config{HTTP: httpClient, OnHeartbeat: func(ctx context.Context) {
 		if node != nil {
@@ -112,8 +112,9 @@ func runRun(std stdio, args []string) int {
 }
 
 // installFromServer installs the runtime archive name as the paired
-// server's signed descriptor describes it.
-func installFromServer(ctx context.Context, data, cache, name string, log *slog.Logger) error {
+// server's signed descriptor describes it, through client (the tailnet
+// node's, or nil for the OS network).
+func installFromServer(ctx context.Context, data, cache, name string, log *slog.Logger, client *http.Client) error {
 	st, err := pairing.LoadState(data)
 	if err != nil || !st.Paired() || st.ServerURL == nil {
 		return fmt.Errorf("a paired device is needed: %w", agent.ErrNotPaired)
@@ -122,11 +123,11 @@ func installFromServer(ctx context.Context, data, cache, name string, log *slog.
 	if err != nil {
 		return err
 	}
-	d, err := fetch.FetchDescriptor(ctx, cache, *st.ServerURL, key, name, nil)
+	d, err := fetch.FetchDescriptor(ctx, cache, *st.ServerURL, key, name, client)
 	if err != nil {
 		return err
 	}
-	o := fetch.Options{Logger: log}
+	o := fetch.Options{Logger: log, Client: client}
 	last := int64(-1)
 	o.Progress = func(p fetch.Progress) {
 		if p.Total > 0 && p.Done*10/p.Total != last {

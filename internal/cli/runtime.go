@@ -45,7 +45,7 @@ func runRuntimeInstall(std stdio, args []string) int {
 	switch {
 	case *from != "" && *url == "" && *sha == "":
 		data, _, _ := dirs()
-		if err := installFromServer(ctx, data, cache, *from, progressOptions(std, *from).Logger); err != nil {
+		if err := installFromServer(ctx, data, cache, *from, progressOptions(std, *from).Logger, nil); err != nil {
 			return fail(std, err)
 		}
 		rt, err := fetch.Current(cache)
