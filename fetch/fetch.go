@@ -431,12 +431,9 @@ func (d *download) chunkWithRetries(ctx context.Context, start, end int64) (done
 		if rerr := d.rewind(start); rerr != nil {
 			return false, rerr
 		}
-		select {
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-time.After(time.Duration(float64(wait) * (0.75 + rand.Float64()*0.5))):
+		if err := d.pause(ctx, &wait); err != nil {
+			return false, err
 		}
-		wait = min(2*wait, 5*time.Second)
 	}
 }
 
@@ -448,30 +445,60 @@ func (e *permanentError) Unwrap() error { return e.err }
 
 var contentRange = regexp.MustCompile(`^bytes (\d+)-(\d+)/(\d+|\*)$`)
 
-// chunk makes one request for start..end.
-func (d *download) chunk(ctx context.Context, start, end int64) (bool, error) {
+// get asks for bytes start..end with Range, Accept-Encoding: identity
+// and, when ifRange is set, If-Range. The body it returns cancels the
+// request when it stays silent for the idle timeout; done releases it.
+// An encoded answer is an error.
+func (d *download) get(ctx context.Context, start, end int64, ifRange string) (resp *http.Response, body io.Reader, done func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.url, nil)
 	if err != nil {
-		return false, &permanentError{err}
+		cancel()
+		return nil, nil, nil, &permanentError{err}
 	}
 	req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", start, end))
 	req.Header.Set("Accept-Encoding", "identity")
-	if v := d.st.validator(); v != "" && start > 0 {
-		req.Header.Set("If-Range", v)
+	if ifRange != "" {
+		req.Header.Set("If-Range", ifRange)
 	}
 	idle := time.AfterFunc(d.o.Idle, cancel)
-	defer idle.Stop()
-	resp, err := d.o.Client.Do(req)
+	resp, err = d.o.Client.Do(req)
+	if err != nil {
+		idle.Stop()
+		cancel()
+		return nil, nil, nil, err
+	}
+	done = func() { resp.Body.Close(); idle.Stop(); cancel() }
+	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		done()
+		return nil, nil, nil, fmt.Errorf("the server sent the file %s-encoded although identity was asked", ce)
+	}
+	return resp, &idleReader{r: resp.Body, t: idle, d: d.o.Idle}, done, nil
+}
+
+// pause waits before the next attempt (wait, with jitter) and doubles
+// wait up to 5 s.
+func (d *download) pause(ctx context.Context, wait *time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Duration(float64(*wait) * (0.75 + rand.Float64()*0.5))):
+	}
+	*wait = min(2**wait, 5*time.Second)
+	return nil
+}
+
+// chunk makes one request for start..end.
+func (d *download) chunk(ctx context.Context, start, end int64) (bool, error) {
+	ifRange := ""
+	if start > 0 {
+		ifRange = d.st.validator()
+	}
+	resp, body, done, err := d.get(ctx, start, end, ifRange)
 	if err != nil {
 		return false, err
 	}
-	defer resp.Body.Close()
-	body := &idleReader{r: resp.Body, t: idle, d: d.o.Idle}
-	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		return false, fmt.Errorf("the server sent the file %s-encoded although identity was asked", ce)
-	}
+	defer done()
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
 		m := contentRange.FindStringSubmatch(resp.Header.Get("Content-Range"))
@@ -622,7 +649,7 @@ func (d *download) consensus(ctx context.Context) error {
 		var agreed []byte
 		var last [32]byte
 		for attempt := 1; agreed == nil; attempt++ {
-			b, err := d.fetchRange(ctx, start, end)
+			b, err := d.fetchRange(ctx, start, end, "")
 			if err == nil {
 				sum := sha256.Sum256(b)
 				if attempt > 1 && sum == last {
@@ -655,42 +682,6 @@ func (d *download) consensus(ctx context.Context) error {
 		start = end + 1
 	}
 	return nil
-}
-
-// fetchRange fetches start..end into memory: a 206 with exactly that
-// Content-Range and length, else an error.
-func (d *download) fetchRange(ctx context.Context, start, end int64) ([]byte, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.url, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", start, end))
-	req.Header.Set("Accept-Encoding", "identity")
-	idle := time.AfterFunc(d.o.Idle, cancel)
-	defer idle.Stop()
-	resp, err := d.o.Client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	want := fmt.Sprintf("bytes %d-%d/%d", start, end, d.total())
-	switch {
-	case resp.StatusCode == http.StatusOK && start == 0 && end == d.total()-1:
-	case resp.StatusCode != http.StatusPartialContent:
-		return nil, fmt.Errorf("the server answered %s to a range", resp.Status)
-	case resp.Header.Get("Content-Range") != want:
-		return nil, fmt.Errorf("the server answered Content-Range %q, want %q", resp.Header.Get("Content-Range"), want)
-	}
-	b, err := io.ReadAll(io.LimitReader(&idleReader{r: resp.Body, t: idle, d: d.o.Idle}, end-start+2))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) != end-start+1 {
-		return nil, fmt.Errorf("a body of %d bytes for a %d-byte range", len(b), end-start+1)
-	}
-	return b, nil
 }
 
 // errChanged says the server's file is no longer the one the download
@@ -752,7 +743,7 @@ func (d *download) parallel(ctx context.Context) error {
 func (d *download) rangeWithRetries(ctx context.Context, start, end int64) ([]byte, error) {
 	wait := d.o.Backoff
 	for attempt := 1; ; attempt++ {
-		b, err := d.fetchRangeIf(ctx, start, end)
+		b, err := d.fetchRange(ctx, start, end, d.st.validator())
 		if err == nil {
 			return b, nil
 		}
@@ -764,56 +755,46 @@ func (d *download) rangeWithRetries(ctx context.Context, start, end int64) ([]by
 			return nil, fmt.Errorf("fetch %s: bytes %d-%d, after %d attempt(s): %w", d.url, start, end, attempt, err)
 		}
 		d.o.Logger.Warn("chunk failed; retrying", "url", d.url, "range", fmt.Sprintf("%d-%d", start, end), "attempt", attempt, "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(time.Duration(float64(wait) * (0.75 + rand.Float64()*0.5))):
+		if err := d.pause(ctx, &wait); err != nil {
+			return nil, err
 		}
-		wait = min(2*wait, 5*time.Second)
 	}
 }
 
-// fetchRangeIf is one request of parallel: a 206 with exactly the range
-// asked, or errChanged for a 200 (If-Range: the file changed).
-func (d *download) fetchRangeIf(ctx context.Context, start, end int64) ([]byte, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.url, nil)
-	if err != nil {
-		return nil, &permanentError{err}
-	}
-	req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", start, end))
-	req.Header.Set("Accept-Encoding", "identity")
-	req.Header.Set("If-Range", d.st.validator())
-	idle := time.AfterFunc(d.o.Idle, cancel)
-	defer idle.Stop()
-	resp, err := d.o.Client.Do(req)
+// fetchRange fetches start..end into memory: a 206 with exactly that
+// Content-Range and length. With ifRange set (the parallel pass), a 200
+// means the file changed (errChanged); without it (the agreement pass,
+// whose validator may be what is wrong), a 200 is taken only when the
+// range asked is the whole file.
+func (d *download) fetchRange(ctx context.Context, start, end int64, ifRange string) ([]byte, error) {
+	resp, body, done, err := d.get(ctx, start, end, ifRange)
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
-	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		return nil, fmt.Errorf("the server sent the file %s-encoded although identity was asked", ce)
-	}
+	defer done()
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
+		if want := fmt.Sprintf("bytes %d-%d/%d", start, end, d.total()); resp.Header.Get("Content-Range") != want {
+			return nil, fmt.Errorf("the server answered Content-Range %q to bytes=%d-%d", resp.Header.Get("Content-Range"), start, end)
+		}
 	case http.StatusOK:
-		return nil, errChanged
+		if ifRange != "" {
+			return nil, errChanged
+		}
+		if start != 0 || end != d.total()-1 {
+			return nil, fmt.Errorf("the server answered %s to a range", resp.Status)
+		}
 	case http.StatusNotFound, http.StatusGone, http.StatusForbidden, http.StatusUnauthorized:
 		return nil, &permanentError{fmt.Errorf("the server answered %s", resp.Status)}
 	default:
 		return nil, fmt.Errorf("the server answered %s", resp.Status)
 	}
-	if want := fmt.Sprintf("bytes %d-%d/%d", start, end, d.total()); resp.Header.Get("Content-Range") != want {
-		return nil, fmt.Errorf("the server answered Content-Range %q to bytes=%d-%d", resp.Header.Get("Content-Range"), start, end)
-	}
 	b := make([]byte, end-start+1)
-	n, err := io.ReadFull(&idleReader{r: resp.Body, t: idle, d: d.o.Idle}, b)
-	if err != nil {
+	if n, err := io.ReadFull(body, b); err != nil {
 		return nil, fmt.Errorf("a body of %d bytes for a %d-byte range: %w", n, len(b), err)
 	}
 	var one [1]byte
-	if m, _ := resp.Body.Read(one[:]); m > 0 {
+	if m, _ := body.Read(one[:]); m > 0 {
 		return nil, fmt.Errorf("a body longer than the %d-byte range", len(b))
 	}
 	return b, nil
