@@ -52,16 +52,14 @@ func (a *Agent) Handle(ctx context.Context, raw any) error {
 		return nil
 	}
 	r.InvocationID, r.DeviceID = inv.ID, a.client.DeviceID
-	body, err := r.Body()
+	body, cut, err := r.body()
 	if err != nil {
 		r = DeviceError(err)
 		r.InvocationID, r.DeviceID = inv.ID, a.client.DeviceID
 		body, _ = r.Body()
 	}
-	if r2, _ := wire.Decode(body); r2 != nil {
-		if m, _ := r2.(map[string]any); m["error_class"] == "result_too_large" {
-			log.Warn("the result was over the server's 4 MiB limit; its payload was dropped and the result says so")
-		}
+	if cut {
+		log.Warn("the result was over the server's 4 MiB limit; its payload was dropped and the result says so")
 	}
 	if err := a.spool.Finish(inv.ID, body); err != nil {
 		log.Error("could not spool the result", "err", err)

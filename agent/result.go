@@ -98,15 +98,22 @@ func DeviceError(err error) Result {
 // error_class ("result_too_large"), rather than being refused by the
 // server and lost.
 func (r Result) Body() ([]byte, error) {
+	b, _, err := r.body()
+	return b, err
+}
+
+// body is Body, and says whether the payload was cut.
+func (r Result) body() ([]byte, bool, error) {
 	b, err := r.encode()
 	if err != nil || len(b) <= MaxResultBytes {
-		return b, err
+		return b, false, err
 	}
 	size := len(b)
 	r.OK, r.Entries, r.Payload, r.NProcessed = false, []any{}, map[string]any{}, 0
 	r.Error = fmt.Sprintf("the result was %d bytes, over the server's %d-byte limit: its payload was dropped on the device", size, MaxResultBytes)
 	r.ErrorClass = "result_too_large"
-	return r.encode()
+	b, err = r.encode()
+	return b, true, err
 }
 
 func (r Result) encode() ([]byte, error) {
