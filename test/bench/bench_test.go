@@ -50,6 +50,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/sandbox"
 )
 
@@ -83,23 +84,12 @@ func TestStartupRatios(t *testing.T) {
 	if err != nil {
 		t.Skip("bwrap not found on PATH")
 	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go not found on PATH")
-	}
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	// Build the agent and the lean shim side by side, and a copy of the
 	// agent alone.
 	dir, soloDir := t.TempDir(), t.TempDir()
-	build := exec.Command(gobin, "build", "-trimpath", "-ldflags=-s -w", "-o", dir+string(os.PathSeparator), "./cmd/metnos-agent", "./cmd/metnos-shim")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if err := testbin.Build(dir, "-trimpath", "-ldflags=-s -w"); err != nil {
+		t.Fatal(err)
 	}
 	agent := filepath.Join(dir, "metnos-agent")
 	shimBin := filepath.Join(dir, "metnos-shim")

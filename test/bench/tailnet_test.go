@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/metnos/agent/examples"
 	"github.com/metnos/agent/internal/tailnettest"
+	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/refserver"
 )
@@ -38,11 +38,8 @@ func TestTailnet(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	os.Chmod(dir, 0o755)
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-ldflags=-s -w", "-o", dir+string(os.PathSeparator), "./cmd/metnos-agent", "./cmd/metnos-shim")
-	build.Dir = filepath.Join("..", "..")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if err := testbin.Build(dir, "-trimpath", "-ldflags=-s -w"); err != nil {
+		t.Fatal(err)
 	}
 	srv, err := refserver.New(refserver.Config{Executors: examples.Executors, Shim: examples.Shim, PollCheck: 5 * time.Millisecond})
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,6 +21,7 @@ import (
 	"time"
 
 	"github.com/metnos/agent/examples"
+	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/refserver"
 	"github.com/metnos/agent/sandbox"
 )
@@ -31,31 +31,14 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
-	// CI builds them once and runs this package as another user too.
-	if d := os.Getenv("METNOS_E2E_BIN"); d != "" {
-		binDir = d
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "metnos-e2e-bin-")
+	dir, cleanup, err := testbin.Prepare()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	os.Chmod(dir, 0o755)
-	code := func() int {
-		defer os.RemoveAll(dir)
-		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-		for _, c := range []string{"metnos-agent", "metnos-shim"} {
-			cmd := exec.Command(goTool, "build", "-o", filepath.Join(dir, c), "../../cmd/"+c)
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				fmt.Fprintf(os.Stderr, "building %s: %v\n%s", c, err, out)
-				return 1
-			}
-		}
-		binDir = dir
-		return m.Run()
-	}()
+	binDir = dir
+	code := m.Run()
+	cleanup()
 	os.Exit(code)
 }
 

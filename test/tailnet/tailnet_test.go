@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/metnos/agent/examples"
 	"github.com/metnos/agent/internal/tailnettest"
+	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/refserver"
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/tailnet"
@@ -32,28 +32,14 @@ var binDir string
 
 func TestMain(m *testing.M) {
 	tailnettest.Main()
-	dir, err := os.MkdirTemp("", "metnos-tailnet-bin-")
+	dir, cleanup, err := testbin.Prepare()
 	if err != nil {
-		panic(err)
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	code := func() int {
-		defer os.RemoveAll(dir)
-		if d := os.Getenv("METNOS_E2E_BIN"); d != "" {
-			binDir = d
-			return m.Run()
-		}
-		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-		for _, c := range []string{"metnos-agent", "metnos-shim"} {
-			cmd := exec.Command(goTool, "build", "-o", filepath.Join(dir, c), "../../cmd/"+c)
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				fmt.Fprintf(os.Stderr, "building %s: %v\n%s", c, err, out)
-				return 1
-			}
-		}
-		binDir = dir
-		return m.Run()
-	}()
+	binDir = dir
+	code := m.Run()
+	cleanup()
 	os.Exit(code)
 }
 
