@@ -80,13 +80,8 @@ func (s *Server) Revoke(deviceID string) error {
 
 // handleRegister is POST /agent/register (§4.3).
 func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
-	body, ok := readBody(w, r)
+	_, m, ok := readObject(w, r)
 	if !ok {
-		return
-	}
-	m, ok := decodeObject(body)
-	if !ok {
-		writeError(w, http.StatusBadRequest, ErrInvalidJSON, "body must be a JSON object")
 		return
 	}
 	tok, ok1 := m["token"].(string)
@@ -164,13 +159,8 @@ func registerResponse(d *device, server ed25519.PublicKey) map[string]any {
 // order and returns the parsed body and the device id. On failure it has
 // already answered.
 func (s *Server) authDevice(w http.ResponseWriter, r *http.Request) (map[string]any, string, bool) {
-	body, ok := readBody(w, r)
+	body, m, ok := readObject(w, r)
 	if !ok {
-		return nil, "", false
-	}
-	m, ok := decodeObject(body)
-	if !ok {
-		writeError(w, http.StatusBadRequest, ErrInvalidJSON, "body must be a JSON object")
 		return nil, "", false
 	}
 	id, ok := m["device_id"].(string)

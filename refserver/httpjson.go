@@ -88,3 +88,18 @@ func truthy(v any) bool {
 	}
 	return true
 }
+
+// readObject reads the body as one JSON object; it answers 413 or
+// 400 invalid_json itself when it cannot.
+func readObject(w http.ResponseWriter, r *http.Request) ([]byte, map[string]any, bool) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return nil, nil, false
+	}
+	m, ok := decodeObject(body)
+	if !ok {
+		writeError(w, http.StatusBadRequest, ErrInvalidJSON, "body must be a JSON object")
+		return nil, nil, false
+	}
+	return body, m, true
+}

@@ -99,13 +99,8 @@ func (s *Server) handleResult(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, ErrMissingSignature, "sign the body and send the signature in %s", SigHeader)
 		return
 	}
-	body, ok := readBody(w, r)
+	body, m, ok := readObject(w, r)
 	if !ok {
-		return
-	}
-	m, ok := decodeObject(body)
-	if !ok {
-		writeError(w, http.StatusBadRequest, ErrInvalidJSON, "body must be a JSON object")
 		return
 	}
 	invID, ok1 := m["invocation_id"].(string)
