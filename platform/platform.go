@@ -24,7 +24,14 @@ type InstanceLock struct{ f *os.File }
 // until Release, and writes the process id into the file for humans.
 // When another process holds it, the error wraps [ErrLocked] and names
 // that process when the file says which.
-func Lock(path string) (*InstanceLock, error) {
+func Lock(path string) (*InstanceLock, error) { return lock(path, false) }
+
+// LockWait is [Lock] that waits for another holder to let go instead of
+// failing; for short critical sections shared by several processes,
+// such as appending to a journal.
+func LockWait(path string) (*InstanceLock, error) { return lock(path, true) }
+
+func lock(path string, wait bool) (*InstanceLock, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("platform: %w", err)
 	}
@@ -32,7 +39,7 @@ func Lock(path string) (*InstanceLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("platform: opening the lock %s: %w", path, err)
 	}
-	if err := lockFile(f); err != nil {
+	if err := lockFile(f, wait); err != nil {
 		b, _ := io.ReadAll(io.LimitReader(f, 32))
 		f.Close()
 		if !heldElsewhere(err) {

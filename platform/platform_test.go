@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLockHeldByAnotherProcess(t *testing.T) {
@@ -52,5 +53,36 @@ func TestOpenLogRotates(t *testing.T) {
 	}
 	if fi, _ := os.Stat(path); fi.Size() != 0 {
 		t.Fatalf("the new log is not empty")
+	}
+}
+
+func TestLockWaitWaitsForTheHolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.lock")
+	first, err := LockWait(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Lock(path); !errors.Is(err, ErrLocked) {
+		t.Fatalf("a second Lock while LockWait holds it: %v, want ErrLocked", err)
+	}
+	got := make(chan error, 1)
+	released := make(chan struct{})
+	go func() {
+		l, err := LockWait(path)
+		select {
+		case <-released:
+		default:
+			err = errors.New("LockWait returned while the first holder still held the lock")
+		}
+		if l != nil {
+			l.Release()
+		}
+		got <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // room for a LockWait that does not wait to show itself
+	close(released)
+	first.Release()
+	if err := <-got; err != nil {
+		t.Fatal(err)
 	}
 }
