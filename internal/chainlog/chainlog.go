@@ -1,0 +1,362 @@
+// Package chainlog keeps append-only logs of JSON lines in which every
+// line carries the blake3 hash of the line before it, so that a line
+// edited, removed or moved is found by [Verify].
+//
+// A log is a directory: its lines live in files named *.jsonl, read in
+// the order of their names (one file for the history journal, one a day
+// for the audit log), and the chain runs across the files. Each line is
+// the caller's JSON object with two fields put first:
+//
+//	{"seq":7,"prev":"<64 hex: blake3 of line 6, without its newline>",...}
+//
+// A file HEAD beside them names the last line's number and hash, so
+// that removing or editing the last lines is found too.
+//
+// What it guarantees: every [Log.Append] is written whole and fsynced
+// before it returns; a line cut short by a crash is dropped when the
+// log is next opened (it was never acknowledged); several processes may
+// append to one log, one at a time under a lock file, each seeing the
+// others' lines ([Options.Foreign]).
+//
+// What it does not: the chain has no secret, so whoever can write the
+// files can also write a new, consistent chain; it makes tampering
+// evident, not impossible. HEAD is renamed into place but not fsynced
+// (it would cost one more fsync per line): after a power cut it may lag
+// behind the log, which [Verify] accepts.
+package chainlog
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/zeebo/blake3"
+
+	"github.com/metnos/agent/platform"
+)
+
+// Ext is the extension of a log's files.
+const Ext = ".jsonl"
+
+const (
+	headName = "HEAD"
+	lockName = "LOCK"
+)
+
+// zero is the prev of the first line.
+var zero = strings.Repeat("0", 64)
+
+// Options are a [Log]'s settings.
+type Options struct {
+	// Foreign, when set, is called with each line another process
+	// appended since this one last looked, in order, before this
+	// process appends its own.
+	Foreign func(file string, line []byte)
+}
+
+// Log is an open log, for appending.
+type Log struct {
+	dir string
+	opt Options
+
+	mu   sync.Mutex
+	file string // the file holding the last line seen
+	size int64  // how much of it was seen
+	seq  int64  // the last line's number (0: none yet)
+	prev string // the last line's hash
+}
+
+// head is the content of HEAD.
+type head struct {
+	Seq  int64  `json:"seq"`
+	Hash string `json:"hash"`
+	File string `json:"file"`
+}
+
+// Hash is the hash a line is chained by: blake3 of its bytes, without
+// the newline, in hex.
+func Hash(line []byte) string {
+	sum := blake3.Sum256(bytes.TrimSuffix(line, []byte("\n")))
+	return hex.EncodeToString(sum[:])
+}
+
+// Open opens the log in dir, creating dir (0700) when needed, and finds
+// its last line. A line cut short at the end of the last file (a crash
+// while appending) is removed.
+func Open(dir string, opt Options) (*Log, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("opening the log %s: %w", dir, err)
+	}
+	l := &Log{dir: dir, opt: opt, prev: zero}
+	lk, err := platform.LockWait(filepath.Join(dir, lockName))
+	if err != nil {
+		return nil, fmt.Errorf("opening the log %s: %w", dir, err)
+	}
+	defer lk.Release()
+	files, err := l.files()
+	if err != nil {
+		return nil, err
+	}
+	for i := len(files) - 1; i >= 0; i-- {
+		lastFile := i == len(files)-1
+		last, size, err := lastLine(filepath.Join(dir, files[i]), lastFile)
+		if err != nil {
+			return nil, err
+		}
+		if lastFile {
+			l.file, l.size = files[i], size
+		}
+		if last != nil {
+			if l.seq, err = seqOf(last); err != nil {
+				return nil, fmt.Errorf("the last line of %s: %w", filepath.Join(dir, files[i]), err)
+			}
+			l.prev = Hash(last)
+			break
+		}
+	}
+	return l, nil
+}
+
+// Close releases the log. Appending after Close is not allowed.
+func (l *Log) Close() error { return nil }
+
+// Seq is the number of the last line written or seen.
+func (l *Log) Seq() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seq
+}
+
+// Append writes rec, which must marshal to a JSON object, as the next
+// line, in file (a name ending in [Ext], inside the log's directory),
+// and returns its number. It returns once the line is on disk.
+func (l *Log) Append(file string, rec any) (int64, error) {
+	if filepath.Base(file) != file || !strings.HasSuffix(file, Ext) {
+		return 0, fmt.Errorf("log %s: %q is not a file name ending in %s", l.dir, file, Ext)
+	}
+	body, err := json.Marshal(rec)
+	if err != nil || len(body) < 2 || body[0] != '{' {
+		return 0, fmt.Errorf("log %s: a record must be a JSON object (%v)", l.dir, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lk, err := platform.LockWait(filepath.Join(l.dir, lockName))
+	if err != nil {
+		return 0, fmt.Errorf("log %s: %w", l.dir, err)
+	}
+	defer lk.Release()
+	if err := l.catchUp(); err != nil {
+		return 0, err
+	}
+	if file < l.file {
+		return 0, fmt.Errorf("log %s: %s would come before %s, which already has lines", l.dir, file, l.file)
+	}
+	seq := l.seq + 1
+	var line bytes.Buffer
+	fmt.Fprintf(&line, `{"seq":%d,"prev":"%s"`, seq, l.prev)
+	if len(body) > 2 {
+		line.WriteByte(',')
+		line.Write(body[1 : len(body)-1])
+	}
+	line.WriteString("}\n")
+
+	path := filepath.Join(l.dir, file)
+	_, statErr := os.Stat(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return 0, fmt.Errorf("log %s: %w", l.dir, err)
+	}
+	n, err := f.Write(line.Bytes())
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		// Take back what was written, so the next line does not follow
+		// half a line; a crash here leaves a torn tail Open removes.
+		if n > 0 {
+			if fi, serr := os.Stat(path); serr == nil {
+				os.Truncate(path, fi.Size()-int64(n))
+			}
+		}
+		return 0, fmt.Errorf("log %s: appending to %s: %w", l.dir, file, err)
+	}
+	if errors.Is(statErr, os.ErrNotExist) {
+		syncDir(l.dir)
+	}
+	if file != l.file {
+		l.file, l.size = file, 0
+	}
+	l.size += int64(line.Len())
+	l.seq, l.prev = seq, Hash(line.Bytes())
+	h, _ := json.Marshal(head{Seq: l.seq, Hash: l.prev, File: l.file})
+	tmp := filepath.Join(l.dir, headName+".tmp")
+	if err := os.WriteFile(tmp, h, 0o600); err == nil {
+		os.Rename(tmp, filepath.Join(l.dir, headName))
+	}
+	return seq, nil
+}
+
+// catchUp reads the lines other processes appended since this one last
+// looked, passing them to Options.Foreign. The lock is held.
+func (l *Log) catchUp() error {
+	files, err := l.files()
+	if err != nil {
+		return err
+	}
+	for _, name := range files {
+		if name < l.file {
+			continue
+		}
+		from := int64(0)
+		if name == l.file {
+			from = l.size
+		}
+		path := filepath.Join(l.dir, name)
+		fi, err := os.Stat(path)
+		if err != nil {
+			return fmt.Errorf("log %s: %w", l.dir, err)
+		}
+		if fi.Size() == from {
+			continue
+		}
+		if fi.Size() < from {
+			return fmt.Errorf("log %s: %s is shorter than when this process last wrote it (%d < %d bytes): something removed lines", l.dir, path, fi.Size(), from)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("log %s: %w", l.dir, err)
+		}
+		data := make([]byte, fi.Size()-from)
+		_, err = f.ReadAt(data, from)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("log %s: reading %s: %w", l.dir, path, err)
+		}
+		end := bytes.LastIndexByte(data, '\n') + 1
+		if end < len(data) {
+			// Another process died mid-line: drop the torn tail.
+			if err := os.Truncate(path, from+int64(end)); err != nil {
+				return fmt.Errorf("log %s: removing a line cut short in %s: %w", l.dir, path, err)
+			}
+		}
+		for _, line := range bytes.SplitAfter(data[:end], []byte("\n")) {
+			if len(line) == 0 {
+				continue
+			}
+			seq, err := seqOf(line)
+			if err != nil {
+				return fmt.Errorf("log %s: a line another process wrote in %s: %w", l.dir, path, err)
+			}
+			l.seq, l.prev = seq, Hash(line)
+			if l.opt.Foreign != nil {
+				l.opt.Foreign(name, bytes.TrimSuffix(line, []byte("\n")))
+			}
+		}
+		l.file, l.size = name, from+int64(end)
+	}
+	return nil
+}
+
+// files lists the log's files in order.
+func (l *Log) files() ([]string, error) { return files(l.dir) }
+
+func files(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading the log %s: %w", dir, err)
+	}
+	var out []string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), Ext) && e.Type().IsRegular() {
+			out = append(out, e.Name())
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// lastLine returns the last complete line of the file at path (nil when
+// it has none) and the file's size, once a torn tail is cut off when cut
+// is set (in the last file only: elsewhere it is left for Verify).
+func lastLine(path string, cut bool) ([]byte, int64, error) {
+	flag := os.O_RDONLY
+	if cut {
+		flag = os.O_RDWR
+	}
+	f, err := os.OpenFile(path, flag, 0)
+	if err != nil {
+		return nil, 0, fmt.Errorf("opening %s: %w", path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, 0, err
+	}
+	size := fi.Size()
+	// Read backwards, in growing chunks, until the last newline (end)
+	// and the one before it are both in buf, which holds file[from:].
+	var buf []byte
+	from, end, chunk := size, int64(-1), int64(64<<10)
+	var line []byte
+	for {
+		n := min(chunk, from)
+		from -= n
+		more := make([]byte, n, n+int64(len(buf)))
+		if _, err := f.ReadAt(more, from); err != nil && err != io.EOF {
+			return nil, 0, fmt.Errorf("reading %s: %w", path, err)
+		}
+		buf = append(more, buf...)
+		if end < 0 {
+			if i := bytes.LastIndexByte(buf, '\n'); i >= 0 {
+				end = from + int64(i)
+			}
+		}
+		if end >= 0 {
+			start := bytes.LastIndexByte(buf[:end-from], '\n')
+			if start >= 0 || from == 0 {
+				line = buf[start+1 : end-from]
+				break
+			}
+		}
+		if from == 0 {
+			break
+		}
+		chunk *= 2
+	}
+	if whole := end + 1; cut && whole < size {
+		if err := f.Truncate(whole); err != nil {
+			return nil, 0, fmt.Errorf("removing a line cut short at the end of %s: %w", path, err)
+		}
+		size = whole
+	}
+	return line, size, nil
+}
+
+// seqOf reads a line's number.
+func seqOf(line []byte) (int64, error) {
+	var v struct {
+		Seq *int64 `json:"seq"`
+	}
+	if err := json.Unmarshal(line, &v); err != nil || v.Seq == nil {
+		return 0, fmt.Errorf("not a line of a chained log (%.60q)", line)
+	}
+	return *v.Seq, nil
+}
+
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}

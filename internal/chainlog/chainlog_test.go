@@ -1,0 +1,241 @@
+package chainlog
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// write appends n records across the files named, in turn.
+func write(t *testing.T, dir string, n int, names ...string) {
+	t.Helper()
+	l, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		name := names[i*len(names)/n]
+		if _, err := l.Append(name, map[string]any{"i": i, "text": fmt.Sprintf("record %d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func lines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.SplitAfter(string(b), "\n")[:bytes.Count(b, []byte("\n"))]
+}
+
+func put(t *testing.T, path string, ls []string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(strings.Join(ls, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestVerifyFindsTampering(t *testing.T) {
+	tests := []struct {
+		name   string
+		tamper func(t *testing.T, dir string)
+		file   string
+		line   int
+		word   string
+	}{
+		{"intact", func(*testing.T, string) {}, "", 0, ""},
+		{"edited middle line", func(t *testing.T, dir string) {
+			p := filepath.Join(dir, "a.jsonl")
+			ls := lines(t, p)
+			ls[2] = strings.Replace(ls[2], "record 2", "record X", 1)
+			put(t, p, ls)
+		}, "a.jsonl", 3, "edited"},
+		{"removed middle line", func(t *testing.T, dir string) {
+			p := filepath.Join(dir, "a.jsonl")
+			ls := lines(t, p)
+			put(t, p, append(ls[:3:3], ls[4:]...))
+		}, "a.jsonl", 4, "removed"},
+		{"swapped lines", func(t *testing.T, dir string) {
+			p := filepath.Join(dir, "a.jsonl")
+			ls := lines(t, p)
+			ls[1], ls[2] = ls[2], ls[1]
+			put(t, p, ls)
+		}, "a.jsonl", 2, "reordered"},
+		{"line moved to the next file", func(t *testing.T, dir string) {
+			p, q := filepath.Join(dir, "a.jsonl"), filepath.Join(dir, "b.jsonl")
+			ls, ms := lines(t, p), lines(t, q)
+			put(t, q, append([]string{ls[1]}, ms...))
+			put(t, p, append(ls[:1:1], ls[2:]...))
+		}, "a.jsonl", 2, "reordered"},
+		{"removed last line", func(t *testing.T, dir string) {
+			p := filepath.Join(dir, "b.jsonl")
+			ls := lines(t, p)
+			put(t, p, ls[:len(ls)-1])
+		}, "b.jsonl", 4, "removed"},
+		{"edited last line", func(t *testing.T, dir string) {
+			p := filepath.Join(dir, "b.jsonl")
+			ls := lines(t, p)
+			ls[len(ls)-1] = strings.Replace(ls[len(ls)-1], "record 9", "record 0", 1)
+			put(t, p, ls)
+		}, "b.jsonl", 5, "edited"},
+		{"whole first file removed", func(t *testing.T, dir string) {
+			os.Remove(filepath.Join(dir, "a.jsonl"))
+		}, "b.jsonl", 1, "removed"},
+		{"not JSON", func(t *testing.T, dir string) {
+			p := filepath.Join(dir, "a.jsonl")
+			ls := lines(t, p)
+			ls[0] = "garbage\n"
+			put(t, p, ls)
+		}, "a.jsonl", 1, "edited"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			write(t, dir, 10, "a.jsonl", "b.jsonl")
+			tt.tamper(t, dir)
+			rep, err := Verify(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.word == "" {
+				if !rep.OK() || rep.Lines != 10 || rep.Files != 2 {
+					t.Fatalf("an intact log: %v", rep)
+				}
+				return
+			}
+			if rep.OK() || rep.File != tt.file || rep.Line != tt.line || !strings.HasPrefix(rep.Problem, tt.word) {
+				t.Fatalf("got %q (%s line %d), want %s at %s line %d", rep.Problem, rep.File, rep.Line, tt.word, tt.file, tt.line)
+			}
+		})
+	}
+}
+
+func TestTornTailIsDroppedAndTheChainGoesOn(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, 3, "j.jsonl")
+	p := filepath.Join(dir, "j.jsonl")
+	f, _ := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	f.WriteString(`{"seq":4,"prev":"00`) // a crash mid-append
+	f.Close()
+	if rep, _ := Verify(dir); !rep.OK() || rep.Note == "" {
+		t.Fatalf("a torn tail is a crash, not tampering, and is said: %v", rep)
+	}
+	l, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq, err := l.Append("j.jsonl", map[string]any{"after": "crash"}); err != nil || seq != 4 {
+		t.Fatalf("append after the crash: seq %d, %v", seq, err)
+	}
+	if rep, _ := Verify(dir); !rep.OK() || rep.Lines != 4 || rep.Note != "" {
+		t.Fatalf("after reopening: %v", rep)
+	}
+}
+
+func TestLongLines(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("x", 3<<20)
+	for i := range 3 {
+		if _, err := l.Append("j.jsonl", map[string]any{"i": i, "big": big}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l2, err := Open(dir, Options{}) // finds the last 3 MiB line backwards
+	if err != nil || l2.Seq() != 3 {
+		t.Fatalf("reopened: seq %d, %v", l2.Seq(), err)
+	}
+	if _, err := l2.Append("j.jsonl", map[string]any{"i": 3}); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	if err := Read(dir, func(_ string, line []byte) error { n++; return nil }); err != nil || n != 4 {
+		t.Fatalf("Read: %d lines, %v", n, err)
+	}
+	if rep, err := Verify(dir); err != nil || !rep.OK() || rep.Lines != 4 {
+		t.Fatalf("Verify: %v %v", rep, err)
+	}
+}
+
+// TestSeveralProcesses appends from this process and two others at
+// once: every line lands once, numbered without gaps, the chain holds,
+// and each process was told of the others' lines.
+func TestSeveralProcesses(t *testing.T) {
+	if dir := os.Getenv("CHAINLOG_HELPER_DIR"); dir != "" {
+		l, err := Open(dir, Options{})
+		if err != nil {
+			os.Exit(2)
+		}
+		for i := range 200 {
+			if _, err := l.Append("j.jsonl", map[string]any{"pid": os.Getpid(), "i": i}); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+		}
+		os.Exit(0)
+	}
+	dir := t.TempDir()
+	var mu sync.Mutex
+	foreign := 0
+	l, err := Open(dir, Options{Foreign: func(_ string, line []byte) {
+		mu.Lock()
+		foreign++
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []*exec.Cmd
+	for range 2 {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestSeveralProcesses$")
+		cmd.Env = append(os.Environ(), "CHAINLOG_HELPER_DIR="+dir)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	for i := range 200 {
+		if _, err := l.Append("j.jsonl", map[string]any{"pid": os.Getpid(), "i": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range cmds {
+		if err := c.Wait(); err != nil {
+			t.Fatalf("helper: %v", err)
+		}
+	}
+	// One more append sees whatever the helpers wrote last.
+	if _, err := l.Append("j.jsonl", map[string]any{"last": true}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Verify(dir)
+	if err != nil || !rep.OK() || rep.Lines != 601 {
+		t.Fatalf("Verify: %v %v", rep, err)
+	}
+	if foreign != 400 {
+		t.Fatalf("this process was told of %d lines of the others, want 400", foreign)
+	}
+	seen := map[string]bool{}
+	Read(dir, func(_ string, line []byte) error {
+		var v struct{ Pid, I *int }
+		if json.Unmarshal(line, &v) == nil && v.Pid != nil {
+			seen[fmt.Sprint(*v.Pid, *v.I)] = true
+		}
+		return nil
+	})
+	if len(seen) != 600 {
+		t.Fatalf("%d distinct records, want 600", len(seen))
+	}
+}
