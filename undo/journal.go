@@ -1,0 +1,513 @@
+package undo
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/metnos/agent/internal/chainlog"
+)
+
+// journalFile is the one file of the journal's chained log.
+const journalFile = "journal" + chainlog.Ext
+
+// Journal is the device's history of changes, open for appending.
+type Journal struct {
+	dir string
+	log *chainlog.Log
+
+	mu      sync.Mutex
+	entries []*Entry          // in the order they began
+	byID    map[string]*Entry // by invocation id
+	broken  error             // a record that could not be read
+}
+
+// Entry is what the journal knows of one invocation.
+type Entry struct {
+	InvocationID   string
+	TurnID         string
+	Executor       string
+	ManifestSHA256 string
+	// Reverse is the manifest's reverse_pattern list.
+	Reverse []string
+	Began   time.Time
+
+	// Set when the result is known (Finished) or the run was cut short
+	// by a crash (Interrupted: what it changed is not known).
+	Finished    bool
+	Interrupted bool
+	Ended       time.Time
+	OK          bool
+	ErrorClass  string
+	// Roots are the folders (and files) the invocation's sandbox could
+	// write; a local undo acts only inside them.
+	Roots []string
+	// History is the agent's backup blob folder when the change was made.
+	History     string
+	Rows        []Row
+	DirsCreated []string
+	// Items is the undo plan, derived from Reverse, Rows and DirsCreated.
+	Items []Item
+
+	// Undone maps the index of each item put back to what put it back:
+	// an invocation id (the server's reverse invocation) or "local".
+	Undone map[int]string
+	// Conflicts are what the last local undo left as it was, and why.
+	Conflicts []Conflict
+	// UndoStarted is set while a local undo has begun and not ended
+	// (after a crash, until it is run again).
+	UndoStarted bool
+	// BlobsExpired says, for each time its blobs were removed, why.
+	BlobsExpired []string
+	// Reverses lists the entries this invocation put changes of back.
+	Reverses []string
+}
+
+// State is one word for an entry: running, interrupted, failed,
+// done (nothing undone), partly-undone, undone.
+func (e *Entry) State() string {
+	switch {
+	case e.Interrupted:
+		return "interrupted"
+	case !e.Finished:
+		return "running"
+	case len(e.Undone) > 0 && len(e.Undone) >= e.undoable():
+		return "undone"
+	case len(e.Undone) > 0:
+		return "partly-undone"
+	case len(e.Rows) == 0 && len(e.DirsCreated) == 0 && !e.OK:
+		return "failed"
+	}
+	return "done"
+}
+
+// undoable counts the items an undo can do (not the unsupported ones).
+func (e *Entry) undoable() int {
+	n := 0
+	for _, it := range e.Items {
+		if it.Kind != Unsupported {
+			n++
+		}
+	}
+	return n
+}
+
+// Open opens (creating) the journal in dir, <data_dir>/history, and
+// reads it whole.
+func Open(dir string) (*Journal, error) {
+	j := &Journal{dir: dir, byID: map[string]*Entry{}}
+	log, err := chainlog.Open(dir, chainlog.Options{Foreign: func(_ string, line []byte) {
+		j.apply(line) // called with j.mu held, from append
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("history journal: %w", err)
+	}
+	j.log = log
+	if err := chainlog.Read(dir, func(_ string, line []byte) error {
+		j.apply(line)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("history journal: %w", err)
+	}
+	return j, nil
+}
+
+// Load reads the journal in dir without opening it for appending (for
+// history listings); a journal that does not exist is empty.
+func Load(dir string) (*Journal, error) {
+	j := &Journal{dir: dir, byID: map[string]*Entry{}}
+	if err := chainlog.Read(dir, func(_ string, line []byte) error {
+		j.apply(line)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("history journal: %w", err)
+	}
+	return j, nil
+}
+
+// Dir is the journal's folder.
+func (j *Journal) Dir() string { return j.dir }
+
+// Problem is the first record the journal could not read, if any (the
+// entries after it are still used).
+func (j *Journal) Problem() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.broken
+}
+
+// record is one line of the journal; Kind says which fields are used.
+type record struct {
+	Kind string    `json:"kind"`
+	Time time.Time `json:"time"`
+	ID   string    `json:"invocation_id,omitempty"`
+
+	// begin
+	TurnID         string   `json:"turn_id,omitempty"`
+	Executor       string   `json:"executor,omitempty"`
+	ManifestSHA256 string   `json:"manifest_sha256,omitempty"`
+	Reverse        []string `json:"reverse_patterns,omitempty"`
+
+	// change
+	OK          *bool    `json:"ok,omitempty"`
+	ErrorClass  string   `json:"error_class,omitempty"`
+	Roots       []string `json:"roots,omitempty"`
+	History     string   `json:"history_dir,omitempty"`
+	Rows        []Row    `json:"rows,omitempty"`
+	DirsCreated []string `json:"dirs_created,omitempty"`
+
+	// undone, undo_started
+	Items     []int      `json:"items,omitempty"`
+	By        string     `json:"by,omitempty"`
+	Conflicts []Conflict `json:"conflicts,omitempty"`
+
+	// blobs_expired
+	Dir    string   `json:"dir,omitempty"`
+	Reason string   `json:"reason,omitempty"`
+	Bytes  int64    `json:"bytes,omitempty"`
+	IDs    []string `json:"invocation_ids,omitempty"`
+	Lost   []string `json:"undo_lost,omitempty"`
+}
+
+// The kinds of record.
+const (
+	kindBegin       = "begin"
+	kindChange      = "change"
+	kindInterrupted = "interrupted"
+	kindUndoStarted = "undo_started"
+	kindUndone      = "undone"
+	kindExpired     = "blobs_expired"
+)
+
+// apply folds one line into the entries. j.mu is held (or j is not yet
+// shared).
+func (j *Journal) apply(line []byte) {
+	var r record
+	if err := json.Unmarshal(line, &r); err != nil {
+		if j.broken == nil {
+			j.broken = fmt.Errorf("a record of %s is not readable (%v): edited?", filepath.Join(j.dir, journalFile), err)
+		}
+		return
+	}
+	j.fold(r)
+}
+
+func (j *Journal) fold(r record) {
+	e := j.byID[r.ID]
+	switch r.Kind {
+	case kindBegin:
+		if e != nil {
+			return // begun again after a crash before its marker: keep the first
+		}
+		e = &Entry{InvocationID: r.ID, TurnID: r.TurnID, Executor: r.Executor, ManifestSHA256: r.ManifestSHA256,
+			Reverse: r.Reverse, Began: r.Time, Undone: map[int]string{}}
+		j.entries = append(j.entries, e)
+		j.byID[r.ID] = e
+	case kindChange:
+		if e == nil {
+			return
+		}
+		e.Finished, e.Interrupted, e.Ended = true, false, r.Time
+		e.OK = r.OK != nil && *r.OK
+		e.ErrorClass, e.Roots, e.History, e.Rows, e.DirsCreated = r.ErrorClass, r.Roots, r.History, r.Rows, r.DirsCreated
+		e.Items = plan(e.Reverse, e.Rows, e.DirsCreated)
+	case kindInterrupted:
+		if e != nil && !e.Finished {
+			e.Interrupted, e.Ended = true, r.Time
+		}
+	case kindUndoStarted:
+		if e != nil {
+			e.UndoStarted = true
+		}
+	case kindUndone:
+		if e == nil {
+			return
+		}
+		for _, i := range r.Items {
+			if _, done := e.Undone[i]; !done && i >= 0 && i < len(e.Items) {
+				e.Undone[i] = r.By
+			}
+		}
+		if r.By == ByLocal {
+			e.UndoStarted, e.Conflicts = false, r.Conflicts
+		} else if by := j.byID[r.By]; by != nil && !slices.Contains(by.Reverses, e.InvocationID) {
+			by.Reverses = append(by.Reverses, e.InvocationID)
+		}
+	case kindExpired:
+		for _, id := range r.IDs {
+			if e := j.byID[id]; e != nil {
+				e.BlobsExpired = append(e.BlobsExpired, fmt.Sprintf("%s: blobs in %s removed (%s)", r.Time.Format(time.DateOnly), r.Dir, r.Reason))
+			}
+		}
+	}
+}
+
+// write appends r and folds it in. j.mu is held.
+func (j *Journal) write(r record) error {
+	if j.log == nil {
+		return errors.New("history journal: opened read-only")
+	}
+	if r.Time.IsZero() {
+		r.Time = time.Now().UTC()
+	}
+	if _, err := j.log.Append(journalFile, r); err != nil {
+		return fmt.Errorf("history journal: %w", err)
+	}
+	j.fold(r)
+	return nil
+}
+
+// Begin records that an invocation whose executor can write is about
+// to run. It comes before the run, so that a crash during it leaves a
+// trace ([Journal.Interrupt]).
+func (j *Journal) Begin(id, turn, executor, manifestSHA256 string, reverse []string) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.write(record{Kind: kindBegin, ID: id, TurnID: turn, Executor: executor, ManifestSHA256: manifestSHA256, Reverse: reverse})
+}
+
+// Outcome is what [Journal.Finish] records of a run.
+type Outcome struct {
+	OK         bool
+	ErrorClass string
+	// Payload is the executor's output (its JSON object): the rows are
+	// read from its "results", and its "dirs_created".
+	Payload any
+	// Roots are the sandbox's write grants (not the agent's own).
+	Roots []string
+	// History is the agent's backup blob folder (<user data>/_history).
+	History string
+	// Args are the invocation's arguments: paths named there also make
+	// the journal look at the entries they belong to.
+	Args any
+}
+
+// Finish records the outcome of a begun invocation, with the size and
+// modification time of every file where the run left it, then looks
+// whether the run put back changes of earlier entries (a reverse
+// invocation from the server, or the same moves made again by hand)
+// and marks those undone. It returns the entries so marked.
+func (j *Journal) Finish(id string, o Outcome) ([]string, error) {
+	rows, dirs := rowsOf(o.Payload)
+	for i := range rows {
+		if p := rows[i].now(); p != "" {
+			rows[i].Now = statOf(p)
+		}
+	}
+	ok := o.OK
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.byID[id] == nil {
+		return nil, fmt.Errorf("history journal: %s was never begun", id)
+	}
+	if err := j.write(record{Kind: kindChange, ID: id, OK: &ok, ErrorClass: o.ErrorClass, Roots: o.Roots, History: o.History, Rows: rows, DirsCreated: dirs}); err != nil {
+		return nil, err
+	}
+	return j.recognise(j.byID[id], o.Args)
+}
+
+// Interrupt records that a begun invocation was cut short by a crash:
+// what it changed is not known.
+func (j *Journal) Interrupt(id string) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if e := j.byID[id]; e == nil || e.Finished || e.Interrupted {
+		return nil
+	}
+	return j.write(record{Kind: kindInterrupted, ID: id})
+}
+
+// Unfinished lists the invocations begun and neither finished nor
+// marked interrupted (after a crash: the agent decides which).
+func (j *Journal) Unfinished() []string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var ids []string
+	for _, e := range j.entries {
+		if !e.Finished && !e.Interrupted {
+			ids = append(ids, e.InvocationID)
+		}
+	}
+	return ids
+}
+
+// Entries returns copies of the entries, newest first.
+func (j *Journal) Entries() []Entry {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := make([]Entry, 0, len(j.entries))
+	for i := len(j.entries) - 1; i >= 0; i-- {
+		out = append(out, j.entries[i].copy())
+	}
+	return out
+}
+
+// Entry returns a copy of the entry of an invocation.
+func (j *Journal) Entry(id string) (Entry, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	e := j.byID[id]
+	if e == nil {
+		return Entry{}, false
+	}
+	return e.copy(), true
+}
+
+// Last returns the newest finished entry that has something left to
+// undo and did not itself put back another entry's changes.
+func (j *Journal) Last() (Entry, bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for i := len(j.entries) - 1; i >= 0; i-- {
+		e := j.entries[i]
+		if e.Finished && len(e.Reverses) == 0 && e.undoable() > 0 && len(e.Undone) < e.undoable() {
+			return e.copy(), true
+		}
+	}
+	return Entry{}, false
+}
+
+func (e *Entry) copy() Entry {
+	c := *e
+	c.Undone = make(map[int]string, len(e.Undone))
+	for k, v := range e.Undone {
+		c.Undone[k] = v
+	}
+	c.Conflicts = slices.Clone(e.Conflicts)
+	c.Reverses = slices.Clone(e.Reverses)
+	c.BlobsExpired = slices.Clone(e.BlobsExpired)
+	return c
+}
+
+// Row is one result row that describes a change (§6.7): a move from
+// Src to Dst, a file at Path (created, or destroyed with a backup
+// blob), with the blob's path and hash and the original file's mode and
+// times when the executor gave them.
+type Row struct {
+	Src         string  `json:"src,omitempty"`
+	Dst         string  `json:"dst,omitempty"`
+	Path        string  `json:"path,omitempty"`
+	Created     bool    `json:"created,omitempty"`
+	BlobPath    string  `json:"blob_path,omitempty"`
+	BlobSHA256  string  `json:"blob_sha256,omitempty"`
+	RestoreMode string  `json:"restore_mode,omitempty"`
+	Mode        *uint32 `json:"mode,omitempty"`
+	MtimeNS     *int64  `json:"mtime_ns,omitempty"`
+	AtimeNS     *int64  `json:"atime_ns,omitempty"`
+	Size        *int64  `json:"size,omitempty"`
+	// Account marks a mail row (an IMAP move): not a file, skipped by
+	// swap_src_dst as the server does.
+	Account bool `json:"account,omitempty"`
+	// Now is what the agent saw, after the run, at the path where the
+	// row left a file: Dst for a move, Path for a created file.
+	Now *Stat `json:"now,omitempty"`
+}
+
+// now is the path where the row left a file, if any.
+func (r Row) now() string {
+	switch {
+	case r.Src != "" && r.Dst != "" && r.Src != r.Dst:
+		return r.Dst
+	case r.Created && r.Path != "":
+		return r.Path
+	}
+	return ""
+}
+
+// Stat is what "unchanged since" compares: the kind, and for a file or
+// link its size and modification time.
+type Stat struct {
+	Kind    string `json:"kind"` // file, dir, link, other
+	Size    int64  `json:"size,omitempty"`
+	MtimeNS int64  `json:"mtime_ns,omitempty"`
+}
+
+func statOf(p string) *Stat {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return nil
+	}
+	return stat(fi)
+}
+
+func stat(fi os.FileInfo) *Stat {
+	s := &Stat{Kind: "other"}
+	switch {
+	case fi.Mode().IsRegular():
+		s.Kind = "file"
+	case fi.IsDir():
+		return &Stat{Kind: "dir"} // its size and time change with its entries
+	case fi.Mode()&os.ModeSymlink != 0:
+		s.Kind = "link"
+	}
+	s.Size, s.MtimeNS = fi.Size(), fi.ModTime().UnixNano()
+	return s
+}
+
+// rowsOf reads the change rows and created folders from an executor's
+// output.
+func rowsOf(payload any) ([]Row, []string) {
+	m, _ := payload.(map[string]any)
+	var rows []Row
+	list, _ := m["results"].([]any)
+	for _, v := range list {
+		o, ok := v.(map[string]any)
+		if !ok {
+			continue
+		}
+		r := Row{
+			Src: str(o["src"]), Dst: str(o["dst"]), Path: str(o["path"]),
+			BlobPath: str(o["blob_path"]), BlobSHA256: str(o["blob_sha256"]), RestoreMode: str(o["restore_mode"]),
+			Created: o["created"] == true,
+			MtimeNS: num(o["mtime_ns"]), AtimeNS: num(o["atime_ns"]), Size: num(o["size"]),
+		}
+		if _, ok := o["account"]; ok {
+			r.Account = true
+		}
+		if n := num(o["mode"]); n != nil && *n >= 0 && *n <= 0o7777 {
+			m := uint32(*n)
+			r.Mode = &m
+		}
+		if r.Src == "" && r.Dst == "" && r.Path == "" {
+			continue // nothing on the disk to put back
+		}
+		rows = append(rows, r)
+	}
+	var dirs []string
+	dl, _ := m["dirs_created"].([]any)
+	for _, v := range dl {
+		if s := str(v); s != "" && !slices.Contains(dirs, s) {
+			dirs = append(dirs, s)
+		}
+	}
+	return rows, dirs
+}
+
+func str(v any) string { s, _ := v.(string); return s }
+
+func num(v any) *int64 {
+	var n int64
+	switch x := v.(type) {
+	case json.Number:
+		i, err := strconv.ParseInt(string(x), 10, 64)
+		if err != nil {
+			return nil
+		}
+		n = i
+	case float64:
+		n = int64(x)
+	case int64:
+		n = x
+	case int:
+		n = int64(x)
+	default:
+		return nil
+	}
+	return &n
+}

@@ -1,0 +1,316 @@
+package undo
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// ByLocal is what a local undo records as the one that undid an item.
+const ByLocal = "local"
+
+// The kinds of undo step.
+const (
+	// MoveBack moves the file at From back to To (swap_src_dst).
+	MoveBack = "move_back"
+	// Restore copies the backup blob back to Path (restore_blob_backup).
+	Restore = "restore"
+	// RemoveFile removes a file the change created (delete_created_paths).
+	RemoveFile = "remove_file"
+	// RemoveDir removes a folder the change created, when empty
+	// (delete_created_dirs, delete_created_paths).
+	RemoveDir = "remove_dir"
+	// Unsupported is a reverse pattern, or a row, no local undo can do.
+	Unsupported = "unsupported"
+)
+
+// Item is one step of an entry's undo.
+type Item struct {
+	Kind    string `json:"kind"`
+	Pattern string `json:"pattern"`
+	// Row is the index of the result row it comes from (-1 for a folder).
+	Row int `json:"row"`
+	// From and To: MoveBack moves From to To.
+	From string `json:"from,omitempty"`
+	To   string `json:"to,omitempty"`
+	// Path: what Restore writes, RemoveFile and RemoveDir remove.
+	Path string `json:"path,omitempty"`
+	// Blob and BlobSHA256: the backup a Restore copies back.
+	Blob       string `json:"blob,omitempty"`
+	BlobSHA256 string `json:"blob_sha256,omitempty"`
+	// Expect is the file MoveBack moves, or RemoveFile removes, as the
+	// journal saw it after the change.
+	Expect *Stat `json:"expect,omitempty"`
+	// After is the index of the MoveBack that must come first (a
+	// restore into the place a moved file is moved out of), or -1.
+	After int `json:"after"`
+	// Why says why an Unsupported item cannot be done.
+	Why string `json:"why,omitempty"`
+
+	mode             *uint32
+	mtimeNS, atimeNS *int64
+}
+
+// Describe is the item in a few words.
+func (it Item) Describe() string {
+	switch it.Kind {
+	case MoveBack:
+		return fmt.Sprintf("move %s back to %s", it.From, it.To)
+	case Restore:
+		return fmt.Sprintf("restore %s from its backup", it.Path)
+	case RemoveFile:
+		return fmt.Sprintf("remove the created file %s", it.Path)
+	case RemoveDir:
+		return fmt.Sprintf("remove the created folder %s", it.Path)
+	}
+	return fmt.Sprintf("%s: %s", it.Pattern, it.Why)
+}
+
+// Conflict is an item a local undo left as it was.
+type Conflict struct {
+	Item int    `json:"item"`
+	Path string `json:"path"`
+	Why  string `json:"why"`
+}
+
+// plan derives an entry's undo steps from its reverse patterns, in
+// their order (as the server sends them), each pattern's rows newest
+// first and folders deepest first.
+func plan(patterns []string, rows []Row, dirs []string) []Item {
+	var items []Item
+	moveFrom := map[string]int{} // MoveBack's From → item
+	for _, p := range patterns {
+		switch p {
+		case "swap_src_dst":
+			for i := len(rows) - 1; i >= 0; i-- {
+				r := rows[i]
+				if r.Account || r.Src == "" || r.Dst == "" || r.Src == r.Dst {
+					continue
+				}
+				moveFrom[r.Dst] = len(items)
+				items = append(items, Item{Kind: MoveBack, Pattern: p, Row: i, From: r.Dst, To: r.Src, Expect: r.Now, After: -1})
+			}
+		case "restore_blob_backup":
+			for i := len(rows) - 1; i >= 0; i-- {
+				r := rows[i]
+				switch {
+				case r.BlobPath != "" && r.Path != "":
+					after, ok := moveFrom[r.Path]
+					if !ok {
+						after = -1
+					}
+					items = append(items, Item{Kind: Restore, Pattern: p, Row: i, Path: r.Path, Blob: r.BlobPath,
+						BlobSHA256: strings.ToLower(r.BlobSHA256), After: after, mode: r.Mode, mtimeNS: r.MtimeNS, atimeNS: r.AtimeNS})
+				case r.Path != "":
+					items = append(items, Item{Kind: Unsupported, Pattern: p, Row: i, Path: r.Path, After: -1,
+						Why: "the row has no backup blob: " + r.Path + " cannot be restored"})
+				}
+			}
+		case "delete_created_paths":
+			for i := len(rows) - 1; i >= 0; i-- {
+				if r := rows[i]; r.Created && r.Path != "" {
+					items = append(items, Item{Kind: RemoveFile, Pattern: p, Row: i, Path: r.Path, Expect: r.Now, After: -1})
+				}
+			}
+			items = append(items, dirItems(p, dirs)...)
+		case "delete_created_dirs":
+			items = append(items, dirItems(p, dirs)...)
+		default:
+			items = append(items, Item{Kind: Unsupported, Pattern: p, Row: -1, After: -1,
+				Why: "not a pattern a device can undo by itself"})
+		}
+	}
+	// A pattern listed twice, or delete_created_paths with
+	// delete_created_dirs, must not remove a folder twice.
+	seen := map[string]bool{}
+	out := items[:0]
+	for _, it := range items {
+		if it.Kind == RemoveDir {
+			if seen[it.Path] {
+				continue
+			}
+			seen[it.Path] = true
+		}
+		out = append(out, it)
+	}
+	return out
+}
+
+// dirItems are the created folders, deepest first.
+func dirItems(pattern string, dirs []string) []Item {
+	ds := append([]string(nil), dirs...)
+	sort.Strings(ds)
+	sort.SliceStable(ds, func(i, j int) bool { return depth(ds[i]) > depth(ds[j]) })
+	items := make([]Item, len(ds))
+	for i, d := range ds {
+		items[i] = Item{Kind: RemoveDir, Pattern: pattern, Row: -1, Path: d, After: -1}
+	}
+	return items
+}
+
+func depth(p string) int { return strings.Count(p, "/") + strings.Count(p, `\`) }
+
+// Summary is what undoing the entry would do, in a few words: "move 8
+// files back, restore 1 file from its backup, remove 4 folders".
+func (e *Entry) Summary() string {
+	if !e.Finished {
+		if e.Interrupted {
+			return "nothing: the run was cut short and what it changed is not known"
+		}
+		return "nothing yet: still running"
+	}
+	if len(e.Reverse) == 0 {
+		return "nothing: the executor declares no reverse pattern"
+	}
+	counts := map[string]int{}
+	var unsupported []string
+	for i, it := range e.Items {
+		if _, done := e.Undone[i]; done {
+			continue
+		}
+		if it.Kind == Unsupported {
+			if !slices.Contains(unsupported, it.Pattern) {
+				unsupported = append(unsupported, it.Pattern)
+			}
+			continue
+		}
+		counts[it.Kind]++
+	}
+	var parts []string
+	add := func(kind, one, many string) {
+		switch n := counts[kind]; n {
+		case 0:
+		case 1:
+			parts = append(parts, one)
+		default:
+			parts = append(parts, fmt.Sprintf(many, n))
+		}
+	}
+	add(MoveBack, "move 1 file back", "move %d files back")
+	add(Restore, "restore 1 file from its backup", "restore %d files from their backups")
+	add(RemoveFile, "remove 1 created file", "remove %d created files")
+	add(RemoveDir, "remove 1 created folder", "remove %d created folders")
+	s := strings.Join(parts, ", ")
+	if s == "" {
+		s = "nothing left to undo"
+	}
+	if len(unsupported) > 0 {
+		s += "; not undoable here: " + strings.Join(unsupported, ", ")
+	}
+	return s
+}
+
+// same reports whether the file at p is still what want recorded.
+func same(fi os.FileInfo, want *Stat) bool {
+	if want == nil {
+		return false
+	}
+	got := stat(fi)
+	return *got == *want
+}
+
+// status is an item's state on the disk now.
+type status int
+
+const (
+	pending  status = iota // can be done
+	done                   // already put back
+	conflict               // cannot be done without replacing or losing something
+)
+
+// check looks at the disk: is the item done, can it be done, or is it
+// in conflict (and why)? It reads but never changes anything. gone, in
+// a dry run, holds the paths the steps before would have moved away.
+func (e *Entry) check(i int, gone map[string]bool) (status, string) {
+	it := e.Items[i]
+	switch it.Kind {
+	case MoveBack:
+		from, ferr := os.Lstat(it.From)
+		to, terr := os.Lstat(it.To)
+		switch {
+		case ferr == nil && terr == nil && os.SameFile(from, to):
+			return pending, "" // a move cut short between its link and its removal
+		case ferr == nil && terr == nil && same(to, it.Expect) && !same(from, it.Expect):
+			return done, "" // moved back, and something else took its place since (a restore)
+		case ferr == nil && terr == nil:
+			return conflict, fmt.Sprintf("%s is taken by another file: not replaced (the moved file stays at %s)", it.To, it.From)
+		case ferr == nil && !same(from, it.Expect):
+			return conflict, fmt.Sprintf("%s changed since it was moved there (size or modification time): left where it is", it.From)
+		case ferr == nil:
+			return pending, ""
+		case terr == nil && same(to, it.Expect):
+			return done, ""
+		case terr == nil:
+			return conflict, fmt.Sprintf("%s is gone, and %s is another file", it.From, it.To)
+		}
+		return conflict, fmt.Sprintf("%s is gone (moved or removed since)", it.From)
+	case Restore:
+		if _, undone := e.Undone[it.After]; it.After >= 0 && !undone {
+			if st, _ := e.check(it.After, gone); st != done {
+				return pending, "" // its place is freed by a move first
+			}
+		}
+		fi, err := os.Lstat(it.Path)
+		switch {
+		case os.IsNotExist(err):
+			return pending, ""
+		case err != nil:
+			return conflict, err.Error()
+		case fi.Mode().IsRegular() && sha256File(it.Path) == it.BlobSHA256:
+			return done, ""
+		}
+		return conflict, fmt.Sprintf("%s exists and is not the backed-up file: not replaced (the backup stays at %s)", it.Path, it.Blob)
+	case RemoveFile:
+		fi, err := os.Lstat(it.Path)
+		switch {
+		case os.IsNotExist(err):
+			return done, ""
+		case err != nil:
+			return conflict, err.Error()
+		case !same(fi, it.Expect):
+			return conflict, fmt.Sprintf("%s changed since it was created: kept", it.Path)
+		}
+		return pending, ""
+	case RemoveDir:
+		fi, err := os.Lstat(it.Path)
+		switch {
+		case os.IsNotExist(err):
+			return done, ""
+		case err != nil:
+			return conflict, err.Error()
+		case !fi.IsDir():
+			return conflict, fmt.Sprintf("%s is no longer a folder: kept", it.Path)
+		}
+		if f, err := os.Open(it.Path); err == nil {
+			names, _ := f.Readdirnames(-1)
+			f.Close()
+			for _, n := range names {
+				if !gone[filepath.Join(it.Path, n)] {
+					return conflict, fmt.Sprintf("%s is not empty: kept", it.Path)
+				}
+			}
+		}
+		return pending, ""
+	}
+	return conflict, it.Why
+}
+
+// sha256File is the hex SHA-256 of the file at p ("" if unreadable).
+func sha256File(p string) string {
+	f, err := os.Open(p)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}

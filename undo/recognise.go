@@ -1,0 +1,89 @@
+package undo
+
+import "path/filepath"
+
+// recognise marks undone the items of earlier entries that e's run put
+// back, looking only at the entries whose paths e's rows, created
+// folders or arguments name. j.mu is held.
+func (j *Journal) recognise(e *Entry, args any) ([]string, error) {
+	paths := map[string]bool{}
+	add := func(p string) {
+		if p != "" {
+			paths[filepath.Clean(p)] = true
+		}
+	}
+	for _, r := range e.Rows {
+		add(r.Src)
+		add(r.Dst)
+		add(r.Path)
+	}
+	for _, d := range e.DirsCreated {
+		add(d)
+	}
+	walkStrings(args, 0, func(s string) {
+		if filepath.IsAbs(s) {
+			add(s)
+		}
+	})
+	if len(paths) == 0 {
+		return nil, nil
+	}
+	var marked []string
+	for _, other := range j.entries {
+		if other == e {
+			break // only the entries before it
+		}
+		if !other.Finished || len(other.Undone) >= other.undoable() || !other.touches(paths) {
+			continue
+		}
+		var items []int
+		for i, it := range other.Items {
+			if _, ok := other.Undone[i]; ok || it.Kind == Unsupported {
+				continue
+			}
+			if st, _ := other.check(i, nil); st == done {
+				items = append(items, i)
+			}
+		}
+		if len(items) == 0 {
+			continue
+		}
+		if err := j.write(record{Kind: kindUndone, ID: other.InvocationID, Items: items, By: e.InvocationID}); err != nil {
+			return marked, err
+		}
+		marked = append(marked, other.InvocationID)
+	}
+	return marked, nil
+}
+
+// touches reports whether one of the entry's steps names one of paths.
+func (e *Entry) touches(paths map[string]bool) bool {
+	for _, it := range e.Items {
+		for _, p := range []string{it.From, it.To, it.Path, it.Blob} {
+			if p != "" && paths[filepath.Clean(p)] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// walkStrings calls fn with every string in v (maps, lists), to a
+// bounded depth.
+func walkStrings(v any, depth int, fn func(string)) {
+	if depth > 16 {
+		return
+	}
+	switch x := v.(type) {
+	case string:
+		fn(x)
+	case []any:
+		for _, e := range x {
+			walkStrings(e, depth+1, fn)
+		}
+	case map[string]any:
+		for _, e := range x {
+			walkStrings(e, depth+1, fn)
+		}
+	}
+}
