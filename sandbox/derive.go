@@ -6,10 +6,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/metnos/agent/wire"
 )
 
 // Capability is one [[capabilities]] entry of an executor manifest:
@@ -121,7 +122,7 @@ func Derive(in DeriveInput) (Policy, error) {
 		}
 	}
 	if hasFS {
-		walkArgStrings(in.Args, 0, func(s string) {
+		wire.WalkStrings(in.Args, func(s string) {
 			named, ok := argPath(s, home)
 			if !ok {
 				return
@@ -409,55 +410,6 @@ func argPath(s, home string) (string, bool) {
 		s = s[:i]
 	}
 	return filepath.Clean(expandTilde(s, home)), true
-}
-
-// maxArgDepth bounds how deep walkArgStrings descends.
-const maxArgDepth = 64
-
-// walkArgStrings calls fn for every string in v: v itself, map values
-// and slice or array items, recursively. Map keys are not visited.
-func walkArgStrings(v any, depth int, fn func(string)) {
-	if depth > maxArgDepth {
-		return
-	}
-	switch v := v.(type) {
-	case nil:
-		return
-	case string:
-		fn(v)
-		return
-	case map[string]any:
-		for _, x := range v {
-			walkArgStrings(x, depth+1, fn)
-		}
-		return
-	case []any:
-		for _, x := range v {
-			walkArgStrings(x, depth+1, fn)
-		}
-		return
-	}
-	rv := reflect.ValueOf(v)
-	switch rv.Kind() {
-	case reflect.String:
-		fn(rv.String())
-	case reflect.Map:
-		it := rv.MapRange()
-		for it.Next() {
-			walkArgStrings(it.Value().Interface(), depth+1, fn)
-		}
-	case reflect.Slice, reflect.Array:
-		if rv.Type().Elem().Kind() == reflect.Uint8 {
-			return // bytes, not strings
-		}
-		for i := 0; i < rv.Len(); i++ {
-			walkArgStrings(rv.Index(i).Interface(), depth+1, fn)
-		}
-	case reflect.Pointer, reflect.Interface:
-		if !rv.IsNil() {
-			walkArgStrings(rv.Elem().Interface(), depth+1, fn)
-		}
-	}
 }
 
 // deepestDir returns the deepest existing directory at or above the
