@@ -18,6 +18,7 @@ import (
 
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/sandbox"
+	"github.com/metnos/agent/undo"
 )
 
 // Config is what an [Agent] runs with. Zero fields take the protocol's
@@ -69,6 +70,7 @@ type Agent struct {
 	shimMu  sync.Mutex
 	shimDir string
 	shimSHA string
+	journal *undo.Journal
 }
 
 // ErrNotPaired is returned by [New] on a device that has no pairing.
@@ -128,6 +130,12 @@ func New(cfg Config) (*Agent, error) {
 	unknown, err := sp.Recover(*st.DeviceID)
 	for _, id := range unknown {
 		a.log.Warn("an invocation was running when the agent stopped; it will not run again and is reported as execution_outcome_unknown", "invocation", id)
+	}
+	if err == nil {
+		a.journal, err = undo.Open(JournalDir(cfg.DataDir))
+	}
+	if err == nil {
+		err = a.recoverJournal(unknown)
 	}
 	if err != nil {
 		sp.Close()
@@ -291,15 +299,9 @@ func (a *Agent) Flush(ctx context.Context) bool {
 }
 
 // housekeeping applies the retention rules at start: spooled results
-// older than METNOS_SPOOL_RETENTION_DAYS (14) and per-turn backup blob
-// folders older than METNOS_HISTORY_RETENTION_DAYS (30).
+// older than METNOS_SPOOL_RETENTION_DAYS (14), and backup blobs past
+// METNOS_HISTORY_RETENTION_DAYS (30) or over the quota.
 func (a *Agent) housekeeping() {
-	days := func(env string, def int) time.Duration {
-		if n, err := strconv.Atoi(os.Getenv(env)); err == nil && n > 0 {
-			def = n
-		}
-		return time.Duration(def) * 24 * time.Hour
-	}
 	cut := time.Now().Add(-days("METNOS_SPOOL_RETENTION_DAYS", 14))
 	old, _ := filepath.Glob(filepath.Join(a.cfg.DataDir, "spool", "results", "*.json"))
 	for _, p := range old {
@@ -308,48 +310,54 @@ func (a *Agent) housekeeping() {
 			os.Remove(p)
 		}
 	}
-	a.expireHistory(time.Now().Add(-days("METNOS_HISTORY_RETENTION_DAYS", 30)))
+	a.expireBlobs(days("METNOS_HISTORY_RETENTION_DAYS", 30))
 }
 
-// expireHistory removes the per-turn blob folders of shimdata/_history
-// last changed before cut. Executors write shimdata, so nothing there is
-// trusted: a symbolic link is never followed (the removal goes through
-// an os.Root, which cannot leave _history), and one in place of
-// _history itself is removed.
-func (a *Agent) expireHistory(cut time.Time) {
-	dir := filepath.Join(a.UserData(), "_history")
-	fi, err := os.Lstat(dir)
-	switch {
-	case err != nil:
-		return
-	case fi.Mode()&os.ModeSymlink != 0:
-		a.log.Warn("shimdata/_history is a symbolic link (an executor made it?); removing the link, not what it points to", "path", dir)
-		os.Remove(dir)
-		return
-	case !fi.IsDir():
-		return
+// days reads a positive number of days from env, else def.
+func days(env string, def int) time.Duration {
+	if n, err := strconv.Atoi(os.Getenv(env)); err == nil && n > 0 {
+		def = n
 	}
-	root, err := os.OpenRoot(dir)
+	return time.Duration(def) * 24 * time.Hour
+}
+
+// HistoryQuota is the blob quota METNOS_HISTORY_QUOTA_MB sets, in
+// bytes: a positive number of MiB; "off" for none; unset, 0 (the
+// default share of the free space, see [undo.DefaultQuotaPercent]).
+func HistoryQuota() int64 {
+	v := os.Getenv("METNOS_HISTORY_QUOTA_MB")
+	if v == "off" {
+		return -1
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 {
+		return n << 20
+	}
+	return 0
+}
+
+// expireBlobs removes the backup blobs past retention or over the
+// quota; the journal records which changes lose their undo.
+func (a *Agent) expireBlobs(retention time.Duration) {
+	out, err := a.journal.Expire(undo.Expiry{History: a.History(), Retention: retention, Quota: HistoryQuota()})
+	for _, x := range out {
+		log := a.log.Info
+		if len(x.Lost) > 0 {
+			log = a.log.Warn
+		}
+		log("backup blobs removed", "dir", x.Dir, "reason", x.Reason, "bytes", x.Bytes, "changes_that_can_no_longer_be_fully_undone", x.Lost)
+	}
 	if err != nil {
 		a.log.Warn("backup blob retention", "err", err)
-		return
-	}
-	defer root.Close()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		fi, err := root.Lstat(e.Name())
-		if err != nil || !fi.IsDir() || !fi.ModTime().Before(cut) {
-			continue
-		}
-		a.log.Info("removing backup blobs past their retention", "dir", filepath.Join(dir, e.Name()))
-		if err := root.RemoveAll(e.Name()); err != nil {
-			a.log.Warn("backup blob retention", "err", err)
-		}
 	}
 }
+
+// JournalDir is where the history journal of the agent whose data
+// directory is dataDir lives.
+func JournalDir(dataDir string) string { return filepath.Join(dataDir, "history") }
+
+// History is the backup blob folder executors write:
+// <user data>/_history.
+func (a *Agent) History() string { return filepath.Join(a.UserData(), "_history") }
 
 // UserData is the executors' METNOS_USER_DATA: <data_dir>/shimdata.
 func (a *Agent) UserData() string { return filepath.Join(a.cfg.DataDir, "shimdata") }

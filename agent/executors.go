@@ -40,6 +40,29 @@ type Manifest struct {
 		MinSandbox string `toml:"min_sandbox"`
 	} `toml:"placement"`
 	Dependencies []any `toml:"dependencies"`
+	// ReversePattern is one pattern name or a list of them (§6.7);
+	// see [Manifest.Reverse].
+	ReversePattern any `toml:"reverse_pattern"`
+}
+
+// Reverse is the manifest's reverse_pattern as a list: Metnos's
+// manifests write it either as one string or as a list of strings.
+func (m Manifest) Reverse() []string {
+	switch v := m.ReversePattern.(type) {
+	case string:
+		if v != "" {
+			return []string{v}
+		}
+	case []any:
+		var out []string
+		for _, x := range v {
+			if s, ok := x.(string); ok && s != "" {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return nil
 }
 
 // Executor is a verified executor in the cache.

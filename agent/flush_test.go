@@ -132,6 +132,7 @@ func TestRetention(t *testing.T) {
 		os.WriteFile(p, []byte(`{"invocation_id":"x"}`), 0o600)
 		if !kept {
 			os.Chtimes(p, old, old)
+			os.Chtimes(filepath.Dir(p), old, old) // a turn's age is that of its newest blob
 			os.Chtimes(filepath.Dir(filepath.Dir(p)), old, old)
 		}
 	}
@@ -163,7 +164,7 @@ func TestHistoryLinkNotFollowed(t *testing.T) {
 	if err := os.Symlink(victim, hist); err != nil {
 		t.Fatal(err)
 	}
-	a.expireHistory(time.Now().Add(-30 * 24 * time.Hour))
+	a.expireBlobs(30 * 24 * time.Hour)
 	if _, err := os.Stat(filepath.Join(victim, "2019", "kid.jpg")); err != nil {
 		t.Fatalf("a file behind the link was removed: %v", err)
 	}
@@ -174,7 +175,7 @@ func TestHistoryLinkNotFollowed(t *testing.T) {
 	os.MkdirAll(hist, 0o700)
 	os.Symlink(filepath.Join(victim, "2019"), filepath.Join(hist, "turn-x"))
 	os.Chtimes(filepath.Join(victim, "2019"), old, old)
-	a.expireHistory(time.Now().Add(-30 * 24 * time.Hour))
+	a.expireBlobs(30 * 24 * time.Hour)
 	if _, err := os.Stat(filepath.Join(victim, "2019", "kid.jpg")); err != nil {
 		t.Fatalf("a file behind a turn link was removed: %v", err)
 	}

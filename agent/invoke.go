@@ -65,6 +65,7 @@ func (a *Agent) Handle(ctx context.Context, raw any) error {
 		log.Error("could not spool the result", "err", err)
 		return nil
 	}
+	a.finishJournal(inv, r)
 	log.Info("executed", "ok", r.OK, "sandbox", r.Sandbox, "elapsed_ms", r.ElapsedMS, "error_class", r.ErrorClass)
 	a.Flush(ctx)
 	return nil
@@ -93,22 +94,36 @@ func (a *Agent) execute(ctx context.Context, inv wire.Invocation) (Result, bool)
 	// Everything before the marker has no effect on the device: when the
 	// agent is asked to stop meanwhile, nothing is spooled, and the server
 	// hands the invocation out again later.
+	limit := max(time.Duration(inv.DeadlineMS)*time.Millisecond, time.Second)
 	ex, err := a.executor(ctx, inv)
+	var shimDir string
 	if err == nil {
-		_, err = a.ensureShim(ctx, false)
+		shimDir, err = a.ensureShim(ctx, false)
 	}
 	if err == nil {
 		err = a.pyErr
 	}
+	var req sandbox.Request
+	if err == nil {
+		req, err = a.Request(inv, ex, shimDir, limit)
+	}
 	if err != nil {
 		return DeviceError(err), ctx.Err() == nil
+	}
+	// A backup blob the run would restore must still be the bytes it
+	// was named after.
+	if err := a.checkBlobs(inv); err != nil {
+		return DeviceError(fmt.Errorf("executor %s not run: %w", ex.Name, err)), true
 	}
 	// The marker comes after the executor is known: whether it can
 	// write decides what a crash means (§12.6).
 	if err := a.spool.Start(inv.ID, inv.Reversibility, canWrite(ex.Manifest)); err != nil {
 		return DeviceError(fmt.Errorf("writing the STARTED marker: %w", err)), true
 	}
-	limit := max(time.Duration(inv.DeadlineMS)*time.Millisecond, time.Second)
+	if err := a.beginJournal(inv, ex, req); err != nil {
+		// Nothing ran yet; a change that could not be journaled is not made.
+		return DeviceError(fmt.Errorf("executor %s not run: %w", ex.Name, err)), true
+	}
 	dog := time.AfterFunc(limit+10*time.Second, func() {
 		if a.cfg.Watchdog != nil {
 			a.cfg.Watchdog(inv.ID)

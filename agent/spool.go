@@ -248,3 +248,10 @@ func (s *Spool) Recover(deviceID string) ([]string, error) {
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// Body returns the spooled result of an invocation, if it is still
+// waiting for delivery.
+func (s *Spool) Body(id string) ([]byte, bool) {
+	b, err := os.ReadFile(filepath.Join(s.dir, "results", fileName(id)+".json"))
+	return b, err == nil
+}

@@ -36,6 +36,11 @@ type Entry struct {
 	ManifestSHA256 string
 	// Reverse is the manifest's reverse_pattern list.
 	Reverse []string
+	// Roots are the folders (and files) the invocation's sandbox could
+	// write; a local undo acts only inside them.
+	Roots []string
+	// History is the agent's backup blob folder when the change was made.
+	History string
 	Began   time.Time
 
 	// Set when the result is known (Finished) or the run was cut short
@@ -45,11 +50,6 @@ type Entry struct {
 	Ended       time.Time
 	OK          bool
 	ErrorClass  string
-	// Roots are the folders (and files) the invocation's sandbox could
-	// write; a local undo acts only inside them.
-	Roots []string
-	// History is the agent's backup blob folder when the change was made.
-	History     string
 	Rows        []Row
 	DirsCreated []string
 	// Items is the undo plan, derived from Reverse, Rows and DirsCreated.
@@ -206,7 +206,7 @@ func (j *Journal) fold(r record) {
 			return // begun again after a crash before its marker: keep the first
 		}
 		e = &Entry{InvocationID: r.ID, TurnID: r.TurnID, Executor: r.Executor, ManifestSHA256: r.ManifestSHA256,
-			Reverse: r.Reverse, Began: r.Time, Undone: map[int]string{}}
+			Reverse: r.Reverse, Roots: r.Roots, History: r.History, Began: r.Time, Undone: map[int]string{}}
 		j.entries = append(j.entries, e)
 		j.byID[r.ID] = e
 	case kindChange:
@@ -215,7 +215,7 @@ func (j *Journal) fold(r record) {
 		}
 		e.Finished, e.Interrupted, e.Ended = true, false, r.Time
 		e.OK = r.OK != nil && *r.OK
-		e.ErrorClass, e.Roots, e.History, e.Rows, e.DirsCreated = r.ErrorClass, r.Roots, r.History, r.Rows, r.DirsCreated
+		e.ErrorClass, e.Rows, e.DirsCreated = r.ErrorClass, r.Rows, r.DirsCreated
 		e.Items = plan(e.Reverse, e.Rows, e.DirsCreated)
 	case kindInterrupted:
 		if e != nil && !e.Finished {
@@ -263,13 +263,26 @@ func (j *Journal) write(r record) error {
 	return nil
 }
 
+// Begin is what [Journal.Begin] records of an invocation about to run.
+type Begin struct {
+	InvocationID, TurnID, Executor, ManifestSHA256 string
+	// Reverse is the manifest's reverse_pattern list.
+	Reverse []string
+	// Roots are the sandbox's write grants (not the agent's own
+	// folders): a local undo acts only inside them.
+	Roots []string
+	// History is the agent's backup blob folder (<user data>/_history).
+	History string
+}
+
 // Begin records that an invocation whose executor can write is about
 // to run. It comes before the run, so that a crash during it leaves a
 // trace ([Journal.Interrupt]).
-func (j *Journal) Begin(id, turn, executor, manifestSHA256 string, reverse []string) error {
+func (j *Journal) Begin(b Begin) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.write(record{Kind: kindBegin, ID: id, TurnID: turn, Executor: executor, ManifestSHA256: manifestSHA256, Reverse: reverse})
+	return j.write(record{Kind: kindBegin, ID: b.InvocationID, TurnID: b.TurnID, Executor: b.Executor,
+		ManifestSHA256: b.ManifestSHA256, Reverse: b.Reverse, Roots: b.Roots, History: b.History})
 }
 
 // Outcome is what [Journal.Finish] records of a run.
@@ -279,10 +292,6 @@ type Outcome struct {
 	// Payload is the executor's output (its JSON object): the rows are
 	// read from its "results", and its "dirs_created".
 	Payload any
-	// Roots are the sandbox's write grants (not the agent's own).
-	Roots []string
-	// History is the agent's backup blob folder (<user data>/_history).
-	History string
 	// Args are the invocation's arguments: paths named there also make
 	// the journal look at the entries they belong to.
 	Args any
@@ -306,7 +315,7 @@ func (j *Journal) Finish(id string, o Outcome) ([]string, error) {
 	if j.byID[id] == nil {
 		return nil, fmt.Errorf("history journal: %s was never begun", id)
 	}
-	if err := j.write(record{Kind: kindChange, ID: id, OK: &ok, ErrorClass: o.ErrorClass, Roots: o.Roots, History: o.History, Rows: rows, DirsCreated: dirs}); err != nil {
+	if err := j.write(record{Kind: kindChange, ID: id, OK: &ok, ErrorClass: o.ErrorClass, Rows: rows, DirsCreated: dirs}); err != nil {
 		return nil, err
 	}
 	return j.recognise(j.byID[id], o.Args)

@@ -1,6 +1,10 @@
 package undo
 
-import "path/filepath"
+import (
+	"path/filepath"
+
+	"github.com/metnos/agent/wire"
+)
 
 // recognise marks undone the items of earlier entries that e's run put
 // back, looking only at the entries whose paths e's rows, created
@@ -20,7 +24,7 @@ func (j *Journal) recognise(e *Entry, args any) ([]string, error) {
 	for _, d := range e.DirsCreated {
 		add(d)
 	}
-	walkStrings(args, 0, func(s string) {
+	wire.WalkStrings(args, func(s string) {
 		if filepath.IsAbs(s) {
 			add(s)
 		}
@@ -66,24 +70,4 @@ func (e *Entry) touches(paths map[string]bool) bool {
 		}
 	}
 	return false
-}
-
-// walkStrings calls fn with every string in v (maps, lists), to a
-// bounded depth.
-func walkStrings(v any, depth int, fn func(string)) {
-	if depth > 16 {
-		return
-	}
-	switch x := v.(type) {
-	case string:
-		fn(x)
-	case []any:
-		for _, e := range x {
-			walkStrings(e, depth+1, fn)
-		}
-	case map[string]any:
-		for _, e := range x {
-			walkStrings(e, depth+1, fn)
-		}
-	}
 }

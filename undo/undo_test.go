@@ -98,11 +98,12 @@ func (w *world) run(executor string, reverse []string, args any, fn func() map[s
 	w.t.Helper()
 	w.seq++
 	id := fmt.Sprintf("inv-%d-%06d", time.Now().UnixMilli(), w.seq)
-	if err := w.j.Begin(id, "turn-1", executor, "sha256:m", reverse); err != nil {
+	if err := w.j.Begin(Begin{InvocationID: id, TurnID: "turn-1", Executor: executor, ManifestSHA256: "sha256:m",
+		Reverse: reverse, Roots: []string{w.folder}, History: w.history}); err != nil {
 		w.t.Fatal(err)
 	}
 	out := fn()
-	if _, err := w.j.Finish(id, Outcome{OK: true, Payload: out, Roots: []string{w.folder}, History: w.history, Args: args}); err != nil {
+	if _, err := w.j.Finish(id, Outcome{OK: true, Payload: out, Args: args}); err != nil {
 		w.t.Fatal(err)
 	}
 	return id
@@ -312,8 +313,8 @@ func TestUndoStaysInsideTheGrants(t *testing.T) {
 				roots = append(roots, outside)
 			}
 			id := "inv-1-000001"
-			w.j.Begin(id, "", "move_files", "sha256:m", []string{"swap_src_dst"})
-			w.j.Finish(id, Outcome{OK: true, Roots: roots, History: w.history, Payload: map[string]any{"results": []any{
+			w.j.Begin(Begin{InvocationID: id, Executor: "move_files", Reverse: []string{"swap_src_dst"}, Roots: roots, History: w.history})
+			w.j.Finish(id, Outcome{OK: true, Payload: map[string]any{"results": []any{
 				// "I moved photo.jpg to the secret's place": undo would move the secret out.
 				map[string]any{"src": filepath.Join(w.folder, "photo.jpg"), "dst": secret},
 			}}})
@@ -344,8 +345,8 @@ func TestUndoStaysInsideTheGrants(t *testing.T) {
 		os.Symlink(outside, filepath.Join(w.folder, "link"))
 		via := filepath.Join(w.folder, "link", "secret.txt")
 		id := "inv-1-000002"
-		w.j.Begin(id, "", "move_files", "sha256:m", []string{"swap_src_dst"})
-		w.j.Finish(id, Outcome{OK: true, Roots: []string{w.folder}, History: w.history, Payload: map[string]any{"results": []any{
+		w.j.Begin(Begin{InvocationID: id, Executor: "move_files", Reverse: []string{"swap_src_dst"}, Roots: []string{w.folder}, History: w.history})
+		w.j.Finish(id, Outcome{OK: true, Payload: map[string]any{"results": []any{
 			map[string]any{"src": filepath.Join(w.folder, "photo.jpg"), "dst": via},
 		}}})
 		rep, _ := w.j.Undo(id, w.history, false)
@@ -359,8 +360,8 @@ func TestUndoStaysInsideTheGrants(t *testing.T) {
 		elsewhere := filepath.Join(t.TempDir(), "x.bin")
 		os.WriteFile(elsewhere, []byte("not a blob of ours"), 0o600)
 		id := "inv-1-000003"
-		w.j.Begin(id, "", "delete_files", "sha256:m", []string{"restore_blob_backup"})
-		w.j.Finish(id, Outcome{OK: true, Roots: []string{w.folder}, History: w.history, Payload: map[string]any{"results": []any{
+		w.j.Begin(Begin{InvocationID: id, Executor: "delete_files", Reverse: []string{"restore_blob_backup"}, Roots: []string{w.folder}, History: w.history})
+		w.j.Finish(id, Outcome{OK: true, Payload: map[string]any{"results": []any{
 			map[string]any{"path": target, "blob_path": elsewhere, "blob_sha256": sha256Hex("not a blob of ours")},
 		}}})
 		rep, _ := w.j.Undo(id, w.history, false)
@@ -437,7 +438,7 @@ func anyList(s []string) []any {
 func TestJournalSurvivesReopen(t *testing.T) {
 	w := newWorld(t)
 	id, _ := w.organize(3)
-	w.j.Begin("inv-9-000009", "", "move_files", "sha256:m", []string{"swap_src_dst"})
+	w.j.Begin(Begin{InvocationID: "inv-9-000009", Executor: "move_files", Reverse: []string{"swap_src_dst"}})
 	j2, err := Open(w.j.Dir())
 	if err != nil {
 		t.Fatal(err)
@@ -458,7 +459,7 @@ func TestJournalSurvivesReopen(t *testing.T) {
 		t.Fatal("an interrupted run was undone")
 	}
 	// The first journal sees what the second wrote when it next appends.
-	w.j.Begin("inv-9-000010", "", "move_files", "sha256:m", nil)
+	w.j.Begin(Begin{InvocationID: "inv-9-000010", Executor: "move_files"})
 	if e, _ := w.j.Entry("inv-9-000009"); e.State() != "interrupted" {
 		t.Fatalf("the other process's record was not folded in: %s", e.State())
 	}

@@ -1,0 +1,114 @@
+package agent
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/metnos/agent/sandbox"
+	"github.com/metnos/agent/undo"
+	"github.com/metnos/agent/wire"
+)
+
+// journaled reports whether an invocation goes into the history
+// journal: its executor can write or declares reverse patterns, or the
+// server says it is reversible.
+func journaled(inv wire.Invocation, m Manifest) bool {
+	r := inv.Reversibility
+	return canWrite(m) || len(m.Reverse()) > 0 || (r != "" && r != "read_only")
+}
+
+// writeRoots are the folders and files a run's sandbox lets it write,
+// but the agent's own.
+func writeRoots(p sandbox.Policy) []string {
+	var roots []string
+	for _, g := range p.Grants {
+		if g.Access == sandbox.Write && !g.Own {
+			roots = append(roots, g.Path)
+		}
+	}
+	return roots
+}
+
+// beginJournal records an invocation about to run, if it is journaled.
+func (a *Agent) beginJournal(inv wire.Invocation, ex Executor, req sandbox.Request) error {
+	if !journaled(inv, ex.Manifest) {
+		return nil
+	}
+	return a.journal.Begin(undo.Begin{InvocationID: inv.ID, TurnID: inv.TurnID, Executor: ex.Name,
+		ManifestSHA256: inv.ManifestSHA256, Reverse: ex.Manifest.Reverse(), Roots: writeRoots(req.Policy), History: a.History()})
+}
+
+// finishJournal records a journaled invocation's outcome, says which
+// earlier changes it put back, and enforces the blob quota when it kept
+// blobs. A failure is logged: the result is already spooled.
+func (a *Agent) finishJournal(inv wire.Invocation, r Result) {
+	e, ok := a.journal.Entry(inv.ID)
+	if !ok || e.Finished {
+		return
+	}
+	undid, err := a.journal.Finish(inv.ID, undo.Outcome{OK: r.OK, ErrorClass: r.ErrorClass, Payload: r.Payload, Args: inv.Args})
+	if err != nil {
+		a.log.Error("could not record the change in the history journal", "invocation", inv.ID, "err", err)
+		return
+	}
+	for _, id := range undid {
+		a.log.Info("this invocation put back changes of an earlier one", "invocation", inv.ID, "undid", id)
+	}
+	if e, _ := a.journal.Entry(inv.ID); e.Finished {
+		for _, row := range e.Rows {
+			if row.BlobPath != "" {
+				a.expireBlobs(days("METNOS_HISTORY_RETENTION_DAYS", 30))
+				break
+			}
+		}
+	}
+}
+
+// recoverJournal settles the journal entries a crash left open: one
+// whose result was spooled is finished from it (the crash came between
+// the two), any other is marked interrupted.
+func (a *Agent) recoverJournal(unknown []string) error {
+	for _, id := range a.journal.Unfinished() {
+		var r struct {
+			OK         bool   `json:"ok"`
+			ErrorClass string `json:"error_class"`
+			Payload    any    `json:"payload"`
+		}
+		body, ok := a.spool.Body(id)
+		if ok && !strings.Contains(strings.Join(unknown, " "), id) && json.Unmarshal(body, &r) == nil {
+			a.log.Warn("the agent stopped before recording a change in the history journal; recorded now from the spooled result", "invocation", id)
+			if _, err := a.journal.Finish(id, undo.Outcome{OK: r.OK, ErrorClass: r.ErrorClass, Payload: r.Payload}); err != nil {
+				return err
+			}
+			continue
+		}
+		a.log.Warn("the agent stopped while this invocation ran: the history journal marks it interrupted (what it changed is not known)", "invocation", id)
+		if err := a.journal.Interrupt(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var blobName = regexp.MustCompile(`^([0-9a-f]{64})\.bin$`)
+
+// checkBlobs verifies every backup blob an invocation's arguments name
+// (the server's restore_blob_backup sends move_files with copy:true from
+// a blob): a blob whose bytes no longer have the SHA-256 it is named by
+// is refused before anything runs, so a corrupted blob is never
+// restored.
+func (a *Agent) checkBlobs(inv wire.Invocation) error {
+	history := a.History()
+	var err error
+	wire.WalkStrings(inv.Args, func(s string) {
+		if err != nil || !filepath.IsAbs(s) || !within(filepath.Clean(s), history) {
+			return
+		}
+		if m := blobName.FindStringSubmatch(filepath.Base(s)); m != nil {
+			err = undo.VerifyBlob(s, m[1])
+		}
+	})
+	return err
+}
