@@ -54,6 +54,11 @@ var commands map[string]*command
 func init() {
 	// Assigned in init: help refers to commands.
 	commands = map[string]*command{
+		"audit": {
+			usage: "audit verify [--json]",
+			short: "check the local audit log for edited, removed or reordered lines",
+			run:   runAudit,
+		},
 		"demo": {
 			usage: "demo [--keep] [-v]",
 			short: "run the whole chain on loopback: server, pairing, three executors, undo",
