@@ -74,6 +74,16 @@ func init() {
 			short: "run a command in the sandbox",
 			run:   runExec,
 		},
+		"history": {
+			usage: "history [--json] [-n N]",
+			short: "show the changes executors made on this device, and what undo would do",
+			run:   runHistory,
+		},
+		"undo": {
+			usage: "undo (INVOCATION_ID | --last) [--dry-run] [--offline]",
+			short: "put a change back on this device, without the server",
+			run:   runUndo,
+		},
 		"register": {
 			usage: "register --server URL --token TOKEN [--name NAME]",
 			short: "pair this device with a Metnos server",

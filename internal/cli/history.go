@@ -1,0 +1,315 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/metnos/agent/agent"
+	"github.com/metnos/agent/internal/chainlog"
+	"github.com/metnos/agent/pairing"
+	"github.com/metnos/agent/platform"
+	"github.com/metnos/agent/undo"
+)
+
+func runHistory(std stdio, args []string) int {
+	fs := newFlagSet("history", std.err, `Show the changes executors made on this device, newest first, and what
+undo would do for each. The history journal is chained with blake3: an
+edited or removed record is reported.`)
+	asJSON := fs.Bool("json", false, "print the entries as JSON")
+	limit := fs.Int("n", 20, "show at most this many entries (0: all)")
+	if code, stop := parseFlags(fs, args); stop {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return usageError(std.err, "history", "unexpected argument %q", fs.Arg(0))
+	}
+	data, _, err := dirs()
+	if err != nil {
+		return fail(std, err)
+	}
+	dir := agent.JournalDir(data)
+	j, err := undo.Load(dir)
+	if err != nil {
+		return fail(std, err)
+	}
+	entries := j.Entries()
+	if *limit > 0 && len(entries) > *limit {
+		entries = entries[:*limit]
+	}
+	var problem string
+	if rep, err := chainlog.Verify(dir); err == nil && !rep.OK() {
+		problem = fmt.Sprintf("the history journal was tampered with: %s", rep)
+	}
+	if *asJSON {
+		out := struct {
+			Journal string      `json:"journal"`
+			Problem string      `json:"problem,omitempty"`
+			Entries []entryJSON `json:"entries"`
+		}{dir, problem, []entryJSON{}}
+		for _, e := range entries {
+			out.Entries = append(out.Entries, toJSON(e))
+		}
+		enc := json.NewEncoder(std.out)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(out); err != nil {
+			return fail(std, err)
+		}
+		return exitOK
+	}
+	if problem != "" {
+		fmt.Fprintf(std.out, "warning: %s\n\n", problem)
+	}
+	if len(entries) == 0 {
+		fmt.Fprintln(std.out, "No changes recorded on this device yet.")
+		return exitOK
+	}
+	for _, e := range entries {
+		printEntry(std.out, e)
+	}
+	return exitOK
+}
+
+// entryJSON is one entry of `history --json`.
+type entryJSON struct {
+	InvocationID   string           `json:"invocation_id"`
+	TurnID         string           `json:"turn_id,omitempty"`
+	Executor       string           `json:"executor"`
+	ManifestSHA256 string           `json:"manifest_sha256"`
+	Began          time.Time        `json:"began"`
+	Ended          *time.Time       `json:"ended,omitempty"`
+	State          string           `json:"state"`
+	OK             bool             `json:"ok"`
+	ErrorClass     string           `json:"error_class,omitempty"`
+	ReversePattern []string         `json:"reverse_patterns"`
+	Undo           string           `json:"undo"`
+	Steps          []stepJSON       `json:"steps"`
+	Rows           []undo.Row       `json:"rows"`
+	DirsCreated    []string         `json:"dirs_created"`
+	Conflicts      []undo.Conflict  `json:"conflicts,omitempty"`
+	Reverses       []string         `json:"reverses,omitempty"`
+	BlobsExpired   []string         `json:"blobs_expired,omitempty"`
+	Roots          []string         `json:"roots"`
+	UndoStarted    bool             `json:"undo_started,omitempty"`
+	UndoneBy       map[string][]int `json:"undone_by,omitempty"`
+}
+
+// stepJSON is one undo step of an entry.
+type stepJSON struct {
+	undo.Item
+	Description string `json:"description"`
+	UndoneBy    string `json:"undone_by,omitempty"`
+}
+
+func toJSON(e undo.Entry) entryJSON {
+	out := entryJSON{InvocationID: e.InvocationID, TurnID: e.TurnID, Executor: e.Executor, ManifestSHA256: e.ManifestSHA256,
+		Began: e.Began, State: e.State(), OK: e.OK, ErrorClass: e.ErrorClass, ReversePattern: e.Reverse, Undo: e.Summary(),
+		Steps: []stepJSON{}, Rows: e.Rows, DirsCreated: e.DirsCreated, Conflicts: e.Conflicts, Reverses: e.Reverses,
+		BlobsExpired: e.BlobsExpired, Roots: e.Roots, UndoStarted: e.UndoStarted}
+	if out.ReversePattern == nil {
+		out.ReversePattern = []string{}
+	}
+	if out.Rows == nil {
+		out.Rows = []undo.Row{}
+	}
+	if out.DirsCreated == nil {
+		out.DirsCreated = []string{}
+	}
+	if out.Roots == nil {
+		out.Roots = []string{}
+	}
+	if !e.Ended.IsZero() {
+		out.Ended = &e.Ended
+	}
+	for i, it := range e.Items {
+		out.Steps = append(out.Steps, stepJSON{Item: it, Description: it.Describe(), UndoneBy: e.Undone[i]})
+	}
+	if len(e.Undone) > 0 {
+		out.UndoneBy = map[string][]int{}
+		for i, by := range e.Undone {
+			out.UndoneBy[by] = append(out.UndoneBy[by], i)
+		}
+		for _, l := range out.UndoneBy {
+			sort.Ints(l)
+		}
+	}
+	return out
+}
+
+// printEntry prints one entry for humans.
+func printEntry(w io.Writer, e undo.Entry) {
+	fmt.Fprintf(w, "%s  %-16s %s  %s\n", e.Began.Local().Format("2006-01-02 15:04:05"), e.Executor, e.InvocationID, e.State())
+	var facts []string
+	if e.TurnID != "" {
+		facts = append(facts, "turn "+e.TurnID)
+	}
+	if e.Finished {
+		facts = append(facts, fmt.Sprintf("%d changes, %d folders made", len(e.Rows), len(e.DirsCreated)))
+	}
+	if e.ErrorClass != "" {
+		facts = append(facts, "error "+e.ErrorClass)
+	}
+	if len(facts) > 0 {
+		fmt.Fprintf(w, "    %s\n", strings.Join(facts, " · "))
+	}
+	if len(e.Reverses) > 0 {
+		fmt.Fprintf(w, "    put back changes of %s\n", strings.Join(e.Reverses, ", "))
+	}
+	byWho := map[string]bool{}
+	for _, by := range e.Undone {
+		byWho[by] = true
+	}
+	if len(byWho) > 0 {
+		var who []string
+		for by := range byWho {
+			if by == undo.ByLocal {
+				by = "a local undo"
+			}
+			who = append(who, by)
+		}
+		sort.Strings(who)
+		fmt.Fprintf(w, "    undone by %s\n", strings.Join(who, ", "))
+	}
+	fmt.Fprintf(w, "    undo: %s\n", e.Summary())
+	for _, c := range e.Conflicts {
+		fmt.Fprintf(w, "    conflict: %s\n", c.Why)
+	}
+	for _, b := range e.BlobsExpired {
+		fmt.Fprintf(w, "    %s\n", b)
+	}
+	if e.UndoStarted {
+		fmt.Fprintln(w, "    a local undo was started and did not finish: run `metnos-agent undo --offline "+e.InvocationID+"` again")
+	}
+}
+
+func runUndo(std stdio, args []string) int {
+	fs := newFlagSet("undo", std.err, `Put back, on this device, the changes of one invocation: its reverse
+patterns applied locally, newest change first. It never replaces a file:
+a file that changed since, or a place that is taken, is reported as a
+conflict and both are kept. A backup blob is restored only if its
+SHA-256 still matches. Killed at any point, run it again: it finishes.
+
+This is the escape hatch for when the Metnos server is gone or the
+device was unpaired. While the device is paired and its server answers,
+ask Metnos to undo instead (so that the server's undo log stays true),
+or add --offline.`)
+	last := fs.Bool("last", false, "undo the newest change that still has something to undo")
+	dry := fs.Bool("dry-run", false, "say what would be done, change nothing")
+	offline := fs.Bool("offline", false, "undo here even though the paired server answers")
+	if code, stop := parseFlags(fs, args); stop {
+		return code
+	}
+	var id string
+	switch {
+	case *last && fs.NArg() == 0:
+	case !*last && fs.NArg() == 1:
+		id = fs.Arg(0)
+	default:
+		return usageError(std.err, "undo", "name one INVOCATION_ID, or --last")
+	}
+	data, _, err := dirs()
+	if err != nil {
+		return fail(std, err)
+	}
+	if !*dry && !*offline {
+		if url, answers := serverAnswers(data); answers {
+			return fail(std, fmt.Errorf("this device is paired with %s and the server answers: ask Metnos to undo, so that its undo log stays true (or run again with --offline to undo here anyway)", url))
+		} else if url != "" {
+			fmt.Fprintf(std.err, "metnos-agent: the paired server %s does not answer: undoing here; Metnos's undo log will not know\n", url)
+		}
+	}
+	dir := agent.JournalDir(data)
+	if !*dry {
+		lk, err := platform.Lock(filepath.Join(dir, "undo.lock"))
+		if err != nil {
+			if errors.Is(err, platform.ErrLocked) {
+				return fail(std, fmt.Errorf("another local undo is running: %w", err))
+			}
+			return fail(std, err)
+		}
+		defer lk.Release()
+	}
+	j, err := undo.Open(dir)
+	if err != nil {
+		return fail(std, err)
+	}
+	if *last {
+		e, ok := j.Last()
+		if !ok {
+			fmt.Fprintln(std.out, "Nothing to undo: no change on this device has anything left to undo.")
+			return exitOK
+		}
+		id = e.InvocationID
+	}
+	e, _ := j.Entry(id)
+	rep, err := j.Undo(id, filepath.Join(data, "shimdata", "_history"), *dry)
+	if err != nil {
+		return fail(std, err)
+	}
+	printReport(std.out, e, rep)
+	if len(rep.Conflicts) > 0 {
+		return exitFailure
+	}
+	return exitOK
+}
+
+// serverAnswers says whether the device is paired (the server's URL)
+// and whether that server answers within a few seconds.
+func serverAnswers(data string) (string, bool) {
+	st, err := pairing.LoadState(data)
+	if err != nil || !st.Paired() || st.ServerURL == nil {
+		return "", false
+	}
+	key, err := pairing.LoadOrCreateKey(data)
+	if err != nil {
+		return *st.ServerURL, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = agent.NewClient(*st.ServerURL, key, *st.DeviceID).Shim(ctx)
+	var se *agent.ServerError
+	return *st.ServerURL, err == nil || errors.As(err, &se)
+}
+
+// printReport prints what a local undo did.
+func printReport(w io.Writer, e undo.Entry, rep undo.Report) {
+	verb := "Undone"
+	if rep.DryRun {
+		verb = "Would undo"
+	}
+	fmt.Fprintf(w, "%s %s (%s, %s):\n", verb, rep.InvocationID, e.Executor, e.Began.Local().Format("2006-01-02 15:04"))
+	const show = 20
+	for i, d := range rep.Done {
+		if i == show {
+			fmt.Fprintf(w, "  … and %d more\n", len(rep.Done)-show)
+			break
+		}
+		fmt.Fprintf(w, "  ✓ %s\n", d)
+	}
+	if rep.Already > 0 {
+		fmt.Fprintf(w, "  %d steps were already done\n", rep.Already)
+	}
+	for _, c := range rep.Conflicts {
+		fmt.Fprintf(w, "  ✗ %s\n", c.Why)
+	}
+	for _, u := range rep.Unsupported {
+		fmt.Fprintf(w, "  – not undoable here: %s\n", u)
+	}
+	switch {
+	case len(rep.Conflicts) > 0:
+		fmt.Fprintf(w, "%d steps left as they were (nothing was overwritten).\n", len(rep.Conflicts))
+	case rep.DryRun:
+		fmt.Fprintln(w, "Nothing was changed (dry run).")
+	case len(rep.Done) == 0:
+		fmt.Fprintln(w, "Nothing left to undo.")
+	default:
+		fmt.Fprintln(w, "✓ everything put back.")
+	}
+}

@@ -1,0 +1,254 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/metnos/agent/examples"
+	"github.com/metnos/agent/refserver"
+)
+
+// historyEntry is what these tests read of `history --json`.
+type historyEntry struct {
+	InvocationID string           `json:"invocation_id"`
+	Executor     string           `json:"executor"`
+	State        string           `json:"state"`
+	Undo         string           `json:"undo"`
+	Reverses     []string         `json:"reverses"`
+	UndoneBy     map[string][]int `json:"undone_by"`
+	Conflicts    []struct {
+		Why string `json:"why"`
+	} `json:"conflicts"`
+}
+
+// history runs `metnos-agent history --json -n 0` and indexes it by id.
+func (w *world) history() map[string]historyEntry {
+	w.t.Helper()
+	code, out := w.cli("history", "--json", "-n", "0")
+	if code != 0 {
+		w.t.Fatalf("history: exit %d\n%s", code, out)
+	}
+	var h struct {
+		Problem string         `json:"problem"`
+		Entries []historyEntry `json:"entries"`
+	}
+	if err := json.Unmarshal([]byte(out), &h); err != nil {
+		w.t.Fatalf("history --json: %v\n%s", err, out)
+	}
+	if h.Problem != "" {
+		w.t.Fatalf("history: %s", h.Problem)
+	}
+	m := map[string]historyEntry{}
+	for _, e := range h.Entries {
+		m[e.InvocationID] = e
+	}
+	return m
+}
+
+// changes sets up the two changes these tests undo: a photo folder
+// organised (one photo replacing an older file, whose blob is kept) in
+// one turn, and two documents deleted (blobs first) in another. It
+// returns the photo folder, the documents, the trees before, and the
+// two invocation ids.
+func (w *world) changes(t *testing.T) (photos string, docs []string, before map[string]string, organize, del string) {
+	t.Helper()
+	photos = filepath.Join(w.work, "photos")
+	if err := examples.GeneratePhotos(photos, examples.DemoPhotos()); err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(photos, "2024", "07", "vacanza_mare.jpg")
+	os.MkdirAll(filepath.Dir(old), 0o755)
+	os.WriteFile(old, []byte("an older edit\n"), 0o640)
+	docsDir := filepath.Join(w.work, "docs")
+	os.MkdirAll(docsDir, 0o755)
+	for name, body := range map[string]string{"tax-2023.pdf": "%PDF-1.4 tax return", "letter.txt": "Dear Anna,\n"} {
+		p := filepath.Join(docsDir, name)
+		os.WriteFile(p, []byte(body), 0o600)
+		docs = append(docs, p)
+	}
+	before = map[string]string{"photos": tree(t, photos), "docs": tree(t, docsDir)}
+
+	info := w.wait(w.enqueue("organize_photos", map[string]any{"folder": photos},
+		refserver.EnqueueOptions{TurnID: "turn-photos", Reversibility: "revertible", Env: map[string]string{"METNOS_TURN_ID": "turn-photos"}}))
+	if info.State != "done" {
+		t.Fatalf("organize: %s", info.ResultBody)
+	}
+	organize = info.ID
+	info = w.wait(w.enqueue("delete_files", map[string]any{"paths": docs},
+		refserver.EnqueueOptions{TurnID: "turn-docs", Reversibility: "revertible", Env: map[string]string{"METNOS_TURN_ID": "turn-docs"}}))
+	if info.State != "done" {
+		t.Fatalf("delete: %s", info.ResultBody)
+	}
+	del = info.ID
+	for _, d := range docs {
+		if _, err := os.Lstat(d); err == nil {
+			t.Fatalf("%s was not deleted", d)
+		}
+	}
+	h := w.history()
+	if e := h[organize]; e.State != "done" || e.Undo != "move 8 files back, restore 1 file from its backup, remove 4 created folders" {
+		t.Fatalf("history of the organize: %+v", e)
+	}
+	if e := h[del]; e.State != "done" || e.Undo != "restore 2 files from their backups" {
+		t.Fatalf("history of the delete: %+v", e)
+	}
+	return photos, docs, before, organize, del
+}
+
+// TestServerUndoInHistory: the server's undo of a move and of a delete
+// (reverse invocations, as Metnos sends them) restores every file byte
+// for byte, and the device's history journal shows both changes undone,
+// by those invocations.
+func TestServerUndoInHistory(t *testing.T) {
+	t.Setenv("TMPDIR", "/var/tmp")
+	w := newWorld(t)
+	w.pair()
+	w.start()
+	photos, docs, before, organize, del := w.changes(t)
+	var reverse []string
+	for _, turn := range []string{"turn-photos", "turn-docs"} {
+		plan, err := w.srv.Undo(w.device, turn, refserver.EnqueueOptions{})
+		if err != nil || len(plan.Unsupported) != 0 {
+			t.Fatalf("undo plan of %s: %+v %v", turn, plan, err)
+		}
+		for _, id := range plan.IDs {
+			if info := w.wait(id); info.State != "done" {
+				t.Fatalf("undo step %s: %s", info.Executor, info.ResultBody)
+			}
+		}
+		reverse = append(reverse, plan.IDs...)
+	}
+	if tree(t, photos) != before["photos"] || tree(t, filepath.Dir(docs[0])) != before["docs"] {
+		t.Fatal("the server's undo did not restore every file")
+	}
+	h := w.history()
+	for _, id := range []string{organize, del} {
+		e := h[id]
+		if e.State != "undone" {
+			t.Fatalf("%s (%s) after the server's undo: %s (%s)", id, e.Executor, e.State, e.Undo)
+		}
+		for by := range e.UndoneBy {
+			if !strings.Contains(strings.Join(reverse, " "), by) {
+				t.Errorf("%s marked undone by %q, not one of the reverse invocations %v", id, by, reverse)
+			}
+		}
+	}
+	if e := h[reverse[0]]; len(e.Reverses) != 1 || e.Reverses[0] != organize {
+		t.Errorf("the first reverse invocation does not say what it undid: %+v", e)
+	}
+	if code, out := w.cli("undo", "--last", "--dry-run"); code != 0 || !strings.Contains(out, "Nothing to undo") {
+		t.Errorf("undo --last after everything was undone: %d %s", code, out)
+	}
+}
+
+// TestServerRestoreOfCorruptedBlob: a backup blob whose bytes changed is
+// not restored by the server's undo either: the agent refuses the
+// reverse invocation that names it, before running anything.
+func TestServerRestoreOfCorruptedBlob(t *testing.T) {
+	t.Setenv("TMPDIR", "/var/tmp")
+	w := newWorld(t)
+	w.pair()
+	w.start()
+	_, docs, _, _, _ := w.changes(t)
+	blobs, _ := filepath.Glob(filepath.Join(w.dataDir(), "shimdata", "_history", "turn-docs", "blob", "*.bin"))
+	if len(blobs) != 2 {
+		t.Fatalf("blobs: %v", blobs)
+	}
+	for _, b := range blobs {
+		data, _ := os.ReadFile(b)
+		data[0] ^= 1
+		os.WriteFile(b, data, 0o600)
+	}
+	plan, err := w.srv.Undo(w.device, "turn-docs", refserver.EnqueueOptions{})
+	if err != nil || len(plan.IDs) != 1 {
+		t.Fatalf("undo plan: %+v %v", plan, err)
+	}
+	info := w.wait(plan.IDs[0])
+	r := result(t, info)
+	if info.State != "failed" || !strings.Contains(r["error"].(string), "corrupted") {
+		t.Fatalf("restore of corrupted blobs: %s", info.ResultBody)
+	}
+	for _, d := range docs {
+		if _, err := os.Lstat(d); err == nil {
+			t.Fatalf("%s was restored from a corrupted blob", d)
+		}
+	}
+}
+
+// TestOfflineUndo: with the server answering, a local undo is refused
+// unless --offline; with the server gone, `undo --offline` restores
+// what it can, reports a moved file edited since and a corrupted blob
+// as conflicts, clobbers nothing, and the history says partly undone.
+func TestOfflineUndo(t *testing.T) {
+	t.Setenv("TMPDIR", "/var/tmp")
+	w := newWorld(t)
+	w.pair()
+	p := w.start()
+	photos, docs, before, organize, del := w.changes(t)
+	p.stop(t)
+
+	if code, out := w.cli("undo", "--last"); code != 1 || !strings.Contains(out, "ask Metnos to undo") {
+		t.Fatalf("undo while the server answers: exit %d\n%s", code, out)
+	}
+	if code, out := w.cli("undo", "--dry-run", organize); code != 0 || !strings.Contains(out, "Nothing was changed") || strings.Count(out, "✓") != 13 {
+		t.Fatalf("dry run: exit %d\n%s", code, out)
+	}
+	if tree(t, photos) == before["photos"] {
+		t.Fatal("the dry run changed the folder")
+	}
+	w.proxy.down()
+
+	// The delete, with one of its two blobs corrupted.
+	blobs, _ := filepath.Glob(filepath.Join(w.dataDir(), "shimdata", "_history", "turn-docs", "blob", "*.bin"))
+	data, _ := os.ReadFile(blobs[0])
+	data[len(data)-1] ^= 1
+	os.WriteFile(blobs[0], data, 0o600)
+	code, out := w.cli("undo", "--offline", del)
+	if code != 1 || !strings.Contains(out, "corrupted") || strings.Count(out, "✓") != 1 {
+		t.Fatalf("undo of the delete with a corrupted blob: exit %d\n%s", code, out)
+	}
+	restored := 0
+	for _, d := range docs {
+		if _, err := os.Lstat(d); err == nil {
+			restored++
+		}
+	}
+	if restored != 1 {
+		t.Fatalf("%d documents restored, want 1 (the other's blob is corrupted)", restored)
+	}
+
+	// The organize, with one moved photo edited since.
+	edited := filepath.Join(photos, "2024", "07", "vacanza_mare.jpg")
+	orig, _ := os.ReadFile(edited)
+	fi, _ := os.Stat(edited)
+	if err := os.WriteFile(edited, []byte("edited after the organize\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	code, out = w.cli("undo", "--offline", organize)
+	if code != 1 || !strings.Contains(out, "changed since it was moved") {
+		t.Fatalf("undo of the organize with an edited photo: exit %d\n%s", code, out)
+	}
+	if b, _ := os.ReadFile(edited); string(b) != "edited after the organize\n" {
+		t.Fatalf("the edited photo was touched: %q", b)
+	}
+	h := w.history()
+	if h[organize].State != "partly-undone" || len(h[organize].Conflicts) == 0 || h[del].State != "partly-undone" {
+		t.Fatalf("history after the offline undo: %+v\n%+v", h[organize], h[del])
+	}
+	// Take the edit back (bytes and time): the next undo finishes the job.
+	os.WriteFile(edited, orig, 0o640)
+	os.Chtimes(edited, fi.ModTime(), fi.ModTime())
+	code, out = w.cli("undo", "--offline", organize)
+	if code != 0 || !strings.Contains(out, "everything put back") {
+		t.Fatalf("undo again after the conflict was cleared: exit %d\n%s", code, out)
+	}
+	if got := tree(t, photos); got != before["photos"] {
+		t.Fatalf("after the second undo:\nbefore %s\nafter  %s", before["photos"], got)
+	}
+	if h := w.history(); h[organize].State != "undone" {
+		t.Fatalf("history after the second undo: %+v", h[organize])
+	}
+}
