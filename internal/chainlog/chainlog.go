@@ -22,7 +22,9 @@
 // files can also write a new, consistent chain; it makes tampering
 // evident, not impossible. HEAD is renamed into place but not fsynced
 // (it would cost one more fsync per line): after a power cut it may lag
-// behind the log, which [Verify] accepts.
+// behind the log, which [Verify] accepts; a log without HEAD is
+// reported, since removing the last lines and HEAD would otherwise go
+// unseen.
 package chainlog
 
 import (
@@ -145,6 +147,10 @@ func (l *Log) Append(file string, rec any) (int64, error) {
 	body, err := json.Marshal(rec)
 	if err != nil || len(body) < 2 || body[0] != '{' {
 		return 0, fmt.Errorf("log %s: a record must be a JSON object (%v)", l.dir, err)
+	}
+	var own struct{ Seq, Prev json.RawMessage }
+	if json.Unmarshal(body, &own) != nil || own.Seq != nil || own.Prev != nil {
+		return 0, fmt.Errorf("log %s: a record may not have its own seq or prev field: the chain puts them there", l.dir)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

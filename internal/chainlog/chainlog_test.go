@@ -89,6 +89,12 @@ func TestVerifyFindsTampering(t *testing.T) {
 		{"whole first file removed", func(t *testing.T, dir string) {
 			os.Remove(filepath.Join(dir, "a.jsonl"))
 		}, "b.jsonl", 1, "removed"},
+		{"last line and HEAD removed", func(t *testing.T, dir string) {
+			p := filepath.Join(dir, "b.jsonl")
+			ls := lines(t, p)
+			put(t, p, ls[:len(ls)-1])
+			os.Remove(filepath.Join(dir, "HEAD"))
+		}, "b.jsonl", 4, "the HEAD file is missing"},
 		{"not JSON", func(t *testing.T, dir string) {
 			p := filepath.Join(dir, "a.jsonl")
 			ls := lines(t, p)
@@ -137,6 +143,18 @@ func TestTornTailIsDroppedAndTheChainGoesOn(t *testing.T) {
 	}
 	if rep, _ := Verify(dir); !rep.OK() || rep.Lines != 4 || rep.Note != "" {
 		t.Fatalf("after reopening: %v", rep)
+	}
+}
+
+func TestRecordsCannotForgeTheChain(t *testing.T) {
+	l, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range []any{map[string]any{"seq": 9}, map[string]any{"prev": "00"}, []int{1}, "x"} {
+		if _, err := l.Append("j.jsonl", rec); err == nil {
+			t.Errorf("%v was appended", rec)
+		}
 	}
 }
 

@@ -197,7 +197,9 @@ func Verify(dir string) (Report, error) {
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		if seq > 0 {
-			rep.Note = "no HEAD file: the end of the log cannot be checked"
+			// HEAD is written with every line: without it, lines at the
+			// end may have been removed along with it.
+			rep.Problem, rep.File, rep.Line = "the HEAD file is missing: the end of the log cannot be checked (lines removed at the end, with HEAD?)", prevFile, prevNo
 		}
 		return rep, nil
 	case err != nil:
