@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/metnos/agent/audit"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/undo"
@@ -71,6 +72,7 @@ type Agent struct {
 	shimDir string
 	shimSHA string
 	journal *undo.Journal
+	audit   *audit.Log
 }
 
 // ErrNotPaired is returned by [New] on a device that has no pairing.
@@ -135,7 +137,13 @@ func New(cfg Config) (*Agent, error) {
 		a.journal, err = undo.Open(JournalDir(cfg.DataDir))
 	}
 	if err == nil {
+		a.audit, err = audit.Open(filepath.Join(cfg.DataDir, audit.DirName))
+	}
+	if err == nil {
 		err = a.recoverJournal(unknown)
+	}
+	if err == nil {
+		a.auditUnknown(unknown)
 	}
 	if err != nil {
 		sp.Close()
@@ -152,8 +160,11 @@ func New(cfg Config) (*Agent, error) {
 	return a, nil
 }
 
-// Close releases the spool.
-func (a *Agent) Close() error { return a.spool.Close() }
+// Close releases the spool and the audit log.
+func (a *Agent) Close() error {
+	a.audit.Close()
+	return a.spool.Close()
+}
 
 // Python returns the interpreter executors run with, or why there is
 // none.

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/metnos/agent/audit"
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/undo"
 	"github.com/metnos/agent/wire"
@@ -62,6 +63,32 @@ func (a *Agent) finishJournal(inv wire.Invocation, r Result) {
 				a.expireBlobs(days("METNOS_HISTORY_RETENTION_DAYS", 30))
 				break
 			}
+		}
+	}
+}
+
+// auditRecord writes the audit line of an invocation whose result was
+// spooled: its body (what the server is sent) is the output measured.
+// A failure is logged; the result is not held back for it.
+func (a *Agent) auditRecord(inv wire.Invocation, r Result, body []byte) {
+	err := a.audit.Write(audit.Record{InvocationID: inv.ID, TurnID: inv.TurnID, Executor: inv.Executor,
+		ManifestSHA256: inv.ManifestSHA256, Args: inv.Args, Output: body, DurationMS: r.ElapsedMS,
+		OK: r.OK, ErrorClass: r.ErrorClass, Sandbox: r.Sandbox, Policy: r.policy})
+	if err != nil {
+		a.log.Error("could not write the audit record", "invocation", inv.ID, "err", err)
+	}
+}
+
+// auditUnknown writes the audit lines of the invocations a crash cut
+// short, whose "outcome unknown" results the spool recovery made.
+func (a *Agent) auditUnknown(ids []string) {
+	for _, id := range ids {
+		e, _ := a.journal.Entry(id)
+		body, _ := a.spool.Body(id)
+		err := a.audit.Write(audit.Record{InvocationID: id, TurnID: e.TurnID, Executor: e.Executor, ManifestSHA256: e.ManifestSHA256,
+			Output: body, ErrorClass: "execution_outcome_unknown", Sandbox: "unknown_after_restart"})
+		if err != nil {
+			a.log.Error("could not write the audit record", "invocation", id, "err", err)
 		}
 	}
 }

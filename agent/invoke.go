@@ -66,6 +66,7 @@ func (a *Agent) Handle(ctx context.Context, raw any) error {
 		return nil
 	}
 	a.finishJournal(inv, r)
+	a.auditRecord(inv, r, body)
 	log.Info("executed", "ok", r.OK, "sandbox", r.Sandbox, "elapsed_ms", r.ElapsedMS, "error_class", r.ErrorClass)
 	a.Flush(ctx)
 	return nil
@@ -86,6 +87,7 @@ func (a *Agent) refuse(log interface {
 	if err != nil {
 		log.Error("could not spool the refusal", "err", err)
 	}
+	a.auditRecord(inv, r, body)
 }
 
 // execute fetches and verifies the executor, writes the STARTED marker
@@ -272,7 +274,7 @@ func (a *Agent) run(ctx context.Context, inv wire.Invocation, ex Executor, limit
 				r.Error += stderrTail(out.Stderr)
 			}
 		}
-		r.Sandbox = out.Sandbox
+		r.Sandbox, r.policy = out.Sandbox, out.Policy
 		r.ElapsedMS = time.Since(start).Milliseconds()
 		// Weaker than every layer the OS has (what this machine lacks,
 		// or a layer that failed for this run), or than the machine's

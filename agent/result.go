@@ -29,6 +29,10 @@ type Result struct {
 	Payload                any
 	Error                  string
 	ErrorClass             string
+
+	// policy is the fingerprint of the sandbox Policy the run had, for
+	// the audit log; it is not sent.
+	policy string
 }
 
 // FromStdout maps an executor's stdout to a Result (§6.5): stdout must

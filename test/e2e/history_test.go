@@ -252,3 +252,54 @@ func TestOfflineUndo(t *testing.T) {
 		t.Fatalf("history after the second undo: %+v", h[organize])
 	}
 }
+
+// TestAuditLog: every invocation the agent handled has one line in the
+// day's audit file, correlated by invocation and turn id, with the
+// sandbox word and the Policy fingerprint; secrets in the arguments are
+// not in the file; `audit verify` finds an edited line.
+func TestAuditLog(t *testing.T) {
+	t.Setenv("TMPDIR", "/var/tmp")
+	w := newWorld(t)
+	w.pair()
+	w.start()
+	secrets := []string{"hunter2-correct-horse", "Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJlLWJ5dGVz", "sk-proj-4f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c"}
+	ids := []string{
+		w.wait(w.enqueue("echo_args", map[string]any{"password": secrets[0], "header": secrets[1], "note": "see /home/anna/Documents/tax.pdf", "keys": []any{secrets[2]}},
+			refserver.EnqueueOptions{TurnID: "turn-audit"})).ID,
+		w.wait(w.enqueue("list_folder", map[string]any{"path": w.work}, refserver.EnqueueOptions{TurnID: "turn-audit"})).ID,
+	}
+	files, _ := filepath.Glob(filepath.Join(w.dataDir(), "audit", "*.jsonl"))
+	if len(files) != 1 {
+		t.Fatalf("audit files: %v", files)
+	}
+	raw, _ := os.ReadFile(files[0])
+	for _, s := range secrets {
+		if strings.Contains(string(raw), s) || strings.Contains(string(raw), s[len(s)/2:]) {
+			t.Fatalf("the audit log holds a secret (%s…):\n%s", s[:6], raw)
+		}
+	}
+	if !strings.Contains(string(raw), "/home/anna/Documents/tax.pdf") || !strings.Contains(string(raw), "redacted:blake3:") {
+		t.Fatalf("the audit log lost what is not a secret, or did not mark what is:\n%s", raw)
+	}
+	got := map[string]map[string]any{}
+	for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatal(err)
+		}
+		got[m["invocation_id"].(string)] = m
+	}
+	for _, id := range ids {
+		m := got[id]
+		if fp, _ := m["policy_fingerprint"].(string); m == nil || m["turn_id"] != "turn-audit" || m["sandbox"] != bestSandbox() || m["ok"] != true || fp == "" {
+			t.Fatalf("audit line of %s: %v", id, m)
+		}
+	}
+	if code, out := w.cli("audit", "verify"); code != 0 {
+		t.Fatalf("audit verify of an intact log: %d %s", code, out)
+	}
+	os.WriteFile(files[0], []byte(strings.Replace(string(raw), `"ok":true`, `"ok":false`, 1)), 0o600)
+	if code, out := w.cli("audit", "verify"); code != 1 || !strings.Contains(out, "line 1") {
+		t.Fatalf("audit verify of an edited log: %d %s", code, out)
+	}
+}
