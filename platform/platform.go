@@ -27,8 +27,8 @@ type InstanceLock struct{ f *os.File }
 func Lock(path string) (*InstanceLock, error) { return lock(path, false) }
 
 // LockWait is [Lock] that waits for another holder to let go instead of
-// failing; for short critical sections shared by several processes,
-// such as appending to a journal.
+// failing, and does not write the process id; for short critical
+// sections shared by several processes, such as appending to a journal.
 func LockWait(path string) (*InstanceLock, error) { return lock(path, true) }
 
 func lock(path string, wait bool) (*InstanceLock, error) {
@@ -50,8 +50,12 @@ func lock(path string, wait bool) (*InstanceLock, error) {
 		}
 		return nil, fmt.Errorf("%w: %s (%v)", ErrLocked, path, err)
 	}
-	_ = f.Truncate(0)
-	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())), 0)
+	if !wait {
+		// For humans, and for the error of the next Lock; the short
+		// sections LockWait guards skip the two writes.
+		_ = f.Truncate(0)
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())), 0)
+	}
 	return &InstanceLock{f: f}, nil
 }
 

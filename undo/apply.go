@@ -70,7 +70,7 @@ func (j *Journal) Undo(id, history string, dryRun bool) (Report, error) {
 			return rep, err
 		}
 	}
-	c := confinement{roots: e.Roots, history: history}
+	c := &confinement{roots: e.Roots, history: history, resolved: map[string]string{}}
 	touched := map[string]bool{}
 	gone := map[string]bool{} // in a dry run: what the steps before would have moved away
 	var items []int
@@ -274,11 +274,24 @@ func restore(i int, it Item) error {
 type confinement struct {
 	roots   []string
 	history string
+	// resolved caches resolve's answers for folders: a large undo
+	// checks thousands of files in a few folders.
+	resolved map[string]string
+}
+
+// resolve is the package's resolve, cached for the folders of one undo.
+func (c *confinement) resolve(p string) string {
+	if r, ok := c.resolved[p]; ok {
+		return r
+	}
+	r := resolve(p)
+	c.resolved[p] = r
+	return r
 }
 
 // check refuses a step that would act outside the folders its change
 // was allowed to write, symbolic links resolved.
-func (c confinement) check(it Item) error {
+func (c *confinement) check(it Item) error {
 	var paths []string
 	switch it.Kind {
 	case MoveBack:
@@ -294,7 +307,7 @@ func (c confinement) check(it Item) error {
 	if it.Kind != Restore {
 		return nil
 	}
-	if c.history == "" || !inside(resolve(it.Blob), resolve(c.history)) {
+	if c.history == "" || !inside(filepath.Join(c.resolve(filepath.Dir(it.Blob)), filepath.Base(it.Blob)), c.resolve(c.history)) {
 		return fmt.Errorf("the backup %s is not in this agent's history folder: not used", it.Blob)
 	}
 	return VerifyBlob(it.Blob, it.BlobSHA256)
@@ -323,13 +336,13 @@ func VerifyBlob(p, want string) error {
 
 // inRoots reports whether p, its folder's symbolic links resolved, lies
 // in (or is) one of the roots.
-func (c confinement) inRoots(p string) bool {
+func (c *confinement) inRoots(p string) bool {
 	if !filepath.IsAbs(p) {
 		return false
 	}
-	q := filepath.Join(resolve(filepath.Dir(p)), filepath.Base(p))
+	q := filepath.Join(c.resolve(filepath.Dir(p)), filepath.Base(p))
 	for _, r := range c.roots {
-		if inside(q, resolve(r)) || q == resolve(r) {
+		if root := c.resolve(r); inside(q, root) || q == root {
 			return true
 		}
 	}
