@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -86,6 +87,13 @@ func TestKillWhileRunning(t *testing.T) {
 		t.Error("the restarted agent's log does not show it declined the re-delivered invocation")
 	}
 	sameBodies(t, info)
+	// The device's history says what is known: the run was cut short.
+	if e := w.history()[id]; e.State != "interrupted" || !strings.Contains(e.Undo, "not known") {
+		t.Errorf("history of the killed run: %+v", e)
+	}
+	if code, out := w.cli("audit", "verify"); code != 0 || !strings.Contains(out, "intact") {
+		t.Errorf("audit log after the crash: %d %s", code, out)
+	}
 }
 
 // TestKillBeforeDelivery: kill -9 after the result is spooled, before
