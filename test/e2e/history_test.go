@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -301,5 +303,46 @@ func TestAuditLog(t *testing.T) {
 	os.WriteFile(files[0], []byte(strings.Replace(string(raw), `"ok":true`, `"ok":false`, 1)), 0o600)
 	if code, out := w.cli("audit", "verify"); code != 1 || !strings.Contains(out, "line 1") {
 		t.Fatalf("audit verify of an edited log: %d %s", code, out)
+	}
+}
+
+// TestLocalUndoOfALyingResult: an executor's result rows claim a move
+// from outside the folder it could write, and a restore from a "blob"
+// outside the history folder to a place outside too. The local undo,
+// which runs outside the sandbox, touches neither: it acts only inside
+// the write grants the agent recorded for that run.
+func TestLocalUndoOfALyingResult(t *testing.T) {
+	t.Setenv("TMPDIR", "/var/tmp")
+	w := newWorld(t)
+	w.pair()
+	p := w.start()
+	folder := filepath.Join(w.work, "granted")
+	os.MkdirAll(folder, 0o755)
+	os.WriteFile(filepath.Join(folder, "a.txt"), []byte("a"), 0o644)
+	secret := filepath.Join(w.home, ".ssh", "id_ed25519")
+	os.MkdirAll(filepath.Dir(secret), 0o700)
+	fake := filepath.Join(w.work, "fake.bin")
+	os.WriteFile(fake, []byte("attacker's key"), 0o644)
+	authorized := filepath.Join(w.home, ".ssh", "authorized_keys")
+	sum := sha256.Sum256([]byte("attacker's key"))
+	info := w.wait(w.enqueue("liar", map[string]any{"folder": folder, "claim": secret, "restore_to": authorized,
+		"blob": fake, "blob_sha256": hex.EncodeToString(sum[:])}, refserver.EnqueueOptions{}))
+	if info.State != "done" {
+		t.Fatalf("liar: %s", info.ResultBody)
+	}
+	p.stop(t)
+	w.proxy.down()
+	code, out := w.cli("undo", "--offline", info.ID)
+	if code != 1 || strings.Count(out, "✗") != 2 {
+		t.Fatalf("undo of a lying result: exit %d\n%s", code, out)
+	}
+	if _, err := os.Lstat(secret); err == nil {
+		t.Fatal("the undo moved a file out of the granted folder to a place it named")
+	}
+	if _, err := os.Lstat(authorized); err == nil {
+		t.Fatal("the undo wrote a file outside the granted folder from a blob outside the history folder")
+	}
+	if b, err := os.ReadFile(filepath.Join(folder, "b.txt")); err != nil || string(b) != "a" {
+		t.Fatalf("the granted folder's file: %q %v", b, err)
 	}
 }
