@@ -94,7 +94,7 @@ func (r Report) OK() bool { return r.Problem == "" }
 
 func (r Report) String() string {
 	if r.OK() {
-		s := fmt.Sprintf("intact: %d lines in %d files", r.Lines, r.Files)
+		s := fmt.Sprintf("intact: %d %s in %d %s", r.Lines, plural(r.Lines, "line"), r.Files, plural(int64(r.Files), "file"))
 		if r.Note != "" {
 			s += " (" + r.Note + ")"
 		}
@@ -217,4 +217,11 @@ func Verify(dir string) (Report, error) {
 		rep.Note = fmt.Sprintf("HEAD lags behind the log (seq %d < %d), as after a power cut", h.Seq, seq)
 	}
 	return rep, nil
+}
+
+func plural(n int64, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }

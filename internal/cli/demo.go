@@ -20,10 +20,12 @@ import (
 	"time"
 
 	"github.com/metnos/agent/agent"
+	"github.com/metnos/agent/audit"
 	"github.com/metnos/agent/examples"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/platform"
 	"github.com/metnos/agent/refserver"
+	"github.com/metnos/agent/undo"
 )
 
 func runDemo(std stdio, args []string) int {
@@ -247,6 +249,37 @@ func (d *demo) run(ctx context.Context, keep, verbose bool, stderr io.Writer) (e
 		return errors.New("the folder is not as it was before the change")
 	}
 	d.say("   ✓ restored: every file, name and byte as before (tree sha256 %s…)", before[:16])
+	return d.records()
+}
+
+// records shows what the device itself kept: its history journal, in
+// which the reverse invocations marked the organise undone, and its
+// audit log, verified.
+func (d *demo) records() error {
+	data := filepath.Join(d.dir, "agent", "data")
+	d.step++
+	d.say("\n%d. the device's own records (metnos-agent history, metnos-agent audit verify)", d.step)
+	j, err := undo.Load(agent.JournalDir(data))
+	if err != nil {
+		return err
+	}
+	entries := j.Entries()
+	for i := len(entries) - 1; i >= 0; i-- {
+		e := entries[i]
+		note := e.Summary()
+		if len(e.Reverses) > 0 {
+			note = "put back changes of " + e.Reverses[0]
+		}
+		d.say("   %-16s %-10s %s", e.Executor, e.State(), note)
+	}
+	rep, err := audit.Verify(filepath.Join(data, audit.DirName))
+	if err != nil {
+		return err
+	}
+	if !rep.OK() {
+		return fmt.Errorf("the audit log does not verify: %s", rep)
+	}
+	d.say("   ✓ audit log %s, chained with blake3", rep)
 	return nil
 }
 
