@@ -6,10 +6,15 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/metnos/agent/examples"
 	"github.com/metnos/agent/refserver"
@@ -346,5 +351,57 @@ func TestLocalUndoOfALyingResult(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(folder, "b.txt")); err != nil || string(b) != "a" {
 		t.Fatalf("the granted folder's file: %q %v", b, err)
+	}
+}
+
+// TestKilledOfflineUndo: the agent moves 1,000 files (move_files, as the
+// server would ask); then `metnos-agent undo --offline` is killed with
+// SIGKILL at random moments, several times, and run once more: every
+// file is back, byte for byte, none lost, none doubled.
+func TestKilledOfflineUndo(t *testing.T) {
+	t.Setenv("TMPDIR", "/var/tmp")
+	w := newWorld(t)
+	w.pair()
+	p := w.start()
+	folder := filepath.Join(w.work, "inbox")
+	os.MkdirAll(folder, 0o755)
+	var entries []any
+	for i := range 1000 {
+		name := fmt.Sprintf("note-%04d.txt", i)
+		os.WriteFile(filepath.Join(folder, name), []byte(strings.Repeat(name, i%7+1)), 0o644)
+		entries = append(entries, map[string]any{"src": filepath.Join(folder, name), "dst": filepath.Join(folder, "sorted", fmt.Sprint(i%10), name)})
+	}
+	before := tree(t, folder)
+	info := w.wait(w.enqueue("move_files", map[string]any{"entries": entries, "parents": true}, refserver.EnqueueOptions{DeadlineMS: 120000}))
+	if info.State != "done" {
+		t.Fatalf("move_files: %s", info.ResultBody)
+	}
+	p.stop(t)
+	w.proxy.down()
+	killed := 0
+	for i := range 5 {
+		cmd := exec.Command(filepath.Join(binDir, "metnos-agent"), "undo", "--offline", info.ID)
+		cmd.Env = w.env()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(5+rand.IntN(40)+10*i) * time.Millisecond)
+		cmd.Process.Signal(syscall.SIGKILL)
+		if err := cmd.Wait(); err != nil {
+			killed++
+		}
+	}
+	t.Logf("%d of 5 undo runs were killed before they ended", killed)
+	if code, out := w.cli("undo", "--offline", info.ID); code != 0 {
+		t.Fatalf("the undo after the kills: exit %d\n%s", code, out)
+	}
+	if got := tree(t, folder); got != before {
+		t.Fatalf("after the killed undos:\nbefore %.400s\nafter  %.400s", before, got)
+	}
+	if e := w.history()[info.ID]; e.State != "undone" {
+		t.Fatalf("history: %+v", e)
+	}
+	if code, out := w.cli("history"); code != 0 || strings.Contains(out, "tampered") {
+		t.Fatalf("history after the kills: %d %s", code, out)
 	}
 }
