@@ -37,8 +37,12 @@ func (a *Agent) beginJournal(inv wire.Invocation, ex Executor, req sandbox.Reque
 	if !journaled(inv, ex.Manifest) {
 		return nil
 	}
+	var masks []string
+	for _, m := range req.Policy.Masks {
+		masks = append(masks, m.Path)
+	}
 	return a.journal.Begin(undo.Begin{InvocationID: inv.ID, TurnID: inv.TurnID, Executor: ex.Name,
-		ManifestSHA256: inv.ManifestSHA256, Reverse: ex.Manifest.Reverse(), Roots: writeRoots(req.Policy), History: a.History()})
+		ManifestSHA256: inv.ManifestSHA256, Reverse: ex.Manifest.Reverse(), Roots: writeRoots(req.Policy), Masks: masks, History: a.History()})
 }
 
 // finishJournal records a journaled invocation's outcome, says which
@@ -131,10 +135,12 @@ func (a *Agent) checkBlobs(inv wire.Invocation) error {
 	var err error
 	wire.WalkStrings(inv.Args, func(s string) {
 		if err != nil || !filepath.IsAbs(s) || !within(filepath.Clean(s), history) {
+			// Not a blob of the history folder (CheckBlob refuses a
+			// path that only looks inside it, with "..").
 			return
 		}
 		if m := blobName.FindStringSubmatch(filepath.Base(s)); m != nil {
-			err = undo.VerifyBlob(s, m[1])
+			err = undo.CheckBlob(history, s, m[1])
 		}
 	})
 	return err

@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -32,8 +30,8 @@ type Report struct {
 var ErrNotUndoable = errors.New("cannot be undone here")
 
 // stepHook, when set (by tests), is called around each step: phase is
-// "before", "linked" (a move or restore is in place under both names)
-// or "after".
+// "before", "written" (a restore's temporary file is complete, not yet
+// in place), "after", or, once at the end (item -1), "end".
 var stepHook func(item int, phase string)
 
 func hook(i int, phase string) {
@@ -70,7 +68,8 @@ func (j *Journal) Undo(id, history string, dryRun bool) (Report, error) {
 			return rep, err
 		}
 	}
-	c := &confinement{roots: e.Roots, history: history, resolved: map[string]string{}}
+	c := &confinement{roots: e.Roots, masks: e.Masks, history: history, resolved: map[string]string{}, opened: map[string]*os.Root{}}
+	defer c.close()
 	touched := map[string]bool{}
 	gone := map[string]bool{} // in a dry run: what the steps before would have moved away
 	var items []int
@@ -108,7 +107,7 @@ func (j *Journal) Undo(id, history string, dryRun bool) (Report, error) {
 			continue
 		}
 		hook(i, "before")
-		if err := do(i, it); err != nil {
+		if err := c.do(i, it); err != nil {
 			rep.Conflicts = append(rep.Conflicts, Conflict{Item: i, Path: it.target(), Why: err.Error()})
 			continue
 		}
@@ -140,17 +139,46 @@ func (it Item) target() string {
 	return it.Path
 }
 
-// do performs one pending step.
-func do(i int, it Item) error {
+// do performs one pending step, every path opened through the grant
+// it lies in.
+func (c *confinement) do(i int, it Item) error {
 	switch it.Kind {
 	case MoveBack:
-		return moveBack(i, it)
+		from, err := c.open(it.From, false)
+		if err != nil {
+			return err
+		}
+		defer from.close()
+		to, err := c.open(it.To, true)
+		if err != nil {
+			return err
+		}
+		defer to.close()
+		// The file must still be the one the journal saw (checked again
+		// through the folder just opened).
+		if st, err := lstatAt(from); err != nil || !sameStat(st, it.Expect) {
+			return fmt.Errorf("%s changed since it was moved there: left where it is", it.From)
+		}
+		return renameNoReplace(from, to)
 	case Restore:
-		return restore(i, it)
+		return c.restore(i, it)
 	case RemoveFile:
-		return os.Remove(it.Path)
+		pl, err := c.open(it.Path, false)
+		if err != nil {
+			return err
+		}
+		defer pl.close()
+		if st, err := lstatAt(pl); err != nil || !sameStat(st, it.Expect) {
+			return fmt.Errorf("%s changed since it was created: kept", it.Path)
+		}
+		return unlinkAt(pl, false)
 	case RemoveDir:
-		if err := os.Remove(it.Path); err != nil {
+		pl, err := c.open(it.Path, false)
+		if err != nil {
+			return err
+		}
+		defer pl.close()
+		if err := unlinkAt(pl, true); err != nil {
 			return fmt.Errorf("%s: not removed: %w", it.Path, err)
 		}
 		return nil
@@ -158,125 +186,89 @@ func do(i int, it Item) error {
 	return errors.New(it.Why)
 }
 
-// moveBack moves From to To without ever replacing a file at To: a
-// hard link, then the removal of From (a crash between the two leaves
-// both names of one file, which the next run finishes). A folder, or a
-// file system without hard links, is renamed after checking To is free.
-func moveBack(i int, it Item) error {
-	if err := os.MkdirAll(filepath.Dir(it.To), 0o777); err != nil {
-		return fmt.Errorf("making the folder to move %s back into: %w", it.From, err)
-	}
-	from, err := os.Lstat(it.From)
-	if err != nil {
-		return err
-	}
-	if to, err := os.Lstat(it.To); err == nil {
-		if !os.SameFile(from, to) {
-			return fmt.Errorf("%s is taken by another file: not replaced", it.To)
-		}
-	} else if from.IsDir() {
-		return renameFree(it.From, it.To)
-	} else if err := os.Link(it.From, it.To); err != nil {
-		switch {
-		case errors.Is(err, fs.ErrExist):
-			return fmt.Errorf("%s is taken by another file: not replaced", it.To)
-		case isCrossDevice(err):
-			return fmt.Errorf("%s and %s are on different file systems: not moved back here", it.From, it.To)
-		case errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.ENOTSUP) || errors.Is(err, syscall.EMLINK):
-			return renameFree(it.From, it.To)
-		}
-		return fmt.Errorf("moving %s back: %w", it.From, err)
-	}
-	hook(i, "linked")
-	if err := os.Remove(it.From); err != nil {
-		return fmt.Errorf("moving %s back: removing the old name: %w", it.From, err)
-	}
-	return nil
-}
-
-// renameFree renames from to to when nothing is at to.
-func renameFree(from, to string) error {
-	if _, err := os.Lstat(to); err == nil {
-		return fmt.Errorf("%s is taken: not replaced", to)
-	}
-	if err := os.Rename(from, to); err != nil {
-		if isCrossDevice(err) {
-			return fmt.Errorf("%s and %s are on different file systems: not moved back here", from, to)
-		}
-		return fmt.Errorf("moving %s back: %w", from, err)
-	}
-	return nil
-}
-
 // restore copies the blob to a temporary file beside Path, hashing it
-// on the way, and links it into place only if the hash is the one the
-// row recorded; the blob stays where it is.
-func restore(i int, it Item) error {
+// on the way, and renames it into place, never over a file, only if the
+// hash is the one the row recorded; the blob stays where it is.
+func (c *confinement) restore(i int, it Item) error {
 	if len(it.BlobSHA256) != 64 {
 		return fmt.Errorf("the row records no SHA-256 for %s: not restored", it.Blob)
 	}
-	if err := os.MkdirAll(filepath.Dir(it.Path), 0o777); err != nil {
-		return fmt.Errorf("making the folder to restore %s into: %w", it.Path, err)
-	}
-	in, err := openNoFollow(it.Blob)
+	in, err := openBlob(it.Blob)
 	if err != nil {
-		return fmt.Errorf("the backup of %s is gone: %w", it.Path, err)
+		return err
 	}
 	defer in.Close()
-	if fi, err := in.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return fmt.Errorf("the backup %s is not a regular file: not restored", it.Blob)
+	to, err := c.open(it.Path, true)
+	if err != nil {
+		return err
 	}
-	tmp := filepath.Join(filepath.Dir(it.Path), "."+filepath.Base(it.Path)+".metnos-undo")
-	mode := os.FileMode(0o600)
-	if it.mode != nil {
-		mode = os.FileMode(*it.mode) & os.ModePerm
-	}
-	os.Remove(tmp) // what a run killed here left
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	defer to.close()
+	tmp := place{dir: to.dir, name: "." + to.name + ".metnos-undo", path: it.Path + ".metnos-undo"}
+	unlinkAt(tmp, false) // what a run killed here left
+	out, err := createAt(tmp)
 	if err != nil {
 		return fmt.Errorf("restoring %s: %w", it.Path, err)
 	}
 	h := sha256.New()
 	_, err = io.Copy(io.MultiWriter(out, h), in)
+	if err == nil && hex.EncodeToString(h.Sum(nil)) != it.BlobSHA256 {
+		err = fmt.Errorf("the backup %s is corrupted (its SHA-256 is %s, the change recorded %s): not restored", it.Blob, hex.EncodeToString(h.Sum(nil)), it.BlobSHA256)
+	}
+	if err == nil {
+		mode := os.FileMode(0o600)
+		if it.mode != nil {
+			mode = os.FileMode(*it.mode) & os.ModePerm
+		}
+		err = out.Chmod(mode)
+	}
 	if err == nil {
 		err = out.Sync()
 	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil && hex.EncodeToString(h.Sum(nil)) != it.BlobSHA256 {
-		err = fmt.Errorf("the backup %s is corrupted (its SHA-256 is %s, the change recorded %s): not restored", it.Blob, hex.EncodeToString(h.Sum(nil)), it.BlobSHA256)
-	}
-	if err == nil {
-		err = os.Chmod(tmp, mode)
-	}
 	if err == nil && it.mtimeNS != nil {
-		atime := time.Unix(0, *it.mtimeNS)
+		atime := *it.mtimeNS
 		if it.atimeNS != nil {
-			atime = time.Unix(0, *it.atimeNS)
+			atime = *it.atimeNS
 		}
-		err = os.Chtimes(tmp, atime, time.Unix(0, *it.mtimeNS))
+		err = chtimesAt(tmp, time.Unix(0, atime), time.Unix(0, *it.mtimeNS))
 	}
 	if err == nil {
-		hook(i, "linked")
-		if err = os.Link(tmp, it.Path); errors.Is(err, fs.ErrExist) {
-			err = fmt.Errorf("%s is taken by another file: not replaced (the backup stays at %s)", it.Path, it.Blob)
-		} else if err != nil && !isCrossDevice(err) {
-			err = renameFree(tmp, it.Path)
-		}
+		hook(i, "written")
+		err = renameNoReplace(tmp, to)
 	}
-	os.Remove(tmp)
+	if err != nil {
+		unlinkAt(tmp, false)
+	}
 	return err
 }
 
+// place is one entry a step acts on: its folder, opened through the
+// grant (Unix; nil on Windows), and its name in it.
+type place struct {
+	dir  *os.File
+	name string
+	path string // for messages, and the entry itself on Windows
+}
+
+func (p place) close() {
+	if p.dir != nil {
+		p.dir.Close()
+	}
+}
+
 // confinement says where a local undo may act: inside the original
-// invocation's write grants, and, for blobs, inside the history folder.
+// invocation's write grants but not under its masks, and, for blobs,
+// inside the history folder.
 type confinement struct {
 	roots   []string
+	masks   []string
 	history string
 	// resolved caches resolve's answers for folders: a large undo
 	// checks thousands of files in a few folders.
 	resolved map[string]string
+	opened   map[string]*os.Root
 }
 
 // resolve is the package's resolve, cached for the folders of one undo.
@@ -289,8 +281,15 @@ func (c *confinement) resolve(p string) string {
 	return r
 }
 
+func (c *confinement) close() {
+	for _, r := range c.opened {
+		r.Close()
+	}
+}
+
 // check refuses a step that would act outside the folders its change
-// was allowed to write, symbolic links resolved.
+// was allowed to write, symbolic links resolved, or on a masked path;
+// for a restore, a blob outside the history folder or corrupted.
 func (c *confinement) check(it Item) error {
 	var paths []string
 	switch it.Kind {
@@ -300,54 +299,87 @@ func (c *confinement) check(it Item) error {
 		paths = []string{it.Path}
 	}
 	for _, p := range paths {
-		if !c.inRoots(p) {
-			return fmt.Errorf("%s is outside the folders the change was allowed to write: not touched", p)
+		if _, _, err := c.locate(p); err != nil {
+			return err
 		}
 	}
 	if it.Kind != Restore {
 		return nil
 	}
-	if c.history == "" || !inside(filepath.Join(c.resolve(filepath.Dir(it.Blob)), filepath.Base(it.Blob)), c.resolve(c.history)) {
-		return fmt.Errorf("the backup %s is not in this agent's history folder: not used", it.Blob)
-	}
-	return VerifyBlob(it.Blob, it.BlobSHA256)
+	return checkBlob(c.history, it.Blob, it.BlobSHA256, c.resolve)
 }
 
-// VerifyBlob checks that the backup blob at p (not a symbolic link) has
-// the SHA-256 want, and says what is wrong otherwise.
-func VerifyBlob(p, want string) error {
-	f, err := openNoFollow(p)
-	if err != nil {
-		return fmt.Errorf("the backup %s cannot be read: %w", p, err)
+// CheckBlob checks a backup blob before it is restored: p must be a
+// clean path inside history (links resolved), a regular file, and have
+// the SHA-256 want.
+func CheckBlob(history, p, want string) error { return checkBlob(history, p, want, resolve) }
+
+func checkBlob(history, p, want string, resolve func(string) string) error {
+	if history == "" || !clean(p) || !inside(filepath.Join(resolve(filepath.Dir(p)), filepath.Base(p)), resolve(history)) {
+		return fmt.Errorf("the backup %s is not in this agent's history folder: not used", p)
 	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return fmt.Errorf("the backup %s is not a regular file: not used", p)
-	}
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return fmt.Errorf("the backup %s cannot be read: %w", p, err)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != strings.ToLower(want) {
-		return fmt.Errorf("the backup %s is corrupted (its SHA-256 is %s, the change recorded %s): not restored", p, got, want)
-	}
-	return nil
+	return VerifyBlob(p, want)
 }
 
-// inRoots reports whether p, its folder's symbolic links resolved, lies
-// in (or is) one of the roots.
-func (c *confinement) inRoots(p string) bool {
-	if !filepath.IsAbs(p) {
-		return false
+// clean reports whether p is absolute and already in its clean form:
+// no "..", ".", doubled or trailing separators, which the kernel would
+// read otherwise than a lexical check does (a link followed by ".."
+// leaves the folder it seems to be in).
+func clean(p string) bool {
+	return filepath.IsAbs(p) && filepath.Clean(p) == p && filepath.Base(p) != string(filepath.Separator)
+}
+
+// locate finds the grant p lies strictly inside (not the grant itself:
+// the sandbox could not move or remove that) and p's folder relative to
+// it, symbolic links resolved; it refuses a masked path.
+func (c *confinement) locate(p string) (root, relDir string, err error) {
+	if !clean(p) {
+		return "", "", fmt.Errorf("%q is not a clean absolute path: not touched", p)
 	}
-	q := filepath.Join(c.resolve(filepath.Dir(p)), filepath.Base(p))
-	for _, r := range c.roots {
-		if root := c.resolve(r); inside(q, root) || q == root {
-			return true
+	parent := filepath.Dir(p)
+	resolved := filepath.Join(c.resolve(parent), filepath.Base(p))
+	for _, m := range c.masks {
+		if within(p, m) || within(resolved, m) || within(p, c.resolve(m)) || within(resolved, c.resolve(m)) {
+			return "", "", fmt.Errorf("%s is hidden from executors (under %s): not touched", p, m)
 		}
 	}
-	return false
+	for _, r := range c.roots {
+		rr := c.resolve(r)
+		for _, dir := range []string{parent, c.resolve(parent)} {
+			if dir == rr || inside(dir, rr) {
+				rel, _ := filepath.Rel(rr, dir)
+				return rr, rel, nil
+			}
+		}
+	}
+	return "", "", fmt.Errorf("%s is outside the folders the change was allowed to write: not touched", p)
 }
+
+// open opens p's folder through an os.Root of its grant (making the
+// folder when create is set), so that no link, even one swapped in
+// after the check, leads the step outside the grant.
+func (c *confinement) open(p string, create bool) (place, error) {
+	rr, rel, err := c.locate(p)
+	if err != nil {
+		return place{}, err
+	}
+	root := c.opened[rr]
+	if root == nil {
+		if root, err = os.OpenRoot(rr); err != nil {
+			return place{}, fmt.Errorf("opening the folder %s: %w", rr, err)
+		}
+		c.opened[rr] = root
+	}
+	if create && rel != "." {
+		if err := root.MkdirAll(rel, 0o777); err != nil {
+			return place{}, fmt.Errorf("making the folder of %s: %w", p, err)
+		}
+	}
+	return openPlace(root, rel, filepath.Base(p), p)
+}
+
+// within reports whether p is dir or lies below it.
+func within(p, dir string) bool { return p == dir || inside(p, dir) }
 
 // resolve resolves the symbolic links of p's deepest existing folder
 // and keeps the rest as named.
@@ -371,6 +403,39 @@ func resolve(p string) string {
 func inside(p, dir string) bool {
 	rel, err := filepath.Rel(dir, p)
 	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// VerifyBlob checks that the backup blob at p (a regular file, not a
+// link or a FIFO) has the SHA-256 want, and says what is wrong
+// otherwise.
+func VerifyBlob(p, want string) error {
+	f, err := openBlob(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("the backup %s cannot be read: %w", p, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != strings.ToLower(want) {
+		return fmt.Errorf("the backup %s is corrupted (its SHA-256 is %s, the change recorded %s): not restored", p, got, want)
+	}
+	return nil
+}
+
+// openBlob opens a blob for reading: not through a link, without
+// blocking on a FIFO, and only if it is a regular file.
+func openBlob(p string) (*os.File, error) {
+	f, err := openNoFollow(p)
+	if err != nil {
+		return nil, fmt.Errorf("the backup %s cannot be read: %w", p, err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("the backup %s is not a regular file: not used", p)
+	}
+	return f, nil
 }
 
 func syncDir(dir string) {

@@ -11,7 +11,8 @@
 //     record when it starts and one when its result is known (the rows
 //     that describe changes, the folders it created, the blobs it kept,
 //     the reverse patterns its signed manifest declares, the folders it
-//     was allowed to write, and the size and modification time of every
+//     was allowed to write and the paths masked in them, and the size
+//     and modification time of every
 //     file it left where it is now). The journal is append-only, fsynced
 //     and chained with blake3 (internal/chainlog): an edited or removed
 //     record is found. Several processes may append to it (the agent
@@ -22,6 +23,8 @@
 //   - a local undo ([Journal.Undo]) of one entry, applying its reverse
 //     patterns (swap_src_dst, restore_blob_backup, delete_created_paths,
 //     delete_created_dirs) newest row first, for when the server is gone.
+//     A created file or folder counts as undone by a later invocation
+//     only if that one deleted it (a move of it is not its undo).
 //   - blob retention and a size quota ([Expire]).
 //
 // What a local undo guarantees:
@@ -30,27 +33,39 @@
 //     modification time differs from what the journal recorded, a place
 //     to restore to that is taken by another file, a folder that is not
 //     empty: each is reported as a conflict and left as it is, with
-//     both files kept.
+//     both files kept. On Linux and macOS a move is one rename that the
+//     kernel refuses when the target exists (renameat2 RENAME_NOREPLACE,
+//     renameatx_np RENAME_EXCL); where a file system cannot do that, a
+//     file is hard-linked then unlinked, and a folder is not moved.
 //   - A backup blob is hashed (SHA-256, the name the shim gave it and
-//     the hash the result row recorded) while it is copied, and the
-//     copy is put in place only when the hash matches: a corrupted blob
-//     is reported, never restored.
+//     the hash the result row recorded) before and while it is copied,
+//     and the copy is renamed into place only when the hash matches: a
+//     corrupted blob is reported, never restored. A blob that is not a
+//     regular file (a link, a FIFO) is refused without being opened for
+//     long.
 //   - It is idempotent: each step looks at the disk before acting and
-//     is a single rename, link or rmdir (a move is a hard link then the
-//     removal of the old name; a restore is a temporary file, fsynced,
-//     linked into place). Killed at any point and run again, it
-//     finishes, without losing or duplicating a file.
-//   - It acts only inside the folders the original invocation was
-//     allowed to write (its sandbox's write grants, symbolic links
-//     resolved), and reads blobs only from the agent's own history
-//     folder, so a result row cannot make it touch anything else.
+//     is a single rename or removal. Killed at any point and run again,
+//     it finishes, without losing or duplicating a file (a restore's
+//     temporary file, beside its target, is removed by the next run).
+//   - It acts only on clean absolute paths (no "..": the kernel would
+//     read a link followed by ".." otherwise than a check on the text
+//     does) strictly inside the folders the original invocation was
+//     allowed to write (its sandbox's write grants, links resolved; not
+//     a grant itself, which the run could not move either), never on or
+//     under a path its sandbox masked (~/.ssh, the keyrings, the
+//     agent's own data...), and on Linux and macOS every step goes
+//     through the grant's folder opened as an os.Root and *at system
+//     calls on one name, so that a link swapped in after the check
+//     cannot lead it out. It reads blobs only from the agent's own
+//     history folder, links resolved.
 //
-// What it does not guarantee: the checks and the act are separate
-// system calls, so a process changing the same files at the same moment
-// can race them (a file written between the size check and the move is
-// still moved, not lost); "unchanged" means same size and modification
-// time, not same bytes, for moved and created files (blobs are hashed);
-// a move across file systems, and patterns other than the four above,
-// are reported as not undoable here; and the journal's chain has no
-// secret, so it shows tampering but cannot prevent it.
+// What it does not guarantee: "unchanged" means same size and
+// modification time, not same bytes, for moved and created files
+// (blobs are hashed); a process writing a file between that check and
+// the move has its file moved, not lost; on Windows the steps use full
+// paths (checked, then acted on), so a link swapped in between by a
+// process running at that moment is not caught; a move across file
+// systems, and patterns other than the four above, are reported as not
+// undoable here; and the journal's chain has no secret, so it shows
+// tampering but cannot prevent it.
 package undo

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/windows"
 )
@@ -37,3 +39,48 @@ func freeBytes(p string) (int64, error) {
 	}
 	return int64(free), nil
 }
+
+// openPlace names the entry by its full path: Windows has no *at calls
+// here, so the confinement is the check before the step, not the step.
+func openPlace(root *os.Root, rel, name, path string) (place, error) {
+	return place{name: name, path: filepath.Join(root.Name(), rel, name)}, nil
+}
+
+func lstatAt(p place) (*Stat, error) {
+	fi, err := os.Lstat(p.path)
+	if err != nil {
+		return nil, err
+	}
+	return stat(fi), nil
+}
+
+// renameNoReplace moves without MOVEFILE_REPLACE_EXISTING: it fails
+// rather than replace a file.
+func renameNoReplace(from, to place) error {
+	f, err := windows.UTF16PtrFromString(from.path)
+	if err != nil {
+		return err
+	}
+	t, err := windows.UTF16PtrFromString(to.path)
+	if err != nil {
+		return err
+	}
+	switch err := windows.MoveFileEx(f, t, 0); {
+	case err == nil:
+		return nil
+	case errors.Is(err, windows.ERROR_ALREADY_EXISTS) || errors.Is(err, windows.ERROR_FILE_EXISTS):
+		return fmt.Errorf("%s is taken by another file: not replaced", to.path)
+	case errors.Is(err, windows.ERROR_NOT_SAME_DEVICE):
+		return fmt.Errorf("%s and %s are on different volumes: not moved back here", from.path, to.path)
+	default:
+		return fmt.Errorf("moving %s back to %s: %w", from.path, to.path, err)
+	}
+}
+
+func unlinkAt(p place, dir bool) error { return os.Remove(p.path) }
+
+func createAt(p place) (*os.File, error) {
+	return os.OpenFile(p.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+}
+
+func chtimesAt(p place, atime, mtime time.Time) error { return os.Chtimes(p.path, atime, mtime) }

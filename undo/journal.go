@@ -23,6 +23,7 @@ type Journal struct {
 	log *chainlog.Log
 
 	mu      sync.Mutex
+	seq     int64             // the last line folded in
 	entries []*Entry          // in the order they began
 	byID    map[string]*Entry // by invocation id
 	broken  error             // a record that could not be read
@@ -39,6 +40,9 @@ type Entry struct {
 	// Roots are the folders (and files) the invocation's sandbox could
 	// write; a local undo acts only inside them.
 	Roots []string
+	// Masks are the paths the sandbox hid inside them (the nucleus:
+	// ~/.ssh, keyrings, the agent's own data...): never touched.
+	Masks []string
 	// History is the agent's backup blob folder when the change was made.
 	History string
 	Began   time.Time
@@ -144,6 +148,7 @@ func (j *Journal) Problem() error {
 
 // record is one line of the journal; Kind says which fields are used.
 type record struct {
+	Seq  int64     `json:"seq,omitempty"` // set by the chain, read back
 	Kind string    `json:"kind"`
 	Time time.Time `json:"time"`
 	ID   string    `json:"invocation_id,omitempty"`
@@ -158,6 +163,7 @@ type record struct {
 	OK          *bool    `json:"ok,omitempty"`
 	ErrorClass  string   `json:"error_class,omitempty"`
 	Roots       []string `json:"roots,omitempty"`
+	Masks       []string `json:"masks,omitempty"`
 	History     string   `json:"history_dir,omitempty"`
 	Rows        []Row    `json:"rows,omitempty"`
 	DirsCreated []string `json:"dirs_created,omitempty"`
@@ -195,6 +201,12 @@ func (j *Journal) apply(line []byte) {
 		}
 		return
 	}
+	// A line read at Open may be handed over again by the next append's
+	// catching up: fold each once.
+	if r.Seq != 0 && r.Seq <= j.seq {
+		return
+	}
+	j.seq = r.Seq
 	j.fold(r)
 }
 
@@ -206,7 +218,7 @@ func (j *Journal) fold(r record) {
 			return // begun again after a crash before its marker: keep the first
 		}
 		e = &Entry{InvocationID: r.ID, TurnID: r.TurnID, Executor: r.Executor, ManifestSHA256: r.ManifestSHA256,
-			Reverse: r.Reverse, Roots: r.Roots, History: r.History, Began: r.Time, Undone: map[int]string{}}
+			Reverse: r.Reverse, Roots: r.Roots, Masks: r.Masks, History: r.History, Began: r.Time, Undone: map[int]string{}}
 		j.entries = append(j.entries, e)
 		j.byID[r.ID] = e
 	case kindChange:
@@ -256,9 +268,11 @@ func (j *Journal) write(r record) error {
 	if r.Time.IsZero() {
 		r.Time = time.Now().UTC()
 	}
-	if _, err := j.log.Append(journalFile, r); err != nil {
+	seq, err := j.log.Append(journalFile, r)
+	if err != nil {
 		return fmt.Errorf("history journal: %w", err)
 	}
+	j.seq = seq
 	j.fold(r)
 	return nil
 }
@@ -271,6 +285,9 @@ type Begin struct {
 	// Roots are the sandbox's write grants (not the agent's own
 	// folders): a local undo acts only inside them.
 	Roots []string
+	// Masks are the paths the sandbox hid (sandbox.Policy.Masks): a
+	// local undo never acts on or under them.
+	Masks []string
 	// History is the agent's backup blob folder (<user data>/_history).
 	History string
 }
@@ -282,7 +299,7 @@ func (j *Journal) Begin(b Begin) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.write(record{Kind: kindBegin, ID: b.InvocationID, TurnID: b.TurnID, Executor: b.Executor,
-		ManifestSHA256: b.ManifestSHA256, Reverse: b.Reverse, Roots: b.Roots, History: b.History})
+		ManifestSHA256: b.ManifestSHA256, Reverse: b.Reverse, Roots: b.Roots, Masks: b.Masks, History: b.History})
 }
 
 // Outcome is what [Journal.Finish] records of a run.

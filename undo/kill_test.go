@@ -104,10 +104,10 @@ func TestKillDuringUndo(t *testing.T) {
 	}
 	points := []string{
 		"0:before",                          // just after the undo_started record
-		"1:linked",                          // a file under both names
+		"1:after",                           // between two moves
 		"250:after",                         // between two moves
-		"999:linked",                        // the last move, half done
-		fmt.Sprintf("%d:linked", restore),   // a restored file linked, its temporary not removed
+		"999:before",                        // before the last move
+		fmt.Sprintf("%d:written", restore),  // a restored file written, not yet in place
 		fmt.Sprintf("%d:before", restore+1), // before a folder's removal
 		"-1:end",                            // everything done, the final record not written
 	}

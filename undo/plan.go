@@ -207,13 +207,10 @@ func (e *Entry) Summary() string {
 }
 
 // same reports whether the file at p is still what want recorded.
-func same(fi os.FileInfo, want *Stat) bool {
-	if want == nil {
-		return false
-	}
-	got := stat(fi)
-	return *got == *want
-}
+func same(fi os.FileInfo, want *Stat) bool { return sameStat(stat(fi), want) }
+
+// sameStat reports whether got is what want recorded.
+func sameStat(got, want *Stat) bool { return got != nil && want != nil && *got == *want }
 
 // status is an item's state on the disk now.
 type status int
@@ -301,9 +298,10 @@ func (e *Entry) check(i int, gone map[string]bool) (status, string) {
 	return conflict, it.Why
 }
 
-// sha256File is the hex SHA-256 of the file at p ("" if unreadable).
+// sha256File is the hex SHA-256 of the regular file at p ("" if it is
+// not one, or unreadable).
 func sha256File(p string) string {
-	f, err := os.Open(p)
+	f, err := openBlob(p)
 	if err != nil {
 		return ""
 	}

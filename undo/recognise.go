@@ -32,6 +32,26 @@ func (j *Journal) recognise(e *Entry, args any) ([]string, error) {
 	if len(paths) == 0 {
 		return nil, nil
 	}
+	// What e deleted, rather than moved: a created file or folder that
+	// is gone counts as undone only if e removed it (a later move of it
+	// is not its undo).
+	deleted := map[string]bool{}
+	movedAway := map[string]bool{}
+	for _, r := range e.Rows {
+		if r.Src != "" {
+			movedAway[filepath.Clean(r.Src)] = true
+		}
+	}
+	for _, r := range e.Rows {
+		if r.Path != "" && r.Src == "" && r.Dst == "" && !r.Created {
+			deleted[filepath.Clean(r.Path)] = true
+		}
+	}
+	wire.WalkStrings(args, func(s string) {
+		if filepath.IsAbs(s) && !movedAway[filepath.Clean(s)] {
+			deleted[filepath.Clean(s)] = true
+		}
+	})
 	var marked []string
 	for _, other := range j.entries {
 		if other == e {
@@ -43,6 +63,9 @@ func (j *Journal) recognise(e *Entry, args any) ([]string, error) {
 		var items []int
 		for i, it := range other.Items {
 			if _, ok := other.Undone[i]; ok || it.Kind == Unsupported {
+				continue
+			}
+			if (it.Kind == RemoveFile || it.Kind == RemoveDir) && !deleted[filepath.Clean(it.Path)] {
 				continue
 			}
 			if st, _ := other.check(i, nil); st == done {

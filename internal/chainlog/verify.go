@@ -114,6 +114,9 @@ func Verify(dir string) (Report, error) {
 		return rep, err
 	}
 	rep.Files = len(names)
+	// HEAD is read first: a line appended while the files are read only
+	// puts the log ahead of it, which is accepted.
+	headBytes, headErr := os.ReadFile(filepath.Join(dir, headName))
 	prev, seq := zero, int64(0)
 	var prevFile string
 	var prevNo int
@@ -193,7 +196,7 @@ func Verify(dir string) (Report, error) {
 		return rep, nil
 	}
 	var h head
-	b, err := os.ReadFile(filepath.Join(dir, headName))
+	b, err := headBytes, headErr
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		if seq > 0 {
