@@ -68,7 +68,8 @@ func (j *Journal) Undo(id, history string, dryRun bool) (Report, error) {
 			return rep, err
 		}
 	}
-	c := &confinement{roots: e.Roots, masks: e.Masks, history: history, resolved: map[string]string{}, opened: map[string]*os.Root{}}
+	c := &confinement{roots: e.Roots, masks: e.Masks, history: history, resolved: map[string]string{},
+		opened: map[string]*os.Root{}, dirs: map[string]*os.File{}}
 	defer c.close()
 	touched := map[string]bool{}
 	gone := map[string]bool{} // in a dry run: what the steps before would have moved away
@@ -148,12 +149,10 @@ func (c *confinement) do(i int, it Item) error {
 		if err != nil {
 			return err
 		}
-		defer from.close()
 		to, err := c.open(it.To, true)
 		if err != nil {
 			return err
 		}
-		defer to.close()
 		// The file must still be the one the journal saw (checked again
 		// through the folder just opened).
 		if st, err := lstatAt(from); err != nil || !sameStat(st, it.Expect) {
@@ -167,7 +166,6 @@ func (c *confinement) do(i int, it Item) error {
 		if err != nil {
 			return err
 		}
-		defer pl.close()
 		if st, err := lstatAt(pl); err != nil || !sameStat(st, it.Expect) {
 			return fmt.Errorf("%s changed since it was created: kept", it.Path)
 		}
@@ -177,7 +175,6 @@ func (c *confinement) do(i int, it Item) error {
 		if err != nil {
 			return err
 		}
-		defer pl.close()
 		if err := unlinkAt(pl, true); err != nil {
 			return fmt.Errorf("%s: not removed: %w", it.Path, err)
 		}
@@ -202,7 +199,6 @@ func (c *confinement) restore(i int, it Item) error {
 	if err != nil {
 		return err
 	}
-	defer to.close()
 	tmp := place{dir: to.dir, name: "." + to.name + ".metnos-undo", path: it.Path + ".metnos-undo"}
 	unlinkAt(tmp, false) // what a run killed here left
 	out, err := createAt(tmp)
@@ -245,17 +241,12 @@ func (c *confinement) restore(i int, it Item) error {
 }
 
 // place is one entry a step acts on: its folder, opened through the
-// grant (Unix; nil on Windows), and its name in it.
+// grant (Unix; nil on Windows) and kept open for the whole undo, and its
+// name in it.
 type place struct {
 	dir  *os.File
 	name string
 	path string // for messages, and the entry itself on Windows
-}
-
-func (p place) close() {
-	if p.dir != nil {
-		p.dir.Close()
-	}
 }
 
 // confinement says where a local undo may act: inside the original
@@ -269,6 +260,7 @@ type confinement struct {
 	// checks thousands of files in a few folders.
 	resolved map[string]string
 	opened   map[string]*os.Root
+	dirs     map[string]*os.File // folders opened, by root and relative path
 }
 
 // resolve is the package's resolve, cached for the folders of one undo.
@@ -284,6 +276,9 @@ func (c *confinement) resolve(p string) string {
 func (c *confinement) close() {
 	for _, r := range c.opened {
 		r.Close()
+	}
+	for _, d := range c.dirs {
+		d.Close()
 	}
 }
 
@@ -375,7 +370,15 @@ func (c *confinement) open(p string, create bool) (place, error) {
 			return place{}, fmt.Errorf("making the folder of %s: %w", p, err)
 		}
 	}
-	return openPlace(root, rel, filepath.Base(p), p)
+	key := rr + "\x00" + rel
+	if d, ok := c.dirs[key]; ok {
+		return place{dir: d, name: filepath.Base(p), path: p}, nil
+	}
+	pl, err := openPlace(root, rel, filepath.Base(p), p)
+	if err == nil && pl.dir != nil {
+		c.dirs[key] = pl.dir
+	}
+	return pl, err
 }
 
 // within reports whether p is dir or lies below it.
