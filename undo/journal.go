@@ -113,26 +113,28 @@ func Open(dir string) (*Journal, error) {
 		return nil, fmt.Errorf("history journal: %w", err)
 	}
 	j.log = log
-	if err := chainlog.Read(dir, func(_ string, line []byte) error {
-		j.apply(line)
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("history journal: %w", err)
-	}
-	return j, nil
+	return j, j.read()
 }
 
 // Load reads the journal in dir without opening it for appending (for
 // history listings); a journal that does not exist is empty.
 func Load(dir string) (*Journal, error) {
 	j := &Journal{dir: dir, byID: map[string]*Entry{}}
-	if err := chainlog.Read(dir, func(_ string, line []byte) error {
+	return j, j.read()
+}
+
+// read folds in every line of the journal.
+func (j *Journal) read() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	err := chainlog.Read(j.dir, func(_ string, line []byte) error {
 		j.apply(line)
 		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("history journal: %w", err)
+	})
+	if err != nil {
+		return fmt.Errorf("history journal: %w", err)
 	}
-	return j, nil
+	return nil
 }
 
 // Dir is the journal's folder.

@@ -263,24 +263,17 @@ func (e *Entry) check(i int, gone map[string]bool) (status, string) {
 			return done, ""
 		}
 		return conflict, fmt.Sprintf("%s exists and is not the backed-up file: not replaced (the backup stays at %s)", it.Path, it.Blob)
-	case RemoveFile:
+	case RemoveFile, RemoveDir:
 		fi, err := os.Lstat(it.Path)
 		switch {
 		case os.IsNotExist(err):
 			return done, ""
 		case err != nil:
 			return conflict, err.Error()
-		case !same(fi, it.Expect):
+		case it.Kind == RemoveFile && !same(fi, it.Expect):
 			return conflict, fmt.Sprintf("%s changed since it was created: kept", it.Path)
-		}
-		return pending, ""
-	case RemoveDir:
-		fi, err := os.Lstat(it.Path)
-		switch {
-		case os.IsNotExist(err):
-			return done, ""
-		case err != nil:
-			return conflict, err.Error()
+		case it.Kind == RemoveFile:
+			return pending, ""
 		case !fi.IsDir():
 			return conflict, fmt.Sprintf("%s is no longer a folder: kept", it.Path)
 		}

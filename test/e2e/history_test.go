@@ -33,6 +33,17 @@ type historyEntry struct {
 	} `json:"conflicts"`
 }
 
+// pairedAndRunning is a world whose agent is paired and running, with
+// TMPDIR in /var/tmp (inside bwrap /tmp is the command's own, so the
+// folders the executors work on must not be there).
+func pairedAndRunning(t *testing.T) (*world, *agentProc) {
+	t.Helper()
+	t.Setenv("TMPDIR", "/var/tmp")
+	w := newWorld(t)
+	w.pair()
+	return w, w.start()
+}
+
 // history runs `metnos-agent history --json -n 0` and indexes it by id.
 func (w *world) history() map[string]historyEntry {
 	w.t.Helper()
@@ -112,10 +123,7 @@ func (w *world) changes(t *testing.T) (photos string, docs []string, before map[
 // for byte, and the device's history journal shows both changes undone,
 // by those invocations.
 func TestServerUndoInHistory(t *testing.T) {
-	t.Setenv("TMPDIR", "/var/tmp")
-	w := newWorld(t)
-	w.pair()
-	w.start()
+	w, _ := pairedAndRunning(t)
 	photos, docs, before, organize, del := w.changes(t)
 	var reverse []string
 	for _, turn := range []string{"turn-photos", "turn-docs"} {
@@ -157,10 +165,7 @@ func TestServerUndoInHistory(t *testing.T) {
 // not restored by the server's undo either: the agent refuses the
 // reverse invocation that names it, before running anything.
 func TestServerRestoreOfCorruptedBlob(t *testing.T) {
-	t.Setenv("TMPDIR", "/var/tmp")
-	w := newWorld(t)
-	w.pair()
-	w.start()
+	w, _ := pairedAndRunning(t)
 	_, docs, _, _, _ := w.changes(t)
 	blobs, _ := filepath.Glob(filepath.Join(w.dataDir(), "shimdata", "_history", "turn-docs", "blob", "*.bin"))
 	if len(blobs) != 2 {
@@ -192,10 +197,7 @@ func TestServerRestoreOfCorruptedBlob(t *testing.T) {
 // what it can, reports a moved file edited since and a corrupted blob
 // as conflicts, clobbers nothing, and the history says partly undone.
 func TestOfflineUndo(t *testing.T) {
-	t.Setenv("TMPDIR", "/var/tmp")
-	w := newWorld(t)
-	w.pair()
-	p := w.start()
+	w, p := pairedAndRunning(t)
 	photos, docs, before, organize, del := w.changes(t)
 	p.stop(t)
 
@@ -267,10 +269,7 @@ func TestOfflineUndo(t *testing.T) {
 // sandbox word and the Policy fingerprint; secrets in the arguments are
 // not in the file; `audit verify` finds an edited line.
 func TestAuditLog(t *testing.T) {
-	t.Setenv("TMPDIR", "/var/tmp")
-	w := newWorld(t)
-	w.pair()
-	w.start()
+	w, _ := pairedAndRunning(t)
 	secrets := []string{"hunter2-correct-horse", "Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJlLWJ5dGVz", "sk-proj-4f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c"}
 	ids := []string{
 		w.wait(w.enqueue("echo_args", map[string]any{"password": secrets[0], "header": secrets[1], "note": "see /home/anna/Documents/tax.pdf", "keys": []any{secrets[2]}},
@@ -319,10 +318,7 @@ func TestAuditLog(t *testing.T) {
 // which runs outside the sandbox, touches neither: it acts only inside
 // the write grants the agent recorded for that run.
 func TestLocalUndoOfALyingResult(t *testing.T) {
-	t.Setenv("TMPDIR", "/var/tmp")
-	w := newWorld(t)
-	w.pair()
-	p := w.start()
+	w, p := pairedAndRunning(t)
 	folder := filepath.Join(w.work, "granted")
 	os.MkdirAll(folder, 0o755)
 	os.WriteFile(filepath.Join(folder, "a.txt"), []byte("a"), 0o644)
@@ -359,10 +355,7 @@ func TestLocalUndoOfALyingResult(t *testing.T) {
 // SIGKILL at random moments, several times, and run once more: every
 // file is back, byte for byte, none lost, none doubled.
 func TestKilledOfflineUndo(t *testing.T) {
-	t.Setenv("TMPDIR", "/var/tmp")
-	w := newWorld(t)
-	w.pair()
-	p := w.start()
+	w, p := pairedAndRunning(t)
 	folder := filepath.Join(w.work, "inbox")
 	os.MkdirAll(folder, 0o755)
 	var entries []any
