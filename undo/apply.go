@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -158,6 +160,11 @@ func (c *confinement) do(i int, it Item) error {
 		if st, err := lstatAt(from); err != nil || !sameStat(st, it.Expect) {
 			return fmt.Errorf("%s changed since it was moved there: left where it is", it.From)
 		}
+		if sameFileAt(from, to) {
+			// A move by link and unlink that a crash cut between the
+			// two: the file is already at To; drop the old name.
+			return unlinkAt(from, false)
+		}
 		return renameNoReplace(from, to)
 	case Restore:
 		return c.restore(i, it)
@@ -199,7 +206,12 @@ func (c *confinement) restore(i int, it Item) error {
 	if err != nil {
 		return err
 	}
-	tmp := place{dir: to.dir, name: "." + to.name + ".metnos-undo", path: it.Path + ".metnos-undo"}
+	// A short name of the undo's own, the same for the same target, so
+	// that a run killed here leaves something the next run removes (and
+	// nothing a user could have named so).
+	sum := sha256.Sum256([]byte(it.Path))
+	tmpName := ".metnos-undo-" + hex.EncodeToString(sum[:8]) + ".tmp"
+	tmp := place{dir: to.dir, name: tmpName, path: filepath.Join(filepath.Dir(it.Path), tmpName)}
 	unlinkAt(tmp, false) // what a run killed here left
 	out, err := createAt(tmp)
 	if err != nil {
@@ -294,7 +306,7 @@ func (c *confinement) check(it Item) error {
 		paths = []string{it.Path}
 	}
 	for _, p := range paths {
-		if _, _, err := c.locate(p); err != nil {
+		if _, _, _, err := c.locate(p); err != nil {
 			return err
 		}
 	}
@@ -324,18 +336,29 @@ func clean(p string) bool {
 	return filepath.IsAbs(p) && filepath.Clean(p) == p && filepath.Base(p) != string(filepath.Separator)
 }
 
-// locate finds the grant p lies strictly inside (not the grant itself:
-// the sandbox could not move or remove that) and p's folder relative to
-// it, symbolic links resolved; it refuses a masked path.
-func (c *confinement) locate(p string) (root, relDir string, err error) {
+// locate finds the grant p lies strictly inside and p's folder
+// relative to it, symbolic links resolved. A path equal to a grant is
+// refused when the grant is a folder (the run could not move or remove
+// it either); a grant that is one file (or a file's place) is acted on
+// by that one name, in its folder. A masked path is refused.
+func (c *confinement) locate(p string) (root, relDir string, fileGrant bool, err error) {
 	if !clean(p) {
-		return "", "", fmt.Errorf("%q is not a clean absolute path: not touched", p)
+		return "", "", false, fmt.Errorf("%q is not a clean absolute path: not touched", p)
 	}
 	parent := filepath.Dir(p)
-	resolved := filepath.Join(c.resolve(parent), filepath.Base(p))
-	for _, m := range c.masks {
-		if within(p, m) || within(resolved, m) || within(p, c.resolve(m)) || within(resolved, c.resolve(m)) {
-			return "", "", fmt.Errorf("%s is hidden from executors (under %s): not touched", p, m)
+	if err := c.unmasked(p, filepath.Join(c.resolve(parent), filepath.Base(p))); err != nil {
+		return "", "", false, err
+	}
+	for _, r := range c.roots {
+		rr := c.resolve(r)
+		for _, q := range []string{p, filepath.Join(c.resolve(parent), filepath.Base(p))} {
+			if q != rr && q != filepath.Clean(r) {
+				continue
+			}
+			if fi, err := os.Stat(rr); err == nil && fi.IsDir() {
+				return "", "", false, fmt.Errorf("%s is a granted folder itself, which the run could not move or remove either: not touched", p)
+			}
+			return filepath.Dir(rr), ".", true, nil
 		}
 	}
 	for _, r := range c.roots {
@@ -343,18 +366,47 @@ func (c *confinement) locate(p string) (root, relDir string, err error) {
 		for _, dir := range []string{parent, c.resolve(parent)} {
 			if dir == rr || inside(dir, rr) {
 				rel, _ := filepath.Rel(rr, dir)
-				return rr, rel, nil
+				return rr, rel, false, nil
 			}
 		}
 	}
-	return "", "", fmt.Errorf("%s is outside the folders the change was allowed to write: not touched", p)
+	return "", "", false, fmt.Errorf("%s is outside the folders the change was allowed to write: not touched", p)
+}
+
+// unmasked refuses paths that are, or lie under, or hold a masked path
+// (moving a folder that holds ~/.ssh moves ~/.ssh), compared without
+// case where the file systems usually ignore it (macOS, Windows).
+func (c *confinement) unmasked(paths ...string) error {
+	for _, m := range c.masks {
+		for _, mm := range []string{m, c.resolve(m)} {
+			for _, p := range paths {
+				switch {
+				case withinFold(p, mm):
+					return fmt.Errorf("%s is hidden from executors (under %s): not touched", p, m)
+				case withinFold(mm, p):
+					return fmt.Errorf("%s holds %s, which is hidden from executors: not touched", p, m)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// withinFold is within, without case on macOS and Windows.
+func withinFold(p, dir string) bool {
+	if runtime.GOOS == "darwin" || runtime.GOOS == "windows" {
+		p, dir = strings.ToLower(p), strings.ToLower(dir)
+	}
+	return within(p, dir)
 }
 
 // open opens p's folder through an os.Root of its grant (making the
-// folder when create is set), so that no link, even one swapped in
-// after the check, leads the step outside the grant.
+// folder when create is set), then checks where that folder really is:
+// inside the grant, and the entry neither masked nor holding a mask.
+// So no link, even one swapped in after the check or made by an
+// earlier step of this undo, leads a step elsewhere.
 func (c *confinement) open(p string, create bool) (place, error) {
-	rr, rel, err := c.locate(p)
+	rr, rel, fileGrant, err := c.locate(p)
 	if err != nil {
 		return place{}, err
 	}
@@ -371,14 +423,32 @@ func (c *confinement) open(p string, create bool) (place, error) {
 		}
 	}
 	key := rr + "\x00" + rel
-	if d, ok := c.dirs[key]; ok {
-		return place{dir: d, name: filepath.Base(p), path: p}, nil
+	pl, ok := place{dir: c.dirs[key], name: filepath.Base(p), path: p}, c.dirs[key] != nil
+	if !ok {
+		if pl, err = openPlace(root, rel, filepath.Base(p), p); err != nil {
+			return place{}, err
+		}
+		if pl.dir != nil {
+			c.dirs[key] = pl.dir
+		}
 	}
-	pl, err := openPlace(root, rel, filepath.Base(p), p)
-	if err == nil && pl.dir != nil {
-		c.dirs[key] = pl.dir
+	real, err := realDir(pl)
+	if err != nil {
+		return place{}, fmt.Errorf("finding where the folder of %s is: %w", p, err)
 	}
-	return pl, err
+	full := filepath.Join(real, pl.name)
+	switch {
+	case fileGrant && full != filepath.Join(rr, filepath.Base(p)):
+		return place{}, fmt.Errorf("%s is not where the grant is: not touched", p)
+	case !fileGrant && !inside(full, rr):
+		return place{}, fmt.Errorf("%s is really %s, outside the folders the change was allowed to write: not touched", p, full)
+	}
+	if fileGrant {
+		if !slices.ContainsFunc(c.roots, func(r string) bool { return c.resolve(r) == full }) {
+			return place{}, fmt.Errorf("%s is not a granted file: not touched", p)
+		}
+	}
+	return pl, c.unmasked(full)
 }
 
 // within reports whether p is dir or lies below it.

@@ -45,26 +45,34 @@
 //     long.
 //   - It is idempotent: each step looks at the disk before acting and
 //     is a single rename or removal. Killed at any point and run again,
-//     it finishes, without losing or duplicating a file (a restore's
-//     temporary file, beside its target, is removed by the next run).
+//     it finishes, without losing or duplicating a file: a move cut
+//     between its hard link and its unlink is finished by dropping the
+//     old name, and a restore's temporary file (a short name of the
+//     undo's own, beside its target) is removed by the next run.
 //   - It acts only on clean absolute paths (no "..": the kernel would
 //     read a link followed by ".." otherwise than a check on the text
 //     does) strictly inside the folders the original invocation was
-//     allowed to write (its sandbox's write grants, links resolved; not
-//     a grant itself, which the run could not move either), never on or
-//     under a path its sandbox masked (~/.ssh, the keyrings, the
-//     agent's own data...), and on Linux and macOS every step goes
-//     through the grant's folder opened as an os.Root and *at system
-//     calls on one name, so that a link swapped in after the check
-//     cannot lead it out. It reads blobs only from the agent's own
-//     history folder, links resolved.
+//     allowed to write (its sandbox's write grants, links resolved; a
+//     granted folder itself is never moved or removed, which the run
+//     could not do either; a granted single file is acted on by its one
+//     name), never on, under or holding a path its sandbox masked
+//     (~/.ssh, the keyrings, the agent's own data...; without case on
+//     macOS and Windows). Every step goes through the grant's folder
+//     opened as an os.Root, and on Linux, after the folder is opened,
+//     the kernel is asked where it really is (by its descriptor) and
+//     the step acts by *at system calls on one name in it: a link
+//     swapped in after the checks, or made by an earlier step of the
+//     same undo, cannot lead it out. It reads blobs only from the
+//     agent's own history folder, links resolved.
 //
 // What it does not guarantee: "unchanged" means same size and
 // modification time, not same bytes, for moved and created files
 // (blobs are hashed); a process writing a file between that check and
-// the move has its file moved, not lost; on Windows the steps use full
-// paths (checked, then acted on), so a link swapped in between by a
-// process running at that moment is not caught; a move across file
+// the move has its file moved, not lost; on macOS the folder's real
+// place is its path resolved again just before each step, and on
+// Windows the steps use full paths (checked, then acted on), so there a
+// link swapped in between by a process running at that moment is not
+// caught; a move across file
 // systems, and patterns other than the four above, are reported as not
 // undoable here; and the journal's chain has no secret, so it shows
 // tampering but cannot prevent it.

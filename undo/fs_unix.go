@@ -122,3 +122,13 @@ func chtimesAt(p place, atime, mtime time.Time) error {
 	}
 	return nil
 }
+
+// sameFileAt reports whether a and b name one file (a move by link and
+// unlink cut between the two).
+func sameFileAt(a, b place) bool {
+	var sa, sb unix.Stat_t
+	if unix.Fstatat(a.fd(), a.name, &sa, unix.AT_SYMLINK_NOFOLLOW) != nil || unix.Fstatat(b.fd(), b.name, &sb, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		return false
+	}
+	return sa.Dev == sb.Dev && sa.Ino == sb.Ino
+}

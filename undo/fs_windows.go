@@ -84,3 +84,13 @@ func createAt(p place) (*os.File, error) {
 }
 
 func chtimesAt(p place, atime, mtime time.Time) error { return os.Chtimes(p.path, atime, mtime) }
+
+// realDir is where the folder of a place is, its links resolved now.
+func realDir(p place) (string, error) { return resolve(filepath.Dir(p.path)), nil }
+
+// sameFileAt reports whether a and b name one file.
+func sameFileAt(a, b place) bool {
+	fa, err1 := os.Lstat(a.path)
+	fb, err2 := os.Lstat(b.path)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
+}

@@ -5,6 +5,7 @@ package undo
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -151,5 +152,131 @@ func TestALaterMoveIsNotAnUndo(t *testing.T) {
 	})
 	if c, _ := w.j.Entry(create); c.State() != "undone" {
 		t.Fatalf("after its file was deleted, the creation is %s", c.State())
+	}
+}
+
+// TestALinkMadeByTheUndoItself: the undo's own moves put a link to
+// ~/.ssh in place of a folder an earlier step looked at; a later step
+// into that folder must not write into ~/.ssh. Without the mask, the
+// same rows do put the file there: the refusal is the mask's.
+func TestALinkMadeByTheUndoItself(t *testing.T) {
+	for _, masked := range []bool{true, false} {
+		w := newWorld(t)
+		home := filepath.Join(filepath.Dir(w.folder), "home")
+		ssh := filepath.Join(home, ".ssh")
+		os.MkdirAll(ssh, 0o700)
+		os.MkdirAll(filepath.Join(home, "a"), 0o755)
+		os.WriteFile(filepath.Join(home, "a", "dummy"), []byte("d"), 0o644)
+		os.Symlink(".ssh", filepath.Join(home, "lnk"))
+		os.WriteFile(filepath.Join(home, "k"), []byte("ssh-ed25519 ATTACKER"), 0o644)
+		var masks []string
+		if masked {
+			masks = []string{ssh}
+		}
+		w.lie("inv-1-000001", []string{"swap_src_dst"}, []string{home}, masks,
+			map[string]any{"src": filepath.Join(home, "a", "authorized_keys"), "dst": filepath.Join(home, "k")},
+			map[string]any{"src": filepath.Join(home, "a"), "dst": filepath.Join(home, "lnk")},
+			map[string]any{"src": filepath.Join(home, "elsewhere"), "dst": filepath.Join(home, "a")},
+			map[string]any{"src": "/nonexistent-outside/x", "dst": filepath.Join(home, "a", "dummy")})
+		w.j.Undo("inv-1-000001", w.history, false)
+		_, err := os.Stat(filepath.Join(ssh, "authorized_keys"))
+		if masked && err == nil {
+			t.Fatal("a key was written into a masked ~/.ssh through a link the undo itself moved into place")
+		}
+		if !masked && err != nil {
+			t.Fatal("without the mask the same rows should reach ~/.ssh (the test would prove nothing)")
+		}
+	}
+}
+
+// TestAFolderHoldingAMask: moving a folder that holds a masked path
+// would move the masked path with it.
+func TestAFolderHoldingAMask(t *testing.T) {
+	w := newWorld(t)
+	home := filepath.Join(filepath.Dir(w.folder), "home")
+	keyrings := filepath.Join(home, ".local", "share", "keyrings")
+	os.MkdirAll(keyrings, 0o700)
+	os.WriteFile(filepath.Join(keyrings, "login.keyring"), []byte("SECRET"), 0o600)
+	os.MkdirAll(filepath.Join(home, "Public"), 0o755)
+	os.Symlink(".local", filepath.Join(home, "x"))
+	w.lie("inv-1-000003", []string{"swap_src_dst"}, []string{home}, []string{keyrings},
+		map[string]any{"src": filepath.Join(home, "Public", "loot"), "dst": filepath.Join(home, "x", "share", "keyrings", "login.keyring")},
+		map[string]any{"src": filepath.Join(home, "x"), "dst": filepath.Join(home, ".local")},
+		map[string]any{"src": filepath.Join(home, "y"), "dst": filepath.Join(home, "x")})
+	w.j.Undo("inv-1-000003", w.history, false)
+	if _, err := os.Stat(filepath.Join(home, "Public", "loot")); err == nil {
+		t.Fatal("a masked keyring was moved out")
+	}
+	if _, err := os.Stat(filepath.Join(keyrings, "login.keyring")); err != nil {
+		t.Fatal("the masked keyring moved")
+	}
+}
+
+// TestGrants: a folder granted inside another is not moved; a grant
+// that is one file can be restored; a move cut between its link and
+// unlink is finished; a long name is restored; a user's file named like
+// an old temporary is left alone.
+func TestGrants(t *testing.T) {
+	t.Run("nested grant", func(t *testing.T) {
+		w := newWorld(t)
+		home := filepath.Dir(w.folder)
+		w.write("a.jpg", "x")
+		w.lie("inv-1-000004", []string{"swap_src_dst"}, []string{home, w.folder}, nil,
+			map[string]any{"src": filepath.Join(home, "Moved"), "dst": w.folder})
+		rep, _ := w.j.Undo("inv-1-000004", w.history, false)
+		if _, err := os.Stat(w.folder); err != nil || len(rep.Done) != 0 {
+			t.Fatalf("an inner grant was moved: %+v", rep)
+		}
+	})
+	t.Run("file grant", func(t *testing.T) {
+		w := newWorld(t)
+		notes := w.write("notes.txt", "my notes")
+		row := w.backup("t", notes)
+		row["path"] = notes
+		os.Remove(notes)
+		w.lie("inv-1-000005", []string{"restore_blob_backup"}, []string{notes}, nil, row)
+		rep, err := w.j.Undo("inv-1-000005", w.history, false)
+		if b, _ := os.ReadFile(notes); err != nil || string(b) != "my notes" {
+			t.Fatalf("a file grant's file was not restored: %+v %v", rep, err)
+		}
+	})
+	t.Run("link and unlink cut short", func(t *testing.T) {
+		w := newWorld(t)
+		a := w.write("a.jpg", "x")
+		b := filepath.Join(w.folder, "b.jpg")
+		id := w.run("move_files", []string{"swap_src_dst"}, nil, func() map[string]any {
+			os.Rename(a, b)
+			return map[string]any{"results": []any{map[string]any{"src": a, "dst": b}}}
+		})
+		os.Link(b, a) // the fallback's link done, killed before the unlink
+		rep, err := w.j.Undo(id, w.history, false)
+		if _, serr := os.Lstat(b); err != nil || len(rep.Conflicts) != 0 || serr == nil {
+			t.Fatalf("a half-done move was not finished: %+v %v", rep, err)
+		}
+	})
+	t.Run("long name, and a user's file named like a temporary", func(t *testing.T) {
+		w := newWorld(t)
+		name := strings.Repeat("x", 250)
+		p := w.write(name, "content")
+		mine := w.write("."+name[:5]+".metnos-undo", "the user's own notes")
+		id := w.deleteWithBlob(p)
+		rep, err := w.j.Undo(id, w.history, false)
+		if b, _ := os.ReadFile(p); err != nil || string(b) != "content" || len(rep.Conflicts) != 0 {
+			t.Fatalf("a 250-byte name: %+v %v", rep, err)
+		}
+		if _, err := os.Stat(mine); err != nil {
+			t.Fatal("a user's file was removed")
+		}
+	})
+}
+
+// TestMasksIgnoreCaseWhereTheFileSystemDoes: ~/.SSH is ~/.ssh on macOS
+// and Windows.
+func TestMasksIgnoreCaseWhereTheFileSystemDoes(t *testing.T) {
+	home := t.TempDir()
+	c := &confinement{roots: []string{home}, masks: []string{filepath.Join(home, ".ssh")}, resolved: map[string]string{}}
+	_, _, _, err := c.locate(filepath.Join(home, ".SSH", "authorized_keys"))
+	if foldsCase := runtime.GOOS == "darwin" || runtime.GOOS == "windows"; foldsCase != (err != nil) {
+		t.Fatalf("~/.SSH with ~/.ssh masked on %s: %v", runtime.GOOS, err)
 	}
 }
