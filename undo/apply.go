@@ -73,7 +73,6 @@ func (j *Journal) Undo(id, history string, dryRun bool) (Report, error) {
 	c := &confinement{roots: e.Roots, masks: e.Masks, history: history, resolved: map[string]string{},
 		opened: map[string]*os.Root{}, dirs: map[string]*os.File{}}
 	defer c.close()
-	touched := map[string]bool{}
 	gone := map[string]bool{} // in a dry run: what the steps before would have moved away
 	var items []int
 	for i, it := range e.Items {
@@ -117,16 +116,13 @@ func (j *Journal) Undo(id, history string, dryRun bool) (Report, error) {
 		hook(i, "after")
 		rep.Done = append(rep.Done, it.Describe())
 		items = append(items, i)
-		touched[filepath.Dir(it.target())] = true
-		if it.Kind == MoveBack {
-			touched[filepath.Dir(it.From)] = true
-		}
 	}
 	if dryRun {
 		return rep, nil
 	}
-	for d := range touched {
-		syncDir(d)
+	// The renames reach the disk before the journal says they were made.
+	for _, d := range c.dirs {
+		d.Sync()
 	}
 	hook(-1, "end")
 	j.mu.Lock()
@@ -509,11 +505,4 @@ func openBlob(p string) (*os.File, error) {
 		return nil, fmt.Errorf("the backup %s is not a regular file: not used", p)
 	}
 	return f, nil
-}
-
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
 }

@@ -277,7 +277,7 @@ func (e *Entry) check(i int, gone map[string]bool) (status, string) {
 		case !fi.IsDir():
 			return conflict, fmt.Sprintf("%s is no longer a folder: kept", it.Path)
 		}
-		if f, err := os.Open(it.Path); err == nil {
+		if f, err := openNoFollow(it.Path); err == nil {
 			names, _ := f.Readdirnames(-1)
 			f.Close()
 			for _, n := range names {
