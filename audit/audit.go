@@ -16,9 +16,8 @@
 // What is guaranteed: a line is on disk before [Log.Write] returns; the
 // log is only appended to (a line cut short by a crash is dropped);
 // [Verify] finds the first line that was edited, removed or moved,
-// whole files included, and the last lines too while the HEAD file
-// beside them is there (without it, Verify only notes that the end
-// cannot be checked); the arguments are written only through [Redact],
+// whole files included, and the last lines too (through the HEAD file
+// beside them; a log without HEAD is reported); the arguments are written only through [Redact],
 // and the output only as its size and blake3 hash.
 //
 // What is not: the log is tamper-evident, not tamper-proof. The chain
