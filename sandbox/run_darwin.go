@@ -2,30 +2,321 @@
 
 package sandbox
 
+// The macOS backend: the command runs under /usr/bin/sandbox-exec with
+// the SBPL profile that seatbeltProfile (sbpl.go) generates from the
+// Policy, every path passed as a -D parameter.
+//
+// NOTHING HERE HAS BEEN RUN. This project has no macOS machine: this file
+// is built (GOOS=darwin, amd64 and arm64) and vetted, and the profile and
+// the plan are golden- and unit-tested on Linux, but no sandbox-exec has
+// ever parsed the profile or run a command through it. Before macOS is
+// called supported, the hostile tests (test/hostile) must pass on a Mac.
+
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// Probe reports what this machine offers; the darwin backend is not written yet.
-func Probe() Caps { return Caps{OS: runtime.GOOS} }
+// sandboxExec is the only sandbox-exec the backend uses; one found on
+// PATH could be anyone's.
+const sandboxExec = "/usr/bin/sandbox-exec"
 
-func run(ctx context.Context, req Request) (Output, error) {
-	return Output{Sandbox: "none", Policy: req.Policy.Fingerprint()},
-		&RefusedError{Have: "none", Why: fmt.Sprintf("no sandbox backend for %s yet", runtime.GOOS)}
+// Probe reports what this machine offers. Caps has no macOS fields yet:
+// [PlanFor] says whether sandbox-exec is there.
+func Probe() Caps {
+	return Caps{OS: runtime.GOOS, Disabled: seatbeltDisabled()}
+}
+
+// seatbeltDisabled says whether METNOS_SANDBOX turns the sandbox off, as
+// on Linux.
+func seatbeltDisabled() string {
+	switch v := os.Getenv("METNOS_SANDBOX"); strings.ToLower(v) {
+	case "0", "off", "no", "false":
+		return "disabled by METNOS_SANDBOX=" + v
+	}
+	return ""
 }
 
 // Plan is how Run would sandbox a Policy on this machine.
 type Plan struct {
+	// Sandbox is the word Run would report: "seatbelt" or "none".
 	Sandbox string `json:"sandbox"`
-	Best    string `json:"best"`
-	Reason  string `json:"reason,omitempty"`
+	// Best is the word this machine could give: "seatbelt" when
+	// /usr/bin/sandbox-exec exists.
+	Best string `json:"best"`
+	// Reason says what the run does not apply (see [Output.Reason]).
+	Reason string `json:"reason,omitempty"`
+	// Refused is set when Run would refuse this Policy here.
 	Refused string `json:"refused,omitempty"`
 }
 
-// PlanFor returns how Run would sandbox p on this machine.
+// PlanFor returns how Run would sandbox p (with the agent-wide minimum
+// min) on this machine, without running anything.
 func PlanFor(p Policy, min Level) Plan {
-	why := fmt.Sprintf("no sandbox backend for %s yet", runtime.GOOS)
-	return Plan{Sandbox: "none", Best: "none", Reason: why, Refused: why}
+	_, err := os.Stat(sandboxExec)
+	s, b, r, ref := seatbeltPlan(err == nil, seatbeltDisabled(), p, min)
+	return Plan{Sandbox: s, Best: b, Reason: r, Refused: ref}
+}
+
+// run runs req under sandbox-exec (see the file comment: untested on a
+// Mac). The command gets exactly req.Env, with TMPDIR set to a private
+// folder made for the run and removed afterwards; it starts in req.Dir
+// ("/" when empty) in a process group of its own, which the deadline
+// kills, as it kills whatever the command leaves behind when it exits.
+func run(ctx context.Context, req Request) (Output, error) {
+	p := req.Policy
+	pl := PlanFor(p, req.MinSandbox)
+	out := Output{Policy: p.Fingerprint(), Sandbox: "none", LimitsBy: "rlimit"}
+	if pl.Refused != "" {
+		return out, &RefusedError{Have: pl.Sandbox, Why: pl.Refused}
+	}
+	// The agent's own binary runs outside the sandbox next time: no grant
+	// may reach it.
+	if self, err := os.Executable(); err == nil {
+		p.Masks = append(append([]Mask(nil), p.Masks...), Mask{Path: self, Kind: MaskFile, Why: "the agent's binary"})
+		if r, err := filepath.EvalSymlinks(self); err == nil && r != self {
+			p.Masks = append(p.Masks, Mask{Path: r, Kind: MaskFile, Why: "the agent's binary"})
+		}
+		p.Normalize()
+	}
+	scratch, err := os.MkdirTemp("", fmt.Sprintf("metnos-run-%d-", os.Getpid()))
+	if err != nil {
+		return out, fmt.Errorf("sandbox: private temporary directory: %w", err)
+	}
+	defer os.RemoveAll(scratch)
+	// Seatbelt matches resolved paths (/private/var/folders/..., not
+	// /var/folders/...).
+	if scratch, err = filepath.EvalSymlinks(scratch); err != nil {
+		return out, fmt.Errorf("sandbox: private temporary directory: %w", err)
+	}
+	env := darwinSetEnv(req.Env, "TMPDIR", scratch)
+	dir := req.Dir
+	if dir == "" {
+		dir = "/"
+	}
+
+	var argv []string
+	seatbelt := pl.Sandbox == seatbeltWord
+	if seatbelt {
+		prof, params, err := seatbeltProfile(seatbeltInput{Policy: p, Scratch: scratch})
+		if err != nil {
+			return out, err
+		}
+		argv = append([]string{sandboxExec, "-p", prof}, params...)
+		argv = append(argv, "--")
+		argv = append(argv, req.Argv...)
+	} else {
+		path, err := darwinLookPath(req.Argv[0], env)
+		if err != nil {
+			return out, err
+		}
+		argv = append([]string{path}, req.Argv[1:]...)
+	}
+
+	lim := req.Limits
+	stdout := &darwinCapped{limit: lim.OutputBytes}
+	stderr := &darwinCapped{limit: lim.OutputBytes}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return out, fmt.Errorf("sandbox: stdout pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return out, fmt.Errorf("sandbox: stderr pipe: %w", err)
+	}
+	cmd := &exec.Cmd{Path: argv[0], Args: argv, Env: env, Dir: dir}
+	cmd.Stdin = bytes.NewReader(req.Stdin)
+	cmd.Stdout, cmd.Stderr = outW, errW
+	cmd.WaitDelay = 2 * time.Second
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+
+	start := time.Now()
+	err = startWithRlimits(cmd, lim)
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return out, fmt.Errorf("sandbox: starting %s: %w", argv[0], err)
+	}
+	if seatbelt {
+		out.Sandbox = seatbeltWord
+	}
+	out.Reason = pl.Reason
+	var copies sync.WaitGroup
+	copies.Add(2)
+	go func() { defer copies.Done(); _, _ = io.Copy(stdout, outR) }()
+	go func() { defer copies.Done(); _, _ = io.Copy(stderr, errR) }()
+	waitc := make(chan error, 1)
+	go func() { waitc <- cmd.Wait() }()
+
+	pgid := cmd.Process.Pid
+	timer := time.NewTimer(lim.Timeout)
+	defer timer.Stop()
+	var ctxErr error
+	select {
+	case <-waitc:
+	case <-timer.C:
+		out.TimedOut = true
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-waitc
+	case <-ctx.Done():
+		ctxErr = ctx.Err()
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-waitc
+	}
+	// Whatever the command left running in its group dies with it.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	out.Wall = time.Since(start)
+	// A process that left the group may still hold the pipes: read what
+	// comes for a moment, then stop.
+	done := make(chan struct{})
+	go func() { copies.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		outR.Close()
+		errR.Close()
+		<-done
+	}
+	outR.Close()
+	errR.Close()
+	out.Stdout, out.StdoutTruncated = stdout.buf, stdout.dropped
+	out.Stderr, out.StderrTruncated = stderr.buf, stderr.dropped
+
+	out.ExitCode, out.Signal = darwinExitStatus(cmd.ProcessState)
+	if out.TimedOut {
+		out.ExitCode, out.Signal = -1, "SIGKILL"
+		return out, ctxErr
+	}
+	// sandbox-exec reports its own failures (a profile it will not
+	// compile, a command it cannot exec) on stderr, prefixed with its name,
+	// and exits non-zero: the command never ran.
+	if seatbelt && ctxErr == nil && out.ExitCode > 0 && bytes.HasPrefix(out.Stderr, []byte("sandbox-exec:")) {
+		line, _, _ := strings.Cut(string(out.Stderr), "\n")
+		return out, fmt.Errorf("sandbox: could not start %s under sandbox-exec: %s", req.Argv[0], strings.TrimSpace(line))
+	}
+	return out, ctxErr
+}
+
+// rlimitMu serializes the moments when this process lowers its own
+// rlimits so that the command inherits them.
+var rlimitMu sync.Mutex
+
+// startWithRlimits starts cmd with the run's rlimits: Go cannot set them
+// for a child alone on macOS, so this process lowers its own soft limits
+// for the fork and restores them at once. RLIMIT_NPROC counts every
+// process of the user, so its limit is what already runs plus MaxProcs.
+// Memory is not limited: macOS does not enforce RLIMIT_AS.
+func startWithRlimits(cmd *exec.Cmd, lim Limits) error {
+	procs := 0
+	if ps, err := unix.SysctlKinfoProcSlice("kern.proc.uid", os.Getuid()); err == nil {
+		procs = len(ps)
+	}
+	set := []struct {
+		res int
+		val uint64
+	}{
+		{unix.RLIMIT_FSIZE, uint64(lim.FileBytes)},
+		{unix.RLIMIT_CORE, 0},
+		{unix.RLIMIT_NPROC, uint64(procs + lim.MaxProcs)},
+	}
+	rlimitMu.Lock()
+	defer rlimitMu.Unlock()
+	for _, s := range set {
+		var old unix.Rlimit
+		if err := unix.Getrlimit(s.res, &old); err != nil {
+			return fmt.Errorf("sandbox: reading rlimit %d: %w", s.res, err)
+		}
+		n := old
+		n.Cur = min(s.val, old.Max)
+		if err := unix.Setrlimit(s.res, &n); err != nil {
+			return fmt.Errorf("sandbox: setting rlimit %d: %w", s.res, err)
+		}
+		defer func() { _ = unix.Setrlimit(s.res, &old) }()
+	}
+	return cmd.Start()
+}
+
+func darwinExitStatus(ps *os.ProcessState) (int, string) {
+	if ps == nil {
+		return -1, ""
+	}
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	if !ok {
+		return ps.ExitCode(), ""
+	}
+	if ws.Signaled() {
+		return -1, unix.SignalName(ws.Signal())
+	}
+	return ws.ExitStatus(), ""
+}
+
+// darwinLookPath finds name on the PATH of env (or the default system
+// PATH) when it has no slash; only for a run without sandbox-exec, which
+// does the lookup itself otherwise.
+func darwinLookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	path := "/usr/bin:/bin:/usr/sbin:/sbin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, d := range filepath.SplitList(path) {
+		if !filepath.IsAbs(d) {
+			continue
+		}
+		f := filepath.Join(d, name)
+		if fi, err := os.Stat(f); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return f, nil
+		}
+	}
+	return "", fmt.Errorf("sandbox: %s: %w", name, exec.ErrNotFound)
+}
+
+// darwinSetEnv returns env with key set to val, every other entry kept.
+func darwinSetEnv(env []string, key, val string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, key+"=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, key+"="+val)
+}
+
+// darwinCapped keeps the first limit bytes written and notes the rest.
+type darwinCapped struct {
+	limit   int
+	buf     []byte
+	dropped bool
+}
+
+func (c *darwinCapped) Write(b []byte) (int, error) {
+	if room := c.limit - len(c.buf); room > 0 {
+		if len(b) <= room {
+			c.buf = append(c.buf, b...)
+			return len(b), nil
+		}
+		c.buf = append(c.buf, b[:room]...)
+	}
+	c.dropped = true
+	return len(b), nil
 }
