@@ -1,31 +1,342 @@
 //go:build windows
 
+// # What Run guarantees on Windows
+//
+// The Windows backend gives "job-object" (protocol §8.3; AppContainer is
+// a later step):
+//
+//   - The command is created suspended (CREATE_SUSPENDED, CREATE_NO_WINDOW),
+//     put in a Job Object of its own, checked to be in it, and only then
+//     resumed: not one instruction of it runs outside the job. Everything
+//     it starts is in the job too, and cannot break away (neither
+//     BREAKAWAY_OK nor SILENT_BREAKAWAY_OK is set).
+//   - The deadline (and a cancelled context) terminates the job, so the
+//     whole tree dies (Output.TimedOut; exit code -1). When the command
+//     exits, whatever it left running is killed too. The job is
+//     KILL_ON_JOB_CLOSE: if the agent dies, Windows closes its handle and
+//     kills the tree.
+//   - Each process may commit at most Limits.MemoryBytes (when set, else
+//     METNOS_EXEC_MEM_MB MiB, else 512 MiB); at most 8 processes (or
+//     Limits.MaxProcs, if lower) are alive at once; an unhandled
+//     exception ends a process instead of waiting on an error dialog.
+//     Output.LimitsBy is "job-object".
+//   - The working directory is a fresh scratch folder,
+//     %TEMP%\metnos-exec-<pid>-<32 hex> (or Request.Dir when set), and
+//     TEMP and TMP always point to that folder, which is removed
+//     afterwards. The environment is exactly Request.Env plus TEMP and
+//     TMP; the command inherits nothing else of the agent's: no variable
+//     and no handle but its three pipes.
+//   - A Request or Policy whose minimum is above "contained"
+//     ("appcontainer", "isolated", the Linux words) or whose profile
+//     forbids fallback (full-fs-no-net) is refused with a [*RefusedError]
+//     before anything starts.
+//
+// It does not guarantee:
+//
+//   - Any file or network isolation: the command runs as the agent's
+//     user with that user's rights. Grants, masks (the nucleus: keys,
+//     browser profiles, the agent's own state) and a Policy's network cut
+//     are not enforced; Output.Reason says so on every run.
+//   - Limits.FileBytes, or OOMKilled: a process over its memory limit sees
+//     its allocations fail, which shows as its own error.
+//   - Under Wine (the CI), memory and process limits are accepted but not
+//     enforced.
+//
+// With METNOS_SANDBOX=off (0, no, false) there is no job at all: the word
+// is "none", only the direct child is killed at the deadline, and any
+// minimum above "none" is refused.
+
 package sandbox
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"runtime"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/windows"
 )
 
-// Probe reports what this machine offers; the windows backend is not written yet.
-func Probe() Caps { return Caps{OS: runtime.GOOS} }
+// Probe reports what this machine offers: on Windows a job object,
+// unless METNOS_SANDBOX turns it off.
+func Probe() Caps { return Caps{OS: runtime.GOOS, Disabled: sandboxDisabled(os.Getenv)} }
 
-func run(ctx context.Context, req Request) (Output, error) {
-	return Output{Sandbox: "none", Policy: req.Policy.Fingerprint()},
-		&RefusedError{Have: "none", Why: fmt.Sprintf("no sandbox backend for %s yet", runtime.GOOS)}
+// sandboxDisabled says why the sandbox is off, or "" when it is on.
+func sandboxDisabled(getenv func(string) string) string {
+	switch v := getenv("METNOS_SANDBOX"); strings.ToLower(strings.TrimSpace(v)) {
+	case "0", "off", "no", "false":
+		return "disabled by METNOS_SANDBOX=" + v
+	}
+	return ""
 }
 
-// Plan is how Run would sandbox a Policy on this machine.
+// Plan is how Run would sandbox a Policy on this machine. Doctor prints
+// it for each profile.
 type Plan struct {
+	// Sandbox is the word Run would report.
 	Sandbox string `json:"sandbox"`
-	Best    string `json:"best"`
-	Reason  string `json:"reason,omitempty"`
+	// Best is the word this machine could give: "job-object".
+	Best string `json:"best"`
+	// Reason says why Sandbox is weaker than full isolation; on Windows
+	// it is always set, as files and network are not isolated.
+	Reason string `json:"reason,omitempty"`
+	// Refused is set when Run would refuse this Policy here.
 	Refused string `json:"refused,omitempty"`
 }
 
-// PlanFor returns how Run would sandbox p on this machine.
-func PlanFor(p Policy, min Level) Plan {
-	why := fmt.Sprintf("no sandbox backend for %s yet", runtime.GOOS)
-	return Plan{Sandbox: "none", Best: "none", Reason: why, Refused: why}
+// PlanFor returns how Run would sandbox p (with the agent-wide minimum
+// min) on this machine, without running anything.
+func PlanFor(p Policy, min Level) Plan { return planFor(Probe(), p, min) }
+
+// wordJobObject is the sandbox word of the Windows backend.
+const wordJobObject = "job-object"
+
+func planFor(c Caps, p Policy, min Level) Plan {
+	pl := Plan{Sandbox: wordJobObject, Best: wordJobObject, Reason: downgradeReason(c, p)}
+	have := LevelContained
+	if c.Disabled != "" {
+		pl.Sandbox, have = "none", LevelNone
+	}
+	need := max(p.MinSandbox, min)
+	switch {
+	case p.NoFallback:
+		pl.Refused = fmt.Sprintf("profile %s needs a kernel network cut and a confined file view and will not fall back; Windows gives %s here: %s", p.Profile, pl.Sandbox, pl.Reason)
+	case have < need:
+		pl.Refused = fmt.Sprintf("minimum sandbox %q not met: Windows gives %s here, which is %q (%s)", need, pl.Sandbox, have, pl.Reason)
+	}
+	return pl
+}
+
+// downgradeReason says what a run on this machine does not isolate. It
+// becomes the result's sandbox_downgrade_reason.
+func downgradeReason(c Caps, p Policy) string {
+	if c.Disabled != "" {
+		return c.Disabled + ": no job object, only the direct child is killed at the deadline, and files and network are not isolated"
+	}
+	r := "job-object only: the process tree is contained and limited, but file and network isolation are not applied (AppContainer is not implemented yet)"
+	var not []string
+	if len(p.Grants) > 0 || len(p.Masks) > 0 || !p.RootWritable {
+		not = append(not, "the file grants and masks")
+	}
+	if !p.Network {
+		not = append(not, "the network cut")
+	}
+	if len(not) > 0 {
+		r += "; not enforced: " + strings.Join(not, ", ")
+	}
+	return r
+}
+
+func run(ctx context.Context, req Request) (Output, error) {
+	c := Probe()
+	pl := planFor(c, req.Policy, req.MinSandbox)
+	out := Output{Policy: req.Policy.Fingerprint(), Sandbox: "none"}
+	if pl.Refused != "" {
+		return out, &RefusedError{Have: pl.Sandbox, Why: pl.Refused}
+	}
+	exe, err := lookPath(req.Argv[0], req.Env, isRegularFile)
+	if err != nil {
+		return out, err
+	}
+	removeStaleScratch()
+	scratch, err := newScratch()
+	if err != nil {
+		return out, err
+	}
+	defer func() {
+		if err := removeTree(scratch); err != nil {
+			slog.Warn("sandbox: scratch folder left behind", "err", err)
+		}
+	}()
+	env := withEnv(withEnv(req.Env, "TEMP", scratch), "TMP", scratch)
+	dir := req.Dir
+	if dir == "" {
+		dir = scratch
+	}
+	var j *job
+	if c.Disabled == "" {
+		if j, err = newJob(jobLimitsFor(req.Limits, os.Getenv)); err != nil {
+			return out, err
+		}
+		defer j.close()
+		out.LimitsBy = wordJobObject
+	}
+	ch, err := startSuspended(exe, req.Argv, env, dir)
+	if err != nil {
+		return out, err
+	}
+	defer ch.close()
+	if j != nil {
+		if err := j.assign(ch.process); err != nil {
+			_ = ch.kill(jobKilledExitCode)
+			ch.closePipes()
+			return out, fmt.Errorf("sandbox: putting %s in its job object: %w", exe, err)
+		}
+	}
+	start := time.Now()
+	if err := ch.resume(); err != nil {
+		_ = ch.kill(jobKilledExitCode)
+		ch.closePipes()
+		return out, err
+	}
+	out.Sandbox, out.Reason = pl.Sandbox, pl.Reason
+	res := supervise(ctx, ch, j, req)
+	out.Wall = time.Since(start)
+	out.Stdout, out.StdoutTruncated = res.stdout.buf, res.stdout.dropped
+	out.Stderr, out.StderrTruncated = res.stderr.buf, res.stderr.dropped
+	out.TimedOut = res.timedOut
+	out.ExitCode = int(res.code)
+	if res.timedOut || res.ctxErr != nil {
+		out.ExitCode = -1
+	}
+	if res.err != nil {
+		return out, fmt.Errorf("sandbox: running %s: %w", exe, res.err)
+	}
+	return out, res.ctxErr
+}
+
+// supervised is how a run ended.
+type supervised struct {
+	stdout, stderr *capBuffer
+	code           uint32
+	timedOut       bool
+	ctxErr, err    error
+}
+
+// supervise feeds the child's stdin, collects its output, and waits for
+// it until it exits, the deadline passes or ctx is done; then it kills
+// whatever is left of the tree and waits for the output to end.
+func supervise(ctx context.Context, ch *child, j *job, req Request) supervised {
+	res := supervised{
+		stdout: &capBuffer{limit: req.Limits.OutputBytes},
+		stderr: &capBuffer{limit: req.Limits.OutputBytes},
+	}
+	go feed(ch.stdin, req.Stdin)
+	ch.stdin = 0 // feed closes it
+	outDone := drain(ch.stdout, res.stdout)
+	errDone := drain(ch.stderr, res.stderr)
+
+	waitc := make(chan error, 1)
+	go func() {
+		_, err := windows.WaitForSingleObject(ch.process, windows.INFINITE)
+		waitc <- err
+	}()
+	timer := time.NewTimer(req.Limits.Timeout)
+	defer timer.Stop()
+	var werr error
+	select {
+	case werr = <-waitc:
+	case <-timer.C:
+		res.timedOut = true
+		res.err = killAll(ch, j)
+		werr = <-waitc
+	case <-ctx.Done():
+		res.ctxErr = ctx.Err()
+		res.err = killAll(ch, j)
+		werr = <-waitc
+	}
+	if werr != nil && res.err == nil {
+		res.err = fmt.Errorf("waiting for process %d: %w", ch.pid, werr)
+	}
+	code, err := ch.exitCode()
+	if err != nil && res.err == nil {
+		res.err = err
+	}
+	res.code = code
+	if j != nil {
+		// The command is done: whatever it left running dies now.
+		if err := j.terminate(jobKilledExitCode); err != nil && res.err == nil {
+			res.err = err
+		}
+	}
+	finishDrain(ch.stdout, outDone)
+	finishDrain(ch.stderr, errDone)
+	ch.stdout, ch.stderr = 0, 0
+	return res
+}
+
+// killAll terminates the run: the whole job, or the child alone when
+// there is no job.
+func killAll(ch *child, j *job) error {
+	if j != nil {
+		if err := j.terminate(jobKilledExitCode); err == nil {
+			return nil
+		}
+	}
+	return ch.kill(jobKilledExitCode)
+}
+
+// feed writes b to the child's stdin and closes it.
+func feed(h windows.Handle, b []byte) {
+	defer windows.CloseHandle(h)
+	for len(b) > 0 {
+		var n uint32
+		if err := windows.WriteFile(h, b, &n, nil); err != nil {
+			return
+		}
+		b = b[n:]
+	}
+}
+
+// drain copies the pipe h into dst until the pipe ends; the channel is
+// closed then.
+func drain(h windows.Handle, dst *capBuffer) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 32<<10)
+		for {
+			var n uint32
+			err := windows.ReadFile(h, buf, &n, nil)
+			if n > 0 {
+				dst.Write(buf[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return done
+}
+
+// drainGrace is how long output may keep flowing once the tree is dead:
+// only a process outside the job could still hold a pipe.
+const drainGrace = 2 * time.Second
+
+// finishDrain waits for a drain to end, cancels its read after
+// drainGrace, and closes the pipe.
+func finishDrain(h windows.Handle, done <-chan struct{}) {
+	select {
+	case <-done:
+	case <-time.After(drainGrace):
+		_ = windows.CancelIoEx(h, nil)
+		<-done
+	}
+	windows.CloseHandle(h)
+}
+
+// capBuffer keeps the first limit bytes written and notes whether any
+// were dropped.
+type capBuffer struct {
+	limit   int
+	buf     []byte
+	dropped bool
+}
+
+// Write keeps what fits and drops the rest; it never fails.
+func (c *capBuffer) Write(b []byte) (int, error) {
+	if room := c.limit - len(c.buf); room > 0 {
+		if len(b) <= room {
+			c.buf = append(c.buf, b...)
+			return len(b), nil
+		}
+		c.buf = append(c.buf, b[:room]...)
+	}
+	if len(b) > 0 {
+		c.dropped = true
+	}
+	return len(b), nil
 }
