@@ -1,0 +1,496 @@
+package platform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Runner runs a supervisor's command line tool (systemctl, loginctl,
+// launchctl, schtasks) and returns its combined output. Tests replace
+// [ExecRunner] with a fake that records the command lines.
+type Runner interface {
+	Run(ctx context.Context, name string, args ...string) (string, error)
+}
+
+// ExecRunner runs commands with os/exec.
+type ExecRunner struct{}
+
+// Run runs name with args; a failure names the command line and
+// carries its output.
+func (ExecRunner) Run(ctx context.Context, name string, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		if o := strings.TrimSpace(string(out)); o != "" {
+			return string(out), fmt.Errorf("%s: %w: %s", cmdline(name, args), err, o)
+		}
+		return string(out), fmt.Errorf("%s: %w", cmdline(name, args), err)
+	}
+	return string(out), nil
+}
+
+func cmdline(name string, args []string) string {
+	q := make([]string, 0, 1+len(args))
+	for _, a := range append([]string{name}, args...) {
+		if a == "" || strings.ContainsAny(a, " \t\"'\\$`") {
+			a = strconv.Quote(a)
+		}
+		q = append(q, a)
+	}
+	return strings.Join(q, " ")
+}
+
+// ErrNotEnabled is returned by [Service.Install] when the service's
+// file is written but its supervisor could not be asked to run it (no
+// systemd user manager, as in a container or CI); the message written
+// to Out says what to run.
+var ErrNotEnabled = errors.New("platform: the service is written but not enabled")
+
+// Service installs, removes and inspects the agent's per-user service
+// on one OS: a systemd user unit on Linux, a LaunchAgent on macOS, a
+// logon task on Windows. Everything OS-specific is in its fields, so
+// each OS's commands can be checked on any OS with a fake [Runner].
+type Service struct {
+	// GOOS selects the supervisor: "linux" (and other Unix), "darwin"
+	// or "windows".
+	GOOS string
+	// Home is the user's home directory; ConfigHome is
+	// $XDG_CONFIG_HOME when absolute, else empty (Linux).
+	Home, ConfigHome string
+	// User is the login name (loginctl) or DOMAIN\name (Windows); UID
+	// is the numeric user id (launchctl's gui/UID domain).
+	User string
+	UID  int
+	// DataDir and CacheDir are the agent's directories (shared with
+	// the Rust client); uninstall --purge removes them.
+	DataDir, CacheDir string
+	// LingerDir is where logind records lingering users
+	// (/var/lib/systemd/linger).
+	LingerDir string
+	// Runner runs the supervisor's tools.
+	Runner Runner
+	// Out receives one line per step, and the advice when a step
+	// cannot be done.
+	Out io.Writer
+	// DryRun prints what would be written and run instead of doing it.
+	DryRun bool
+}
+
+// Status is what [Service.Status] finds.
+type Status struct {
+	// Supervisor names the mechanism: "systemd --user", "launchd",
+	// "Task Scheduler".
+	Supervisor string
+	// File is the unit, plist or task XML the agent's service is
+	// described by.
+	File string
+	// Installed, Enabled: the file is there (the task is registered),
+	// and the supervisor starts it at login.
+	Installed, Enabled bool
+	// Running: an agent holds the data directory's lock, as process
+	// PID when known; it may be one started by hand.
+	Running bool
+	PID     int
+	// Supervised is the supervisor's own word on the service ("active",
+	// "running", …), or why it could not be asked.
+	Supervised string
+	// RustClient names the Rust client's unit or task when present,
+	// and RustEnabled whether it would start.
+	RustClient  string
+	RustEnabled bool
+	// Linger reports, on Linux, whether the user's services run
+	// without a login session ("yes", "no", or "" when unknown).
+	Linger string
+}
+
+func (s *Service) say(format string, args ...any) { fmt.Fprintf(s.Out, format+"\n", args...) }
+
+func (s *Service) run(ctx context.Context, name string, args ...string) (string, error) {
+	if s.DryRun {
+		s.say("would run: %s", cmdline(name, args))
+		return "", nil
+	}
+	return s.Runner.Run(ctx, name, args...)
+}
+
+// probe runs a read-only command even in a dry run.
+func (s *Service) probe(ctx context.Context, name string, args ...string) (string, error) {
+	return s.Runner.Run(ctx, name, args...)
+}
+
+func (s *Service) write(path string, b []byte, mode fs.FileMode) error {
+	if s.DryRun {
+		s.say("would write %s:\n%s", path, b)
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("platform: creating the folder of %s: %w", path, err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, mode); err != nil {
+		return fmt.Errorf("platform: writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("platform: writing %s: %w", path, err)
+	}
+	s.say("wrote %s", path)
+	return nil
+}
+
+func (s *Service) remove(path string) error {
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if s.DryRun {
+		s.say("would remove %s", path)
+		return nil
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("platform: removing %s: %w", path, err)
+	}
+	s.say("removed %s", path)
+	return nil
+}
+
+func exists(path string) bool { _, err := os.Lstat(path); return err == nil }
+
+// File is where the agent's service is described: the systemd unit,
+// the LaunchAgent plist, or the copy of the task's XML.
+func (s *Service) File() string {
+	switch s.GOOS {
+	case "darwin":
+		return filepath.Join(s.Home, "Library", "LaunchAgents", LaunchdLabel+".plist")
+	case "windows":
+		return filepath.Join(s.DataDir, TaskName+".xml")
+	}
+	return filepath.Join(s.unitDir(), SystemdUnitName)
+}
+
+func (s *Service) unitDir() string {
+	cfg := s.ConfigHome
+	if cfg == "" {
+		cfg = filepath.Join(s.Home, ".config")
+	}
+	return filepath.Join(cfg, "systemd", "user")
+}
+
+// wantsLink is the symlink "systemctl --user enable" makes for unit.
+func (s *Service) wantsLink(unit string) string {
+	return filepath.Join(s.unitDir(), "default.target.wants", unit)
+}
+
+// Render returns the service file for c on s.GOOS, as it is written.
+func (s *Service) Render(c ServiceConfig) ([]byte, error) {
+	switch s.GOOS {
+	case "darwin":
+		return LaunchdPlist(c)
+	case "windows":
+		b, err := TaskXML(c)
+		if err != nil {
+			return nil, err
+		}
+		return UTF16(b), nil
+	}
+	return SystemdUnit(c)
+}
+
+// Install writes the agent's service file for c and has the
+// supervisor start it now and at every login, first stopping and
+// disabling the Rust client's service when there is one (the key and
+// pairing in the shared data directory are kept). On Linux without a
+// running systemd user manager it writes the unit, says what to run,
+// and returns [ErrNotEnabled].
+func (s *Service) Install(ctx context.Context, c ServiceConfig) error {
+	b, err := s.Render(c)
+	if err != nil {
+		return err
+	}
+	if s.DryRun && s.GOOS == "windows" {
+		b, _ = TaskXML(c) // show it readable
+	}
+	switch s.GOOS {
+	case "darwin":
+		return s.installLaunchd(ctx, b)
+	case "windows":
+		return s.installTask(ctx, b)
+	}
+	return s.installSystemd(ctx, b)
+}
+
+// systemdUp reports whether a systemd user manager answers, and why
+// not when it does not.
+func (s *Service) systemdUp(ctx context.Context) (bool, string) {
+	out, err := s.probe(ctx, "systemctl", "--user", "is-system-running")
+	state := strings.TrimSpace(out)
+	if i := strings.IndexByte(state, '\n'); i >= 0 {
+		state = state[:i]
+	}
+	switch state {
+	case "running", "degraded", "starting", "initializing", "maintenance":
+		return true, ""
+	case "":
+		if err != nil {
+			return false, err.Error()
+		}
+		return false, "systemctl --user is-system-running printed nothing"
+	}
+	return false, "systemctl --user is-system-running says " + strconv.Quote(state)
+}
+
+func (s *Service) installSystemd(ctx context.Context, unit []byte) error {
+	path := s.File()
+	rust := filepath.Join(s.unitDir(), RustSystemdUnitName)
+	if err := s.write(path, unit, 0o644); err != nil {
+		return err
+	}
+	up, why := s.systemdUp(ctx)
+	if !up {
+		s.say("The systemd user manager is not running here (%s),", why)
+		if s.DryRun {
+			s.say("so install would write %s but could NOT enable or start it.", SystemdUnitName)
+			return nil
+		}
+		s.say("so %s is written but NOT enabled or started.", SystemdUnitName)
+		if exists(rust) {
+			s.say("The Rust client's unit %s is here too; it was not stopped.", rust)
+		}
+		s.say("To start the agent, run in your login session:")
+		if exists(rust) {
+			s.say("\tsystemctl --user disable --now %s", RustSystemdUnitName)
+		}
+		s.say("\tsystemctl --user daemon-reload")
+		s.say("\tsystemctl --user enable --now %s", SystemdUnitName)
+		s.say("\tloginctl enable-linger %s", s.User)
+		return ErrNotEnabled
+	}
+	if exists(rust) {
+		s.say("taking over from the Rust client (%s); its key and pairing are kept", rust)
+		if _, err := s.run(ctx, "systemctl", "--user", "disable", "--now", RustSystemdUnitName); err != nil {
+			return fmt.Errorf("platform: stopping the Rust client, so that only one agent serves this device: %w; stop it yourself and install again", err)
+		}
+	}
+	for _, args := range [][]string{
+		{"--user", "daemon-reload"},
+		{"--user", "enable", SystemdUnitName},
+		{"--user", "restart", SystemdUnitName},
+	} {
+		if _, err := s.run(ctx, "systemctl", args...); err != nil {
+			return fmt.Errorf("platform: %w; see \"journalctl --user -u %s\"", err, SystemdUnitName)
+		}
+	}
+	s.say("enabled and started %s", SystemdUnitName)
+	s.linger(ctx)
+	return nil
+}
+
+// linger asks logind to keep the user's services running without a
+// login session; failing that (it may need an administrator), it says
+// what that means and what to run.
+func (s *Service) linger(ctx context.Context) {
+	if s.User == "" {
+		s.say("linger: unknown user name; to keep the agent running after you log out, run: sudo loginctl enable-linger $USER")
+		return
+	}
+	if s.LingerDir != "" && exists(filepath.Join(s.LingerDir, s.User)) {
+		s.say("linger is already enabled for %s: the agent runs without a login session", s.User)
+		return
+	}
+	if _, err := s.run(ctx, "loginctl", "enable-linger", s.User); err != nil {
+		s.say("could not enable linger (%v):", err)
+		s.say("the agent runs only while %s is logged in; to keep it running, run: sudo loginctl enable-linger %s", s.User, s.User)
+		return
+	}
+	if !s.DryRun {
+		s.say("enabled linger for %s: the agent runs without a login session", s.User)
+	}
+}
+
+func (s *Service) launchdTarget() string { return fmt.Sprintf("gui/%d/%s", s.UID, LaunchdLabel) }
+
+func (s *Service) installLaunchd(ctx context.Context, plist []byte) error {
+	path := s.File()
+	if err := s.write(path, plist, 0o644); err != nil {
+		return err
+	}
+	// Unload a previous version first; an error means none was loaded.
+	s.run(ctx, "launchctl", "bootout", s.launchdTarget())
+	if _, err := s.run(ctx, "launchctl", "enable", s.launchdTarget()); err != nil {
+		return fmt.Errorf("platform: %w", err)
+	}
+	if _, err := s.run(ctx, "launchctl", "bootstrap", fmt.Sprintf("gui/%d", s.UID), path); err != nil {
+		return fmt.Errorf("platform: loading %s: %w; launchctl needs your macOS login session (not only ssh)", path, err)
+	}
+	s.say("loaded %s: it runs now and at every login", LaunchdLabel)
+	return nil
+}
+
+func (s *Service) taskExists(ctx context.Context, name string) (exists, enabled bool) {
+	out, err := s.probe(ctx, "schtasks", "/Query", "/TN", name, "/FO", "CSV", "/NH")
+	if err != nil {
+		return false, false
+	}
+	// "\MetnosAgent","N/A","Disabled": Task Scheduler's status words
+	// are in the system's language; only the English one is known.
+	return true, !strings.Contains(out, `"Disabled"`)
+}
+
+func (s *Service) installTask(ctx context.Context, xml []byte) error {
+	path := s.File()
+	if err := s.write(path, xml, 0o644); err != nil {
+		return err
+	}
+	if ok, _ := s.taskExists(ctx, RustTaskName); ok {
+		s.say("taking over from the Rust client (task %s); its key and pairing are kept", RustTaskName)
+		s.run(ctx, "schtasks", "/End", "/TN", RustTaskName) // an error: it was not running
+		if _, err := s.run(ctx, "schtasks", "/Change", "/TN", RustTaskName, "/DISABLE"); err != nil {
+			return fmt.Errorf("platform: disabling the Rust client's task, so that only one agent serves this device: %w", err)
+		}
+	}
+	if _, err := s.run(ctx, "schtasks", "/Create", "/TN", TaskName, "/XML", path, "/F"); err != nil {
+		return fmt.Errorf("platform: registering the task %s from %s: %w", TaskName, path, err)
+	}
+	if _, err := s.run(ctx, "schtasks", "/Run", "/TN", TaskName); err != nil {
+		return fmt.Errorf("platform: starting the task %s: %w", TaskName, err)
+	}
+	s.say("registered and started the task %s: it runs at every logon", TaskName)
+	return nil
+}
+
+// Uninstall stops the agent's service and removes its file. The key,
+// pairing and caches stay unless purge, which then removes the data and
+// cache directories, refusing while an agent still runs or the Rust
+// client (which shares them) is installed. The Rust client's own
+// service is left as it is.
+func (s *Service) Uninstall(ctx context.Context, purge bool) error {
+	path := s.File()
+	switch s.GOOS {
+	case "darwin":
+		if exists(path) {
+			s.run(ctx, "launchctl", "bootout", s.launchdTarget()) // an error: not loaded
+		}
+		if err := s.remove(path); err != nil {
+			return err
+		}
+	case "windows":
+		if ok, _ := s.taskExists(ctx, TaskName); ok {
+			s.run(ctx, "schtasks", "/End", "/TN", TaskName)
+			if _, err := s.run(ctx, "schtasks", "/Delete", "/TN", TaskName, "/F"); err != nil {
+				return fmt.Errorf("platform: deleting the task %s: %w", TaskName, err)
+			}
+		}
+		if err := s.remove(path); err != nil {
+			return err
+		}
+	default:
+		up, why := s.systemdUp(ctx)
+		if up && exists(path) {
+			if _, err := s.run(ctx, "systemctl", "--user", "disable", "--now", SystemdUnitName); err != nil {
+				return fmt.Errorf("platform: %w", err)
+			}
+		}
+		for _, p := range []string{s.wantsLink(SystemdUnitName), path} {
+			if err := s.remove(p); err != nil {
+				return err
+			}
+		}
+		if up {
+			s.run(ctx, "systemctl", "--user", "daemon-reload")
+		} else {
+			s.say("The systemd user manager is not running here (%s): nothing was stopped.", why)
+		}
+	}
+	if !purge {
+		s.say("kept the device key and pairing in %s (uninstall --purge removes them)", s.DataDir)
+		return nil
+	}
+	return s.purge(ctx)
+}
+
+func (s *Service) purge(ctx context.Context) error {
+	st, err := s.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if st.RustClient != "" {
+		return fmt.Errorf("platform: not purging: the Rust client (%s) is installed and uses the same key and pairing in %s; uninstall it first", st.RustClient, s.DataDir)
+	}
+	if st.Running && !s.DryRun {
+		return fmt.Errorf("platform: not purging: an agent (process %d) still holds %s; stop it and run uninstall --purge again", st.PID, filepath.Join(s.DataDir, "client.lock"))
+	}
+	for _, d := range []string{s.DataDir, s.CacheDir} {
+		if d == "" || !exists(d) {
+			continue
+		}
+		if s.DryRun {
+			s.say("would remove %s and everything in it", d)
+			continue
+		}
+		if err := os.RemoveAll(d); err != nil {
+			return fmt.Errorf("platform: removing %s: %w", d, err)
+		}
+		s.say("removed %s (the device key, pairing and caches)", d)
+	}
+	return nil
+}
+
+// Status reports what is installed, enabled and running; it changes
+// nothing.
+func (s *Service) Status(ctx context.Context) (Status, error) {
+	st := Status{File: s.File()}
+	pid, held, err := LockHolder(filepath.Join(s.DataDir, "client.lock"))
+	if err != nil {
+		return st, err
+	}
+	st.Running, st.PID = held, pid
+	switch s.GOOS {
+	case "darwin":
+		st.Supervisor = "launchd"
+		st.Installed = exists(st.File)
+		if out, err := s.probe(ctx, "launchctl", "print", s.launchdTarget()); err == nil {
+			st.Enabled = true
+			st.Supervised = "loaded"
+			for _, l := range strings.Split(out, "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(l), "state = "); ok {
+					st.Supervised = v
+					break
+				}
+			}
+		} else {
+			st.Supervised = "not loaded"
+		}
+	case "windows":
+		st.Supervisor = "Task Scheduler"
+		st.Installed, st.Enabled = s.taskExists(ctx, TaskName)
+		if ok, en := s.taskExists(ctx, RustTaskName); ok {
+			st.RustClient, st.RustEnabled = "task "+RustTaskName, en
+		}
+	default:
+		st.Supervisor = "systemd --user"
+		st.Installed = exists(st.File)
+		st.Enabled = exists(s.wantsLink(SystemdUnitName))
+		if up, why := s.systemdUp(ctx); up {
+			out, _ := s.probe(ctx, "systemctl", "--user", "is-active", SystemdUnitName)
+			st.Supervised = strings.TrimSpace(out)
+		} else {
+			st.Supervised = "unknown: " + why
+		}
+		if rust := filepath.Join(s.unitDir(), RustSystemdUnitName); exists(rust) {
+			st.RustClient, st.RustEnabled = rust, exists(s.wantsLink(RustSystemdUnitName))
+		}
+		if s.LingerDir != "" && s.User != "" {
+			st.Linger = "no"
+			if exists(filepath.Join(s.LingerDir, s.User)) {
+				st.Linger = "yes"
+			}
+		}
+	}
+	return st, nil
+}
