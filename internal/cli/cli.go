@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	goruntime "runtime"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -22,6 +23,15 @@ import (
 // When it is left at "dev", the module version recorded in the binary
 // (go install ...@v1.2.3) is used instead, if there is one.
 var Version = "dev"
+
+// Commit is the source revision the agent was built from, set at build
+// time (by goreleaser) with
+//
+//	-ldflags "-X github.com/metnos/agent/internal/cli.Commit=abc1234"
+//
+// When it is empty, the VCS revision recorded by the go command is
+// used, with "+dirty" when the tree had changes; "unknown" without one.
+var Commit = ""
 
 // Exit statuses of the agent itself; a command run by exec passes its
 // own status through.
@@ -114,6 +124,21 @@ func init() {
 			short: "download a file in resumable chunks, installed only if it matches its pin",
 			run:   runFetch,
 		},
+		"install": {
+			usage: "install [--dry-run] [--env NAME=VALUE]...",
+			short: "install and start the agent as this user's service (taking over from the Rust client)",
+			run:   runInstall,
+		},
+		"uninstall": {
+			usage: "uninstall [--dry-run] [--purge]",
+			short: "stop and remove the agent's service (--purge: also the key and pairing)",
+			run:   runUninstall,
+		},
+		"status": {
+			usage: "status",
+			short: "show whether the agent's service is installed, enabled and running",
+			run:   runStatus,
+		},
 		"help": {
 			usage: "help [COMMAND]",
 			short: "show help for a command",
@@ -121,7 +146,7 @@ func init() {
 		},
 		"version": {
 			usage: "version",
-			short: "print the agent's version",
+			short: "print the agent's version, commit, Go version and target",
 			run:   runVersion,
 		},
 	}
@@ -234,15 +259,42 @@ func runHelp(std stdio, args []string) int {
 }
 
 func runVersion(std stdio, args []string) int {
-	fs := newFlagSet("version", std.err, "Print the agent's version.")
+	fs := newFlagSet("version", std.err, "Print the agent's version, the commit it was built from, the Go version and the target (GOOS/GOARCH).")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
 	if fs.NArg() > 0 {
 		return usageError(std.err, "version", "version takes no arguments")
 	}
-	fmt.Fprintf(std.out, "metnos-agent %s\n", version())
+	fmt.Fprintf(std.out, "metnos-agent %s\ncommit %s\n%s %s/%s\n", version(), commit(), goruntime.Version(), goruntime.GOOS, goruntime.GOARCH)
 	return exitOK
+}
+
+// commit returns Commit, or the VCS revision in the build information
+// ("+dirty" when modified), or "unknown".
+func commit() string {
+	if Commit != "" {
+		return Commit
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if rev == "" {
+		return "unknown"
+	}
+	return rev + dirty
 }
 
 // version returns Version, or the module version from the build

@@ -1,0 +1,204 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+
+	"github.com/metnos/agent/pairing"
+	"github.com/metnos/agent/platform"
+)
+
+const installHelp = `
+Install the agent as this user's service and start it: a systemd user
+unit on Linux (and linger, so that it runs without a login session), a
+LaunchAgent on macOS, a logon task on Windows. It runs "metnos-agent run"
+from this binary's path, and is restarted whenever it stops.
+
+If the Rust client (metnos-client) is installed, its service is stopped
+and disabled; the device key and pairing, in the same data directory,
+are kept, so the device stays paired. Where no systemd user manager runs
+(a container, CI), the unit is written and install says what to run,
+exiting 1.`
+
+// envFlag collects --env K=V.
+type envFlag []platform.EnvVar
+
+func (e *envFlag) String() string { return "" }
+
+func (e *envFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return errors.New("want NAME=VALUE")
+	}
+	*e = append(*e, platform.EnvVar{Key: k, Value: v})
+	return nil
+}
+
+// newService returns the service manager for this user and OS.
+func newService(std stdio, dryRun bool) (*platform.Service, error) {
+	data, cache, err := dirs()
+	if err != nil {
+		return nil, err
+	}
+	s := &platform.Service{
+		GOOS: goruntime.GOOS, DataDir: data, CacheDir: cache,
+		LingerDir: "/var/lib/systemd/linger",
+		Runner:    platform.ExecRunner{}, Out: std.out, DryRun: dryRun,
+		UID: os.Getuid(),
+	}
+	if goruntime.GOOS == "windows" {
+		s.User = os.Getenv("USERDOMAIN") + `\` + os.Getenv("USERNAME")
+		if u, err := user.Current(); err == nil {
+			s.User = u.Username // DOMAIN\name
+		}
+		return s, nil
+	}
+	if s.Home, err = pairing.HomeDir(); err != nil {
+		return nil, err
+	}
+	if c := os.Getenv("XDG_CONFIG_HOME"); filepath.IsAbs(c) {
+		s.ConfigHome = c
+	}
+	s.User = os.Getenv("USER")
+	if u, err := user.Current(); err == nil {
+		s.User = u.Username
+	}
+	return s, nil
+}
+
+func runInstall(std stdio, args []string) int {
+	fs := newFlagSet("install", std.err, installHelp)
+	dryRun := fs.Bool("dry-run", false, "print what would be written and run, and change nothing")
+	var env envFlag
+	fs.Var(&env, "env", "set `NAME=VALUE` in the service's environment (repeatable; not on Windows)")
+	if code, stop := parseFlags(fs, args); stop {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return usageError(std.err, "install", "install takes no arguments")
+	}
+	exe, err := os.Executable()
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	if err != nil {
+		return fail(std, fmt.Errorf("finding this binary's path for the service: %w", err))
+	}
+	s, err := newService(std, *dryRun)
+	if err != nil {
+		return fail(std, err)
+	}
+	c := platform.ServiceConfig{Exe: exe, Args: []string{"run"}, DataDir: s.DataDir, User: s.User}
+	// The service must use the directories this command uses.
+	for _, k := range []string{"METNOS_DATA_DIR", "METNOS_CACHE_DIR"} {
+		if os.Getenv(k) != "" && !hasEnv(env, k) {
+			v := s.DataDir
+			if k == "METNOS_CACHE_DIR" {
+				v = s.CacheDir
+			}
+			c.Env = append(c.Env, platform.EnvVar{Key: k, Value: v})
+		}
+	}
+	c.Env = append(c.Env, env...)
+	if st, err := pairing.LoadState(s.DataDir); err == nil && st.Paired() {
+		fmt.Fprintf(std.out, "this device is paired (device %s); the service uses the key and pairing in %s\n", *st.DeviceID, s.DataDir)
+	} else {
+		fmt.Fprintf(std.out, "this device is not paired yet: run \"metnos-agent register\"; the service waits for it (data in %s)\n", s.DataDir)
+	}
+	err = s.Install(context.Background(), c)
+	if errors.Is(err, platform.ErrNotEnabled) {
+		fmt.Fprintf(std.err, "metnos-agent: %v\n", err)
+		return exitFailure
+	}
+	if err != nil {
+		return fail(std, err)
+	}
+	return exitOK
+}
+
+func hasEnv(env envFlag, k string) bool {
+	for _, e := range env {
+		if e.Key == k {
+			return true
+		}
+	}
+	return false
+}
+
+func runUninstall(std stdio, args []string) int {
+	fs := newFlagSet("uninstall", std.err, `
+Stop the agent's service and remove it. The device key, the pairing and
+the caches stay, so a later install (or the Rust client) finds them;
+--purge removes them too, unless the Rust client, which shares them, is
+installed or an agent still runs. The Rust client's own service is left
+as it is.`)
+	dryRun := fs.Bool("dry-run", false, "print what would be removed and run, and change nothing")
+	purge := fs.Bool("purge", false, "also remove the data directory (key, pairing, spool, history) and the cache")
+	if code, stop := parseFlags(fs, args); stop {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return usageError(std.err, "uninstall", "uninstall takes no arguments")
+	}
+	s, err := newService(std, *dryRun)
+	if err != nil {
+		return fail(std, err)
+	}
+	if err := s.Uninstall(context.Background(), *purge); err != nil {
+		return fail(std, err)
+	}
+	return exitOK
+}
+
+func runStatus(std stdio, args []string) int {
+	fs := newFlagSet("status", std.err, "Show whether the agent's service is installed, enabled and running, and whether the Rust client's is present.")
+	if code, stop := parseFlags(fs, args); stop {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return usageError(std.err, "status", "status takes no arguments")
+	}
+	s, err := newService(std, false)
+	if err != nil {
+		return fail(std, err)
+	}
+	st, err := s.Status(context.Background())
+	if err != nil {
+		return fail(std, err)
+	}
+	yes := func(b bool) string {
+		if b {
+			return "yes"
+		}
+		return "no"
+	}
+	w := std.out
+	fmt.Fprintf(w, "supervisor:  %s\n", st.Supervisor)
+	fmt.Fprintf(w, "file:        %s\n", st.File)
+	fmt.Fprintf(w, "installed:   %s\n", yes(st.Installed))
+	fmt.Fprintf(w, "enabled:     %s\n", yes(st.Enabled))
+	running := yes(st.Running)
+	if st.Running && st.PID > 0 {
+		running += fmt.Sprintf(" (process %d)", st.PID)
+	}
+	fmt.Fprintf(w, "running:     %s\n", running)
+	if st.Supervised != "" {
+		fmt.Fprintf(w, "supervisor says: %s\n", st.Supervised)
+	}
+	if st.Linger != "" {
+		fmt.Fprintf(w, "linger:      %s\n", st.Linger)
+	}
+	if st.RustClient != "" {
+		fmt.Fprintf(w, "rust client: %s (enabled: %s)\n", st.RustClient, yes(st.RustEnabled))
+	} else {
+		fmt.Fprintf(w, "rust client: none\n")
+	}
+	fmt.Fprintf(w, "data:        %s\n", s.DataDir)
+	return exitOK
+}
