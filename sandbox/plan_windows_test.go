@@ -1,0 +1,228 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"unicode/utf16"
+
+	"github.com/metnos/agent/internal/winetest"
+	"golang.org/x/sys/windows"
+)
+
+func TestWindowsPlanFor(t *testing.T) {
+	on, off := Caps{OS: "windows"}, Caps{OS: "windows", Disabled: "disabled by METNOS_SANDBOX=off"}
+	for _, tc := range []struct {
+		name    string
+		c       Caps
+		p       Policy
+		min     Level
+		sandbox string
+		refused string
+	}{
+		{"default", on, Policy{}, LevelNone, "job-object", ""},
+		{"contained", on, Policy{MinSandbox: LevelContained}, LevelNone, "job-object", ""},
+		{"agent contained", on, Policy{}, LevelContained, "job-object", ""},
+		{"appcontainer", on, Policy{MinSandbox: LevelIsolated}, LevelNone, "job-object", `minimum sandbox "isolated" not met`},
+		{"agent full", on, Policy{}, LevelFull, "job-object", `minimum sandbox "full" not met`},
+		{"no fallback", on, Policy{Profile: ProfileFullFSNoNet, NoFallback: true, Network: false}, LevelNone, "job-object", "will not fall back"},
+		{"off", off, Policy{}, LevelNone, "none", ""},
+		{"off contained", off, Policy{}, LevelContained, "none", `minimum sandbox "contained" not met`},
+	} {
+		pl := planFor(tc.c, tc.p, tc.min)
+		if pl.Sandbox != tc.sandbox || pl.Best != "job-object" {
+			t.Errorf("%s: Sandbox %q Best %q, want %q job-object", tc.name, pl.Sandbox, pl.Best, tc.sandbox)
+		}
+		if (tc.refused == "") != (pl.Refused == "") || !strings.Contains(pl.Refused, tc.refused) {
+			t.Errorf("%s: Refused %q, want %q", tc.name, pl.Refused, tc.refused)
+		}
+		if pl.Reason == "" {
+			t.Errorf("%s: no Reason", tc.name)
+		}
+	}
+}
+
+func TestWindowsDowngradeReason(t *testing.T) {
+	r := downgradeReason(Caps{}, Policy{Network: false, Masks: []Mask{{Path: `C:\x`}}})
+	for _, want := range []string{"job-object", "file and network isolation are not applied", "AppContainer", "network cut", "grants and masks"} {
+		if !strings.Contains(r, want) {
+			t.Errorf("reason %q lacks %q", r, want)
+		}
+	}
+	if r := downgradeReason(Caps{}, Policy{Network: true, RootWritable: true}); strings.Contains(r, "not enforced") {
+		t.Errorf("a full policy: reason %q names something not enforced", r)
+	}
+	if r := downgradeReason(Caps{Disabled: "disabled by METNOS_SANDBOX=0"}, Policy{}); !strings.HasPrefix(r, "disabled by METNOS_SANDBOX=0") {
+		t.Errorf("disabled: reason %q", r)
+	}
+}
+
+func TestWindowsSandboxDisabled(t *testing.T) {
+	for v, off := range map[string]bool{"": false, "1": false, "on": false, "0": true, "OFF": true, " no ": true, "false": true} {
+		got := sandboxDisabled(func(string) string { return v }) != ""
+		if got != off {
+			t.Errorf("METNOS_SANDBOX=%q: disabled %v, want %v", v, got, off)
+		}
+	}
+}
+
+func TestWindowsJobLimitsFor(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "METNOS_EXEC_MEM_MB" {
+				return v
+			}
+			return ""
+		}
+	}
+	d := Limits{}.withDefaults()
+	for _, tc := range []struct {
+		name  string
+		l     Limits
+		env   string
+		mem   uint64
+		procs uint32
+	}{
+		{"defaults", d, "", 512 << 20, 8},
+		{"env", d, "300", 300 << 20, 8},
+		{"env junk", d, "lots", 512 << 20, 8},
+		{"env zero", d, "0", 512 << 20, 8},
+		{"request wins", Limits{MemoryBytes: 100 << 20, MaxProcs: 64}, "300", 100 << 20, 8},
+		{"fewer procs", Limits{MemoryBytes: d.MemoryBytes, MaxProcs: 3}, "", 512 << 20, 3},
+	} {
+		jl := jobLimitsFor(tc.l, env(tc.env))
+		if jl.memory != tc.mem || jl.processes != tc.procs {
+			t.Errorf("%s: %+v, want memory %d processes %d", tc.name, jl, tc.mem, tc.procs)
+		}
+	}
+	info := jobLimits{memory: 64 << 20, processes: 8}.extendedLimits()
+	b := info.BasicLimitInformation
+	const want = windows.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE | windows.JOB_OBJECT_LIMIT_PROCESS_MEMORY | windows.JOB_OBJECT_LIMIT_ACTIVE_PROCESS
+	if b.LimitFlags&want != want || b.LimitFlags&(windows.JOB_OBJECT_LIMIT_BREAKAWAY_OK|windows.JOB_OBJECT_LIMIT_SILENT_BREAKAWAY_OK) != 0 {
+		t.Errorf("limit flags %#x", b.LimitFlags)
+	}
+	if b.ActiveProcessLimit != 8 || info.ProcessMemoryLimit != 64<<20 {
+		t.Errorf("limits %d processes, %d bytes", b.ActiveProcessLimit, info.ProcessMemoryLimit)
+	}
+}
+
+func TestWindowsEnvBlock(t *testing.T) {
+	b, err := envBlock(nil)
+	if err != nil || !slices.Equal(b, []uint16{0, 0}) {
+		t.Errorf("empty env: %v %v", b, err)
+	}
+	b, err = envBlock([]string{"A=1", "=C:=C:\\", "Ü=ß"})
+	want := utf16.Encode([]rune("A=1\x00=C:=C:\\\x00Ü=ß\x00\x00"))
+	if err != nil || !slices.Equal(b, want) {
+		t.Errorf("env block %v %v, want %v", b, err, want)
+	}
+	for _, bad := range []string{"NOEQUALS", "A=1\x00B=2"} {
+		if _, err := envBlock([]string{bad}); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestWindowsWithEnv(t *testing.T) {
+	got := withEnv([]string{"temp=a", "PATH=p", "Temp=b"}, "TEMP", `C:\s`)
+	if want := []string{"PATH=p", `TEMP=C:\s`}; !slices.Equal(got, want) {
+		t.Errorf("withEnv: %q, want %q", got, want)
+	}
+	if v, ok := envValue([]string{"Path=x"}, "PATH"); !ok || v != "x" {
+		t.Errorf("envValue: %q %v", v, ok)
+	}
+}
+
+func TestWindowsLookPath(t *testing.T) {
+	files := map[string]bool{
+		`C:\bin\tool.exe`:   true,
+		`C:\bin\script.cmd`: true,
+		`D:\py\python.exe`:  true,
+		`C:\abs\prog.exe`:   true,
+	}
+	isFile := func(p string) bool { return files[p] }
+	env := []string{`Path=relative;"C:\bin";D:\py`}
+	for _, tc := range []struct{ name, want string }{
+		{"tool", `C:\bin\tool.exe`},
+		{"tool.exe", `C:\bin\tool.exe`},
+		{"python", `D:\py\python.exe`},
+		{"script", `C:\bin\script.cmd`},
+		{`C:\abs\prog`, `C:\abs\prog.exe`},
+		{`C:\abs\prog.exe`, `C:\abs\prog.exe`},
+		{"missing", ""},
+		{`C:\abs\missing`, ""},
+	} {
+		got, err := lookPath(tc.name, env, isFile)
+		if got != tc.want || (err != nil) != (tc.want == "") {
+			t.Errorf("lookPath(%q) = %q, %v; want %q", tc.name, got, err, tc.want)
+		}
+	}
+	// PATHEXT narrows what counts as executable.
+	if got, err := lookPath("script", append(env, "PATHEXT=.EXE"), isFile); err == nil {
+		t.Errorf("script found without .CMD in PATHEXT: %q", got)
+	}
+}
+
+func TestWindowsScratchNames(t *testing.T) {
+	dir, err := newScratch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, ok := scratchPID(filepath.Base(dir))
+	if !ok || pid != os.Getpid() {
+		t.Errorf("scratch %s: pid %d %v", dir, pid, ok)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "a", "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "a", "b", "ro"), []byte("x"), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if err := removeTree(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Errorf("%s still there: %v", dir, err)
+	}
+	for _, bad := range []string{"metnos-exec-12-short", "metnos-exec-x-0123456789abcdef0123456789abcdef", "other-1-0123456789abcdef0123456789abcdef"} {
+		if _, ok := scratchPID(bad); ok {
+			t.Errorf("%q taken for a scratch folder", bad)
+		}
+	}
+}
+
+func TestWindowsStaleScratchRemoved(t *testing.T) {
+	// A pid no process has: the highest multiple of 4 Windows hands out
+	// is far below this.
+	stale := filepath.Join(os.TempDir(), scratchPrefix+"4294967292-0123456789abcdef0123456789abcdef")
+	if err := os.MkdirAll(filepath.Join(stale, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = winetest.RemoveTree(stale) })
+	staleScratchOnce = sync.Once{}
+	removeStaleScratch()
+	if _, err := os.Lstat(stale); !os.IsNotExist(err) {
+		t.Errorf("stale scratch %s left: %v", stale, err)
+	}
+}
+
+func TestWindowsCapBuffer(t *testing.T) {
+	c := &capBuffer{limit: 5}
+	for _, s := range []string{"ab", "cde", "", "f"} {
+		if n, err := c.Write([]byte(s)); n != len(s) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v", s, n, err)
+		}
+	}
+	if string(c.buf) != "abcde" || !c.dropped {
+		t.Errorf("buf %q dropped %v", c.buf, c.dropped)
+	}
+	c = &capBuffer{limit: 5}
+	c.Write([]byte("abcde"))
+	c.Write(nil)
+	if c.dropped {
+		t.Error("dropped with nothing dropped")
+	}
+}
