@@ -86,6 +86,30 @@
 // forbids fallback (full-fs-no-net) or a minimum the machine cannot meet
 // makes Run refuse with a [*RefusedError] rather than run weaker.
 //
+// # What Run guarantees on Windows
+//
+// "job-object": the command is created suspended, put in a kill-on-close
+// Job Object (per-process memory, 8 processes, no breakaway) and only then
+// resumed; the deadline, a cancelled context or the agent's death kills the
+// whole tree. A fresh scratch folder is its working directory (unless
+// Request.Dir is set), TEMP and TMP, removed afterwards; its environment is
+// Request.Env plus TEMP and TMP. Files and network are NOT isolated
+// (AppContainer is a later step): grants, masks and network cuts are not
+// enforced, Output.Reason says so, and any minimum above "contained" is
+// refused. Its tests run for real under Wine 8.0 (.ci/wine), which accepts
+// but does not enforce the memory and process limits. See run_windows.go.
+//
+// # What Run guarantees on macOS
+//
+// "seatbelt": /usr/bin/sandbox-exec with an SBPL profile generated from the
+// Policy (deny by default; every path a -D parameter, never profile text;
+// masks denied after every allow, as the last matching rule wins). There
+// is no PID namespace or memory cgroup: memory is not limited, processes
+// and file size are limited by rlimits. A Linux-only minimum ("full") is
+// refused, and without sandbox-exec nothing that asks for isolation runs.
+// The profile is golden-tested on every system; it has not been run on a
+// Mac.
+//
 // # What it does not guarantee
 //
 //   - Landlock ABI 7 is what the shim is written against; an older kernel
