@@ -90,6 +90,10 @@ func runInstall(std stdio, args []string) int {
 	if err != nil {
 		return fail(std, fmt.Errorf("finding this binary's path for the service: %w", err))
 	}
+	if strings.Contains(filepath.ToSlash(exe), "/go-build") && !*dryRun {
+		// "go run" builds in a temporary folder that is gone afterwards.
+		return fail(std, fmt.Errorf("this binary (%s) is a temporary build of `go run`, which the service could not start later: build or install metnos-agent, then run its install", exe))
+	}
 	s, err := newService(std, *dryRun)
 	if err != nil {
 		return fail(std, err)
