@@ -72,6 +72,9 @@ type seatbeltParam struct{ Name, Value string }
 //   - /private/etc, where /etc points (hosts, resolv.conf, ssl certs,
 //     localtime); its secrets are in the nucleus.
 var seatbeltSystem = []string{
+	// The Command Line Tools' Python, which /usr/bin/python3 (a small
+	// launcher) starts, and the link that says where they are.
+	"/Library/Developer/CommandLineTools",
 	"/Library/Frameworks",
 	"/System/Cryptexes",
 	"/System/Library",
@@ -79,6 +82,7 @@ var seatbeltSystem = []string{
 	"/private/etc",
 	"/private/var/db/dyld",
 	"/private/var/db/timezone",
+	"/private/var/db/xcode_select_link",
 }
 
 // seatbeltDevRead are the device files every run may read.
@@ -304,6 +308,18 @@ func seatbeltRules(in seatbeltInput) (string, []seatbeltParam, error) {
 		if len(inner) > 0 {
 			g.rule("deny", "file-read* file-write* process-exec", "subpath", g.params("OWN_MASK", sbplDedupe(inner)))
 		}
+		// The allows just above would let an own folder's subfolder
+		// that holds a mask be moved away again: deny that last.
+		var ownAbove []string
+		for _, m := range inner {
+			for _, a := range sbplAncestors(m) {
+				if slices.ContainsFunc(rw, func(o string) bool { return pathWithin(a, o) }) {
+					ownAbove = append(ownAbove, a)
+				}
+			}
+		}
+		ownAbove = sbplDedupe(ownAbove)
+		g.rule("deny", "file-write-unlink", "literal", g.params("OWN_MASK_PARENT", ownAbove))
 	}
 	return g.b.String(), g.out, nil
 }

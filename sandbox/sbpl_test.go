@@ -332,6 +332,11 @@ func TestSeatbeltRuleOrder(t *testing.T) {
 	if !(idx(`(param "MASK_0")`) < idx(`(param "OWN_READ_0")`) && idx(`(param "OWN_WRITE_0")`) < idx(`(param "OWN_MASK_0")`)) {
 		t.Error("own grants and the masks beneath them are out of order")
 	}
+	// The folders above a mask inside an own folder cannot be moved away
+	// either: denied after the own folder's allow (review finding).
+	if idx(`(param "OWN_WRITE_0")`) > idx(`(param "OWN_MASK_PARENT_0")`) {
+		t.Error("the own folder's allow comes after the deny of moving the folders above its masks")
+	}
 	if strings.Contains(prof, "(allow default)") || !strings.HasPrefix(prof, "(version 1)\n(deny default)\n") {
 		t.Error("the profile does not start from deny default")
 	}
