@@ -118,7 +118,11 @@ func SystemdUnit(c ServiceConfig) ([]byte, error) {
 	b.WriteString("[Unit]\nDescription=Metnos device agent\nDocumentation=https://github.com/metnos/agent\n")
 	b.WriteString("# Never give up restarting (the Rust client's unit does the same).\nStartLimitIntervalSec=0\n\n")
 	b.WriteString("[Service]\nType=simple\n")
-	b.WriteString("ExecStart=" + systemdQuote(c.Exe, true))
+	if strings.ContainsAny(c.Exe, "\"\\") {
+		return nil, fmt.Errorf("platform: the agent's path %q holds a quote or a backslash, which systemd refuses in an executable name: move the binary", c.Exe)
+	}
+	// In the executable name systemd undoes %% but not $$.
+	b.WriteString("ExecStart=" + systemdQuote(c.Exe, false))
 	for _, a := range c.Args {
 		b.WriteString(" " + systemdQuote(a, true))
 	}

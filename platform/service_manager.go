@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Runner runs a supervisor's command line tool (systemctl, loginctl,
@@ -325,7 +326,21 @@ func (s *Service) installLaunchd(ctx context.Context, plist []byte) error {
 	if _, err := s.run(ctx, "launchctl", "enable", s.launchdTarget()); err != nil {
 		return fmt.Errorf("platform: %w", err)
 	}
-	if _, err := s.run(ctx, "launchctl", "bootstrap", fmt.Sprintf("gui/%d", s.UID), path); err != nil {
+	// bootout returns before launchd lets go of the label; bootstrap
+	// fails meanwhile ("5: Input/output error"), so it is retried for a
+	// while (review finding; reported to take up to ~5 s).
+	var err error
+	for wait := 0; wait < 15; wait++ {
+		if _, err = s.run(ctx, "launchctl", "bootstrap", fmt.Sprintf("gui/%d", s.UID), path); err == nil || s.DryRun {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("platform: loading %s: %w; launchctl needs your macOS login session (not only ssh)", path, err)
 	}
 	s.say("loaded %s: it runs now and at every login", LaunchdLabel)
@@ -429,6 +444,9 @@ func (s *Service) purge(ctx context.Context) error {
 		if d == "" || !exists(d) {
 			continue
 		}
+		if err := purgeable(d); err != nil {
+			return err
+		}
 		if s.DryRun {
 			s.say("would remove %s and everything in it", d)
 			continue
@@ -493,4 +511,25 @@ func (s *Service) Status(ctx context.Context) (Status, error) {
 		}
 	}
 	return st, nil
+}
+
+// purgeable refuses to remove a folder that is not the agent's own: the
+// data and cache folders may come from METNOS_DATA_DIR and
+// METNOS_CACHE_DIR, and a mistyped one must not cost the user a home or
+// a shared cache. The agent's folders are named "metnos" (any case).
+func purgeable(d string) error {
+	clean := filepath.Clean(d)
+	if !strings.EqualFold(filepath.Base(clean), "metnos") {
+		return fmt.Errorf("platform: not purging %s: it is not a folder named metnos, so it may hold more than the agent's files (remove what you want of it by hand)", d)
+	}
+	if home, err := os.UserHomeDir(); err == nil && within(filepath.Clean(home), clean) {
+		return fmt.Errorf("platform: not purging %s: it holds your home folder", d)
+	}
+	return nil
+}
+
+// within reports whether p is dir or lies below it.
+func within(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }

@@ -38,7 +38,7 @@ func golden(t *testing.T, name string, got []byte) {
 // specifier %, shell's $, XML's &<>, a backslash.
 var (
 	unixConfig = ServiceConfig{
-		Exe:     `/home/Zoë "Z" O'Brien/100% <fun> & $HOME/bin/metnos-agent`,
+		Exe:     `/home/Zoë O'Brien/100% <fun> & $HOME/bin/metnos-agent`, // no " or \: systemd refuses them there
 		Args:    []string{"run", `--server=http://a\b`},
 		Env:     []EnvVar{{"METNOS_LOG", "debug"}, {"METNOS_PYTHON", `/opt/py 3/bin/python3 "%i" $x & <y>`}},
 		DataDir: `/home/Zoë "Z" O'Brien/.local/share/metnos`,
@@ -185,7 +185,7 @@ func newService(t *testing.T, goos string, answers map[string]fakeAnswer) (*Serv
 	}
 	return &Service{
 		GOOS: goos, Home: home, User: user, UID: 501,
-		DataDir: filepath.Join(home, "data"), CacheDir: filepath.Join(home, "cache"),
+		DataDir: filepath.Join(home, "data", "metnos"), CacheDir: filepath.Join(home, "cache", "metnos"),
 		LingerDir: filepath.Join(home, "linger"),
 		Runner:    r, Out: &out,
 	}, r, &out
@@ -405,5 +405,32 @@ func TestLockHolder(t *testing.T) {
 	pid, held, err := LockHolder(path)
 	if err != nil || !held || pid != os.Getpid() {
 		t.Errorf("held lock: pid %d held %v, %v", pid, held, err)
+	}
+}
+
+// TestPurgeOnlyTheAgentsFolders: a data or cache folder given by
+// METNOS_DATA_DIR or METNOS_CACHE_DIR that is not named metnos (a shared
+// cache, a home) is not removed by --purge (review finding).
+func TestPurgeOnlyTheAgentsFolders(t *testing.T) {
+	home, _ := os.UserHomeDir()
+	for _, d := range []string{filepath.Join(t.TempDir(), ".cache"), home, "/"} {
+		if err := purgeable(d); err == nil {
+			t.Errorf("%s would be purged", d)
+		}
+	}
+	if err := purgeable(filepath.Join(t.TempDir(), "metnos")); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestSystemdExecutableName: systemd undoes %% but not $$ in the
+// executable's name, and refuses quotes and backslashes in it.
+func TestSystemdExecutableName(t *testing.T) {
+	b, err := SystemdUnit(ServiceConfig{Exe: "/opt/a b/d$x%y", Args: []string{"run"}})
+	if err != nil || !strings.Contains(string(b), `ExecStart="/opt/a b/d$x%%y" "run"`) {
+		t.Fatalf("%s %v", b, err)
+	}
+	if _, err := SystemdUnit(ServiceConfig{Exe: `/opt/a"b/metnos-agent`}); err == nil {
+		t.Error("a quote in the executable's name was accepted")
 	}
 }

@@ -223,10 +223,13 @@ var rlimitMu sync.Mutex
 // process of the user, so its limit is what already runs plus MaxProcs.
 // Memory is not limited: macOS does not enforce RLIMIT_AS.
 func startWithRlimits(cmd *exec.Cmd, lim Limits) error {
-	procs := 0
-	if ps, err := unix.SysctlKinfoProcSlice("kern.proc.uid", os.Getuid()); err == nil {
-		procs = len(ps)
+	ps, err := unix.SysctlKinfoProcSlice("kern.proc.uid", os.Getuid())
+	if err != nil {
+		// Guessing would set a limit below what already runs, and every
+		// run would fail: refuse instead (review finding).
+		return fmt.Errorf("sandbox: counting this user's processes for RLIMIT_NPROC: %w", err)
 	}
+	procs := len(ps)
 	set := []struct {
 		res int
 		val uint64

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -110,6 +111,16 @@ func execute(ctx context.Context, std stdio, f execFlags, argv []string) int {
 	host, err := sandbox.HostFromEnv()
 	if err != nil {
 		return fail(err)
+	}
+	// The agent's own folders where this OS keeps them (on macOS and
+	// Windows not among the Linux ones HostFromEnv knows): the key and
+	// the pairing are never visible to a command (review finding).
+	if data, cache, err := dirs(); err == nil {
+		for _, d := range []string{data, cache} {
+			if !slices.Contains(host.AgentDataDirs, d) {
+				host.AgentDataDirs = append(host.AgentDataDirs, d)
+			}
+		}
 	}
 	in := sandbox.ProfileInput{
 		Profile: sandbox.Profile(f.profile),
