@@ -7,9 +7,9 @@
 //
 //   - The command is created suspended (CREATE_SUSPENDED, CREATE_NO_WINDOW),
 //     put in a Job Object of its own, checked to be in it, and only then
-//     resumed: not one instruction of it runs outside the job. Everything
-//     it starts is in the job too, and cannot break away (neither
-//     BREAKAWAY_OK nor SILENT_BREAKAWAY_OK is set).
+//     resumed: not one instruction of it runs outside the job. What it
+//     starts the ordinary way is in the job too, and the job lets nothing
+//     break away (neither BREAKAWAY_OK nor SILENT_BREAKAWAY_OK is set).
 //   - The deadline (and a cancelled context) terminates the job, so the
 //     whole tree dies (Output.TimedOut; exit code -1). When the command
 //     exits, whatever it left running is killed too. The job is
@@ -33,6 +33,17 @@
 //
 // It does not guarantee:
 //
+//   - Containment against a hostile command. It runs as the agent's
+//     user, so it can open the agent's own process and start a process
+//     with the agent as its parent (PROC_THREAD_ATTRIBUTE_PARENT_PROCESS),
+//     outside the run's job, or have WMI, Task Scheduler or COM start
+//     one: such a process is neither limited nor killed with the tree.
+//     The job contains a tree that does not try to leave it; a
+//     restricted token or AppContainer (a later step) would close this.
+//     Run still returns: output still flowing 2 s after the tree died
+//     is cut off.
+//   - Batch files (.bat, .cmd) are refused: cmd.exe parses their command
+//     line in ways no quoting makes safe.
 //   - Any file or network isolation: the command runs as the agent's
 //     user with that user's rights. Grants, masks (the nucleus: keys,
 //     browser profiles, the agent's own state) and a Policy's network cut
@@ -53,8 +64,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/windows"
@@ -116,7 +129,7 @@ func downgradeReason(c Caps, p Policy) string {
 	if c.Disabled != "" {
 		return c.Disabled + ": no job object, only the direct child is killed at the deadline, and files and network are not isolated"
 	}
-	r := "job-object only: the process tree is contained and limited, but file and network isolation are not applied (AppContainer is not implemented yet)"
+	r := "job-object only: the process tree is contained and limited, but file and network isolation are not applied (AppContainer is not implemented yet), and a command running as this user can still start processes outside its job"
 	var not []string
 	if len(p.Grants) > 0 || len(p.Masks) > 0 || !p.RootWritable {
 		not = append(not, "the file grants and masks")
@@ -137,9 +150,20 @@ func run(ctx context.Context, req Request) (Output, error) {
 	if pl.Refused != "" {
 		return out, &RefusedError{Have: pl.Sandbox, Why: pl.Refused}
 	}
-	exe, err := lookPath(req.Argv[0], req.Env, isRegularFile)
+	name := req.Argv[0]
+	if req.Dir != "" && !filepath.IsAbs(name) && strings.ContainsAny(name, `\/`) {
+		// A relative path names a file in the command's working
+		// directory, as on the other systems, not in the agent's.
+		name = filepath.Join(req.Dir, name)
+	}
+	exe, err := lookPath(name, req.Env, isRegularFile)
 	if err != nil {
 		return out, err
+	}
+	if ext := strings.ToLower(filepath.Ext(exe)); ext == ".bat" || ext == ".cmd" {
+		// CreateProcess hands a batch file to cmd.exe, whose parsing of
+		// the command line no quoting makes safe ("BatBadBut").
+		return out, fmt.Errorf("sandbox: %s is a batch file, which cmd.exe would run with arguments it parses unsafely: run the program it starts instead", exe)
 	}
 	removeStaleScratch()
 	scratch, err := newScratch()
@@ -281,14 +305,21 @@ func feed(h windows.Handle, b []byte) {
 	}
 }
 
-// drain copies the pipe h into dst until the pipe ends; the channel is
-// closed then.
-func drain(h windows.Handle, dst *capBuffer) <-chan struct{} {
-	done := make(chan struct{})
+// draining is a drain in progress: done is closed when it ends; stop
+// asks it to end after its current read.
+type draining struct {
+	done chan struct{}
+	stop atomic.Bool
+}
+
+// drain copies the pipe h into dst until the pipe ends or it is asked
+// to stop.
+func drain(h windows.Handle, dst *capBuffer) *draining {
+	d := &draining{done: make(chan struct{})}
 	go func() {
-		defer close(done)
+		defer close(d.done)
 		buf := make([]byte, 32<<10)
-		for {
+		for !d.stop.Load() {
 			var n uint32
 			err := windows.ReadFile(h, buf, &n, nil)
 			if n > 0 {
@@ -299,21 +330,30 @@ func drain(h windows.Handle, dst *capBuffer) <-chan struct{} {
 			}
 		}
 	}()
-	return done
+	return d
 }
 
 // drainGrace is how long output may keep flowing once the tree is dead:
 // only a process outside the job could still hold a pipe.
 const drainGrace = 2 * time.Second
 
-// finishDrain waits for a drain to end, cancels its read after
-// drainGrace, and closes the pipe.
-func finishDrain(h windows.Handle, done <-chan struct{}) {
+// finishDrain waits for a drain to end; after drainGrace (a process
+// outside the job still writing) it asks the drain to stop and cancels
+// its reads until it has: one cancel can fall between two reads and be
+// lost. Then it closes the pipe.
+func finishDrain(h windows.Handle, d *draining) {
 	select {
-	case <-done:
+	case <-d.done:
 	case <-time.After(drainGrace):
-		_ = windows.CancelIoEx(h, nil)
-		<-done
+		d.stop.Store(true)
+		for stopped := false; !stopped; {
+			_ = windows.CancelIoEx(h, nil)
+			select {
+			case <-d.done:
+				stopped = true
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
 	}
 	windows.CloseHandle(h)
 }

@@ -426,6 +426,29 @@ func TestWindowsNotFound(t *testing.T) {
 	}
 }
 
+// TestWindowsBatchFilesRefused: cmd.exe would parse the arguments of a
+// batch file in ways no quoting makes safe (review finding: an argument
+// `x" & echo INJECTED & rem "` ran echo).
+func TestWindowsBatchFilesRefused(t *testing.T) {
+	dir := winetest.TempDir(t)
+	bat := filepath.Join(dir, "t.cmd")
+	if err := os.WriteFile(bat, []byte("@echo %1\r\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	req := helper(t, "exit")
+	req.Argv = []string{bat, `x" & echo INJECTED & rem "`}
+	out, err := Run(context.Background(), req)
+	if err == nil || !strings.Contains(err.Error(), "batch file") || strings.Contains(string(out.Stdout), "INJECTED") {
+		t.Fatalf("a batch file ran: %v %q", err, out.Stdout)
+	}
+	// Named relative to Request.Dir, as on the other systems.
+	req.Dir = dir
+	req.Argv = []string{`.\t.cmd`}
+	if _, err := Run(context.Background(), req); err == nil || !strings.Contains(err.Error(), "batch file") {
+		t.Fatalf("a relative name was not looked up in Request.Dir: %v", err)
+	}
+}
+
 func TestWindowsMemoryLimit(t *testing.T) {
 	req := helper(t, "alloc", "256")
 	req.Limits.MemoryBytes = 64 << 20
