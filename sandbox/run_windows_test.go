@@ -93,6 +93,21 @@ func helperMain(mode string, args []string) int {
 		for {
 			time.Sleep(time.Second)
 		}
+	case "spew": // write to stdout as fast as it can, until it cannot
+		b := make([]byte, 64<<10)
+		for {
+			if _, err := os.Stdout.Write(b); err != nil {
+				return 0
+			}
+		}
+	case "gcspew": // start a spew grandchild that keeps our stdout, and exit
+		c := exec.Command(os.Args[0], "-")
+		c.Env = append(os.Environ(), helperEnv+"=spew")
+		c.Stdout = os.Stdout
+		if err := c.Start(); err != nil {
+			return 4
+		}
+		return 0
 	case "alloc": // commit args[0] MiB; exit 0 if it could, 5 if not
 		mb, _ := strconv.Atoi(args[0])
 		_, err := windows.VirtualAlloc(0, uintptr(mb)<<20, windows.MEM_COMMIT|windows.MEM_RESERVE, windows.PAGE_READWRITE)
@@ -423,6 +438,29 @@ func TestWindowsNotFound(t *testing.T) {
 	req.Argv = []string{"no-such-command-here"}
 	if _, err := Run(context.Background(), req); !errors.Is(err, errNotFound) {
 		t.Errorf("err %v, want errNotFound", err)
+	}
+}
+
+// TestWindowsOutputOfALeftoverEnds: with no job (METNOS_SANDBOX=off), a
+// grandchild that outlives the command keeps writing to its stdout; Run
+// returns all the same, its output cut off after the grace (review
+// finding: Run hung for good).
+func TestWindowsOutputOfALeftoverEnds(t *testing.T) {
+	t.Setenv("METNOS_SANDBOX", "off")
+	req := helper(t, "gcspew")
+	req.Limits.Timeout = 5 * time.Second
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(context.Background(), req)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Run did not return while a leftover process kept writing its output")
 	}
 }
 
