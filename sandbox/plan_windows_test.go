@@ -62,7 +62,7 @@ func TestWindowsDowngradeReason(t *testing.T) {
 
 func TestWindowsSandboxDisabled(t *testing.T) {
 	for v, off := range map[string]bool{"": false, "1": false, "on": false, "0": true, "OFF": true, " no ": true, "false": true} {
-		got := sandboxDisabled(func(string) string { return v }) != ""
+		got := disabledBy(func(string) string { return v }) != ""
 		if got != off {
 			t.Errorf("METNOS_SANDBOX=%q: disabled %v, want %v", v, got, off)
 		}
@@ -210,7 +210,7 @@ func TestWindowsStaleScratchRemoved(t *testing.T) {
 }
 
 func TestWindowsCapBuffer(t *testing.T) {
-	c := &capBuffer{limit: 5}
+	c := &capped{limit: 5}
 	for _, s := range []string{"ab", "cde", "", "f"} {
 		if n, err := c.Write([]byte(s)); n != len(s) || err != nil {
 			t.Fatalf("Write(%q) = %d, %v", s, n, err)
@@ -219,7 +219,7 @@ func TestWindowsCapBuffer(t *testing.T) {
 	if string(c.buf) != "abcde" || !c.dropped {
 		t.Errorf("buf %q dropped %v", c.buf, c.dropped)
 	}
-	c = &capBuffer{limit: 5}
+	c = &capped{limit: 5}
 	c.Write([]byte("abcde"))
 	c.Write(nil)
 	if c.dropped {

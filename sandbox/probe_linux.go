@@ -110,8 +110,8 @@ func kernelCaps(bw string) Caps {
 	c := Caps{OS: "linux", Bwrap: bw, LandlockPinned: 7}
 	c.LandlockABI, _ = llsys.LandlockGetABIVersion()
 	c.Seccomp = seccomp.Supported()
-	if v := strings.ToLower(os.Getenv("METNOS_SANDBOX")); v == "0" || v == "off" || v == "no" || v == "false" {
-		c.Disabled = "disabled by METNOS_SANDBOX=" + os.Getenv("METNOS_SANDBOX")
+	if why := disabledBy(os.Getenv); why != "" {
+		c.Disabled = why
 	}
 	if bw == "" {
 		c.BwrapError = "bwrap not found in a system directory on PATH (install bubblewrap)"

@@ -36,17 +36,7 @@ const sandboxExec = "/usr/bin/sandbox-exec"
 // Probe reports what this machine offers. Caps has no macOS fields yet:
 // [PlanFor] says whether sandbox-exec is there.
 func Probe() Caps {
-	return Caps{OS: runtime.GOOS, Disabled: seatbeltDisabled()}
-}
-
-// seatbeltDisabled says whether METNOS_SANDBOX turns the sandbox off, as
-// on Linux.
-func seatbeltDisabled() string {
-	switch v := os.Getenv("METNOS_SANDBOX"); strings.ToLower(v) {
-	case "0", "off", "no", "false":
-		return "disabled by METNOS_SANDBOX=" + v
-	}
-	return ""
+	return Caps{OS: runtime.GOOS, Disabled: disabledBy(os.Getenv)}
 }
 
 // Plan is how Run would sandbox a Policy on this machine.
@@ -66,7 +56,7 @@ type Plan struct {
 // min) on this machine, without running anything.
 func PlanFor(p Policy, min Level) Plan {
 	_, err := os.Stat(sandboxExec)
-	s, b, r, ref := seatbeltPlan(err == nil, seatbeltDisabled(), p, min)
+	s, b, r, ref := seatbeltPlan(err == nil, disabledBy(os.Getenv), p, min)
 	return Plan{Sandbox: s, Best: b, Reason: r, Refused: ref}
 }
 
@@ -101,7 +91,7 @@ func run(ctx context.Context, req Request) (Output, error) {
 	if scratch, err = filepath.EvalSymlinks(scratch); err != nil {
 		return out, fmt.Errorf("sandbox: private temporary directory: %w", err)
 	}
-	env := darwinSetEnv(req.Env, "TMPDIR", scratch)
+	env := setEnv(req.Env, "TMPDIR", scratch)
 	dir := req.Dir
 	if dir == "" {
 		dir = "/"
@@ -126,8 +116,8 @@ func run(ctx context.Context, req Request) (Output, error) {
 	}
 
 	lim := req.Limits
-	stdout := &darwinCapped{limit: lim.OutputBytes}
-	stderr := &darwinCapped{limit: lim.OutputBytes}
+	stdout := &capped{limit: lim.OutputBytes}
+	stderr := &capped{limit: lim.OutputBytes}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return out, fmt.Errorf("sandbox: stdout pipe: %w", err)
@@ -292,34 +282,4 @@ func darwinLookPath(name string, env []string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("sandbox: %s: %w", name, exec.ErrNotFound)
-}
-
-// darwinSetEnv returns env with key set to val, every other entry kept.
-func darwinSetEnv(env []string, key, val string) []string {
-	out := make([]string, 0, len(env)+1)
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, key+"=") {
-			out = append(out, kv)
-		}
-	}
-	return append(out, key+"="+val)
-}
-
-// darwinCapped keeps the first limit bytes written and notes the rest.
-type darwinCapped struct {
-	limit   int
-	buf     []byte
-	dropped bool
-}
-
-func (c *darwinCapped) Write(b []byte) (int, error) {
-	if room := c.limit - len(c.buf); room > 0 {
-		if len(b) <= room {
-			c.buf = append(c.buf, b...)
-			return len(b), nil
-		}
-		c.buf = append(c.buf, b[:room]...)
-	}
-	c.dropped = true
-	return len(b), nil
 }

@@ -488,35 +488,6 @@ func hasEnv(env []string, key string) bool {
 	return false
 }
 
-func setEnv(env []string, key, val string) []string {
-	out := env[:0:0]
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, key+"=") {
-			out = append(out, kv)
-		}
-	}
-	return append(out, key+"="+val)
-}
-
-// capped keeps the first limit bytes written and counts the rest.
-type capped struct {
-	limit   int
-	buf     []byte
-	dropped bool
-}
-
-func (c *capped) Write(b []byte) (int, error) {
-	if room := c.limit - len(c.buf); room > 0 {
-		if len(b) <= room {
-			c.buf = append(c.buf, b...)
-			return len(b), nil
-		}
-		c.buf = append(c.buf, b[:room]...)
-	}
-	c.dropped = true
-	return len(b), nil
-}
-
 // placeholderLocks takes, shared, one lock per masked path visible in
 // p's bwrap view, before the run looks at the host to plan its masks,
 // and holds them until bwrap is gone. The locks are files named after

@@ -75,16 +75,7 @@ import (
 
 // Probe reports what this machine offers: on Windows a job object,
 // unless METNOS_SANDBOX turns it off.
-func Probe() Caps { return Caps{OS: runtime.GOOS, Disabled: sandboxDisabled(os.Getenv)} }
-
-// sandboxDisabled says why the sandbox is off, or "" when it is on.
-func sandboxDisabled(getenv func(string) string) string {
-	switch v := getenv("METNOS_SANDBOX"); strings.ToLower(strings.TrimSpace(v)) {
-	case "0", "off", "no", "false":
-		return "disabled by METNOS_SANDBOX=" + v
-	}
-	return ""
-}
+func Probe() Caps { return Caps{OS: runtime.GOOS, Disabled: disabledBy(os.Getenv)} }
 
 // Plan is how Run would sandbox a Policy on this machine. Doctor prints
 // it for each profile.
@@ -224,7 +215,7 @@ func run(ctx context.Context, req Request) (Output, error) {
 
 // supervised is how a run ended.
 type supervised struct {
-	stdout, stderr *capBuffer
+	stdout, stderr *capped
 	code           uint32
 	timedOut       bool
 	ctxErr, err    error
@@ -235,8 +226,8 @@ type supervised struct {
 // whatever is left of the tree and waits for the output to end.
 func supervise(ctx context.Context, ch *child, j *job, req Request) supervised {
 	res := supervised{
-		stdout: &capBuffer{limit: req.Limits.OutputBytes},
-		stderr: &capBuffer{limit: req.Limits.OutputBytes},
+		stdout: &capped{limit: req.Limits.OutputBytes},
+		stderr: &capped{limit: req.Limits.OutputBytes},
 	}
 	go feed(ch.stdin, req.Stdin)
 	ch.stdin = 0 // feed closes it
@@ -314,7 +305,7 @@ type draining struct {
 
 // drain copies the pipe h into dst until the pipe ends or it is asked
 // to stop.
-func drain(h windows.Handle, dst *capBuffer) *draining {
+func drain(h windows.Handle, dst *capped) *draining {
 	d := &draining{done: make(chan struct{})}
 	go func() {
 		defer close(d.done)
@@ -356,27 +347,4 @@ func finishDrain(h windows.Handle, d *draining) {
 		}
 	}
 	windows.CloseHandle(h)
-}
-
-// capBuffer keeps the first limit bytes written and notes whether any
-// were dropped.
-type capBuffer struct {
-	limit   int
-	buf     []byte
-	dropped bool
-}
-
-// Write keeps what fits and drops the rest; it never fails.
-func (c *capBuffer) Write(b []byte) (int, error) {
-	if room := c.limit - len(c.buf); room > 0 {
-		if len(b) <= room {
-			c.buf = append(c.buf, b...)
-			return len(b), nil
-		}
-		c.buf = append(c.buf, b[:room]...)
-	}
-	if len(b) > 0 {
-		c.dropped = true
-	}
-	return len(b), nil
 }

@@ -1,0 +1,48 @@
+package sandbox
+
+import "strings"
+
+// The small helpers every backend shares.
+
+// disabledBy says why METNOS_SANDBOX turns every layer off ("0", "off",
+// "no" or "false", any case), or "" when it does not.
+func disabledBy(getenv func(string) string) string {
+	switch v := getenv("METNOS_SANDBOX"); strings.ToLower(strings.TrimSpace(v)) {
+	case "0", "off", "no", "false":
+		return "disabled by METNOS_SANDBOX=" + v
+	}
+	return ""
+}
+
+// setEnv returns env with key set to val, every other entry kept.
+func setEnv(env []string, key, val string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, key+"=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, key+"="+val)
+}
+
+// capped keeps the first limit bytes written and notes whether any were
+// dropped; it never fails.
+type capped struct {
+	limit   int
+	buf     []byte
+	dropped bool
+}
+
+func (c *capped) Write(b []byte) (int, error) {
+	if room := c.limit - len(c.buf); room > 0 {
+		if len(b) <= room {
+			c.buf = append(c.buf, b...)
+			return len(b), nil
+		}
+		c.buf = append(c.buf, b[:room]...)
+	}
+	if len(b) > 0 {
+		c.dropped = true
+	}
+	return len(b), nil
+}
