@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -716,23 +715,7 @@ func checkGolden(t *testing.T, name string, p Policy, root string) {
 	if strings.Contains(got, root) {
 		t.Fatalf("%s still names the temporary directory:\n%s", name, got)
 	}
-	file := filepath.Join("testdata", "derive", name+".golden")
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatalf("%v (run go test -run Golden -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs from the golden file (go test -run Golden -update rewrites it):\n%s", file, got)
-	}
+	compareGolden(t, filepath.Join("testdata", "derive", name+".golden"), got)
 }
 
 // Arguments naming kernel interfaces or system paths do not hand them to

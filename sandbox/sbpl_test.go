@@ -130,6 +130,8 @@ func TestSeatbeltGolden(t *testing.T) {
 	}
 }
 
+// compareGolden compares got with the golden file, or rewrites it with
+// -update (the derive and seatbelt golden tests).
 func compareGolden(t *testing.T, file, got string) {
 	t.Helper()
 	if *update {
@@ -143,10 +145,10 @@ func compareGolden(t *testing.T, file, got string) {
 	}
 	want, err := os.ReadFile(file)
 	if err != nil {
-		t.Fatalf("%v (go test -run SeatbeltGolden -update creates it)", err)
+		t.Fatalf("%v (go test -run Golden -update creates it)", err)
 	}
 	if got != string(want) {
-		t.Errorf("%s differs from the golden file (go test -run SeatbeltGolden -update rewrites it):\n%s", file, got)
+		t.Errorf("%s differs from the golden file (go test -run Golden -update rewrites it):\n%s", file, got)
 	}
 }
 
