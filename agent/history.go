@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/metnos/agent/audit"
+	"github.com/metnos/agent/internal/fspath"
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/undo"
 	"github.com/metnos/agent/wire"
@@ -134,7 +135,7 @@ func (a *Agent) checkBlobs(inv wire.Invocation) error {
 	history := a.History()
 	var err error
 	wire.WalkStrings(inv.Args, func(s string) {
-		if err != nil || !filepath.IsAbs(s) || !within(filepath.Clean(s), history) {
+		if err != nil || !filepath.IsAbs(s) || !fspath.Within(filepath.Clean(s), history) {
 			// Not a blob of the history folder (CheckBlob refuses a
 			// path that only looks inside it, with "..").
 			return

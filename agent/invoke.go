@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/metnos/agent/internal/fspath"
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/wire"
 )
@@ -345,10 +346,10 @@ func (a *Agent) Request(inv wire.Invocation, ex Executor, shimDir string, limit 
 		return sandbox.Request{}, fmt.Errorf("executor %s: %w", ex.Name, err)
 	}
 	if !sandbox.Visible(pol, a.python.Path) {
-		if a.python.Prefix == "/" || within(a.host.Home, a.python.Prefix) {
+		if a.python.Prefix == "/" || fspath.Within(a.host.Home, a.python.Prefix) {
 			return sandbox.Request{}, fmt.Errorf("python %s: its installation would be %s, which the sandbox would have to show whole; set METNOS_PYTHON to an interpreter installed in a folder of its own", a.python.Path, a.python.Prefix)
 		}
-		in.Extra = append(in.Extra, sandbox.Grant{Path: a.python.Prefix, Access: sandbox.Read, Own: within(a.python.Prefix, a.cfg.CacheDir), Why: "python " + a.python.Source})
+		in.Extra = append(in.Extra, sandbox.Grant{Path: a.python.Prefix, Access: sandbox.Read, Own: fspath.Within(a.python.Prefix, a.cfg.CacheDir), Why: "python " + a.python.Source})
 		if pol, err = sandbox.Derive(in); err != nil {
 			return sandbox.Request{}, fmt.Errorf("executor %s: %w", ex.Name, err)
 		}
@@ -366,11 +367,6 @@ func (a *Agent) Request(inv wire.Invocation, ex Executor, shimDir string, limit 
 		Limits:     sandbox.Limits{Timeout: limit, MemoryBytes: a.cfg.MemoryBytes},
 		MinSandbox: a.cfg.MinSandbox,
 	}, nil
-}
-
-func within(p, dir string) bool {
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // env is the executor's environment (§6.4): a few inherited variables,

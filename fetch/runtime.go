@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/metnos/agent/internal/atomicfile"
+	"github.com/metnos/agent/internal/fspath"
 	"github.com/metnos/agent/platform"
 	"github.com/metnos/agent/wire"
 )
@@ -107,7 +108,7 @@ func Install(ctx context.Context, cacheDir string, src Source, o Options) (Runti
 	ents, _ := os.ReadDir(filepath.Join(dir, "versions"))
 	for _, e := range ents {
 		p := filepath.Join(dir, "versions", e.Name())
-		if p == final || (previous.Dir != "" && within(previous.Dir, p)) {
+		if p == final || (previous.Dir != "" && fspath.Within(previous.Dir, p)) {
 			continue
 		}
 		os.RemoveAll(p)
@@ -180,11 +181,6 @@ func syncDir(dir string) {
 		d.Sync()
 		d.Close()
 	}
-}
-
-func within(p, dir string) bool {
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // interpreterIn finds the interpreter of a python-build-standalone tree.

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/metnos/agent/internal/fspath"
 )
 
 // Runner runs a supervisor's command line tool (systemctl, loginctl,
@@ -522,14 +524,8 @@ func purgeable(d string) error {
 	if !strings.EqualFold(filepath.Base(clean), "metnos") {
 		return fmt.Errorf("platform: not purging %s: it is not a folder named metnos, so it may hold more than the agent's files (remove what you want of it by hand)", d)
 	}
-	if home, err := os.UserHomeDir(); err == nil && within(filepath.Clean(home), clean) {
+	if home, err := os.UserHomeDir(); err == nil && fspath.Within(filepath.Clean(home), clean) {
 		return fmt.Errorf("platform: not purging %s: it holds your home folder", d)
 	}
 	return nil
-}
-
-// within reports whether p is dir or lies below it.
-func within(p, dir string) bool {
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }

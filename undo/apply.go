@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/metnos/agent/internal/fspath"
 )
 
 // Report is what a local undo did.
@@ -318,7 +320,7 @@ func (c *confinement) check(it Item) error {
 func CheckBlob(history, p, want string) error { return checkBlob(history, p, want, resolve) }
 
 func checkBlob(history, p, want string, resolve func(string) string) error {
-	if history == "" || !clean(p) || !inside(filepath.Join(resolve(filepath.Dir(p)), filepath.Base(p)), resolve(history)) {
+	if history == "" || !clean(p) || !fspath.Inside(filepath.Join(resolve(filepath.Dir(p)), filepath.Base(p)), resolve(history)) {
 		return fmt.Errorf("the backup %s is not in this agent's history folder: not used", p)
 	}
 	return VerifyBlob(p, want)
@@ -360,7 +362,7 @@ func (c *confinement) locate(p string) (root, relDir string, fileGrant bool, err
 	for _, r := range c.roots {
 		rr := c.resolve(r)
 		for _, dir := range []string{parent, c.resolve(parent)} {
-			if dir == rr || inside(dir, rr) {
+			if dir == rr || fspath.Inside(dir, rr) {
 				rel, _ := filepath.Rel(rr, dir)
 				return rr, rel, false, nil
 			}
@@ -393,7 +395,7 @@ func withinFold(p, dir string) bool {
 	if runtime.GOOS == "darwin" || runtime.GOOS == "windows" {
 		p, dir = strings.ToLower(p), strings.ToLower(dir)
 	}
-	return within(p, dir)
+	return fspath.Within(p, dir)
 }
 
 // open opens p's folder through an os.Root of its grant (making the
@@ -436,7 +438,7 @@ func (c *confinement) open(p string, create bool) (place, error) {
 	switch {
 	case fileGrant && full != filepath.Join(rr, filepath.Base(p)):
 		return place{}, fmt.Errorf("%s is not where the grant is: not touched", p)
-	case !fileGrant && !inside(full, rr):
+	case !fileGrant && !fspath.Inside(full, rr):
 		return place{}, fmt.Errorf("%s is really %s, outside the folders the change was allowed to write: not touched", p, full)
 	}
 	if fileGrant {
@@ -446,9 +448,6 @@ func (c *confinement) open(p string, create bool) (place, error) {
 	}
 	return pl, c.unmasked(full)
 }
-
-// within reports whether p is dir or lies below it.
-func within(p, dir string) bool { return p == dir || inside(p, dir) }
 
 // resolve resolves the symbolic links of p's deepest existing folder
 // and keeps the rest as named.
@@ -466,12 +465,6 @@ func resolve(p string) string {
 		rest = filepath.Join(filepath.Base(p), rest)
 		p = parent
 	}
-}
-
-// inside reports whether p lies strictly below dir.
-func inside(p, dir string) bool {
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // VerifyBlob checks that the backup blob at p (a regular file, not a

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/metnos/agent/internal/fspath"
 )
 
 // DefaultQuotaPercent is the share of the space free to blobs (free
@@ -190,7 +192,7 @@ func (j *Journal) turns(root *os.Root, history string) ([]turnDir, error) {
 // usesTurn reports whether the entry kept blobs in the turn folder dir.
 func (e *Entry) usesTurn(dir string) bool {
 	for _, r := range e.Rows {
-		if r.BlobPath != "" && inside(filepath.Clean(r.BlobPath), dir) {
+		if r.BlobPath != "" && fspath.Inside(filepath.Clean(r.BlobPath), dir) {
 			return true
 		}
 	}
