@@ -5,17 +5,17 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/windows"
+
+	"github.com/metnos/agent/internal/fspath"
 )
 
 // scratchPrefix starts the name of every run's scratch folder:
@@ -48,37 +48,11 @@ func removeTree(dir string) error {
 		if err = os.RemoveAll(dir); err == nil {
 			return nil
 		}
-		if err = removeBottomUp(dir); err == nil {
+		if err = fspath.RemoveBottomUp(dir); err == nil {
 			return nil
 		}
 	}
 	return fmt.Errorf("sandbox: removing %s: %w", dir, err)
-}
-
-// removeBottomUp removes dir's entries deepest first with os.Remove,
-// clearing a read-only attribute where one is in the way. Links and
-// junctions are removed, never followed.
-func removeBottomUp(dir string) error {
-	var paths []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		paths = append(paths, p)
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for _, p := range slices.Backward(paths) {
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			_ = os.Chmod(p, 0o600)
-			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 var staleScratchOnce sync.Once

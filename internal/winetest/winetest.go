@@ -7,11 +7,10 @@
 package winetest
 
 import (
-	"io/fs"
 	"os"
-	"path/filepath"
-	"slices"
 	"testing"
+
+	"github.com/metnos/agent/internal/fspath"
 )
 
 // TempDir returns a new temporary directory removed when t ends. Under
@@ -35,27 +34,6 @@ func TempDir(t testing.TB) string {
 	return dir
 }
 
-// RemoveTree removes dir and everything beneath it with os.Remove,
-// deepest entries first, without following links.
-func RemoveTree(dir string) error {
-	var paths []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		paths = append(paths, p)
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for _, p := range slices.Backward(paths) {
-		if err := os.Remove(p); err != nil {
-			_ = os.Chmod(p, 0o600)
-			if err := os.Remove(p); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
+// RemoveTree removes dir and everything beneath it, as Wine allows
+// (see fspath.RemoveBottomUp).
+func RemoveTree(dir string) error { return fspath.RemoveBottomUp(dir) }
