@@ -138,7 +138,7 @@ func (a *Agent) execute(ctx context.Context, inv wire.Invocation) (Result, bool)
 	defer dog.Stop()
 	// A started run is not cut short when the agent is asked to stop: it
 	// ends by itself or at its deadline, and its result is spooled.
-	return a.run(context.WithoutCancel(ctx), inv, ex, limit), true
+	return a.run(context.WithoutCancel(ctx), inv, ex, req, shimDir, limit), true
 }
 
 // canWrite reports whether a manifest declares fs:write.
@@ -232,16 +232,18 @@ var noModule = regexp.MustCompile(`No module named '([A-Za-z0-9_.]+)'`)
 
 // run runs the executor in the sandbox and maps its output; once, a
 // missing shim module makes it fetch the shim again and retry (§6.4).
-func (a *Agent) run(ctx context.Context, inv wire.Invocation, ex Executor, limit time.Duration) Result {
+// req and shimDir are what execute built (and journaled the grants of);
+// the request is built again only for the retry, with the shim the
+// self-heal fetched (once: it used to be fetched a second time here).
+func (a *Agent) run(ctx context.Context, inv wire.Invocation, ex Executor, req sandbox.Request, shimDir string, limit time.Duration) Result {
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
-		shimDir, err := a.ensureShim(ctx, attempt > 0)
-		if err != nil {
-			return DeviceError(err)
-		}
-		req, err := a.Request(inv, ex, shimDir, limit-time.Since(start))
-		if err != nil {
-			return DeviceError(err)
+		if attempt > 0 {
+			// The self-heal below has fetched the shim into shimDir.
+			var err error
+			if req, err = a.Request(inv, ex, shimDir, limit-time.Since(start)); err != nil {
+				return DeviceError(err)
+			}
 		}
 		out, err := sandbox.Run(ctx, req)
 		if errors.Is(err, sandbox.ErrRefused) {
@@ -269,6 +271,7 @@ func (a *Agent) run(ctx context.Context, inv wire.Invocation, ex Executor, limit
 					cancel()
 					if err == nil && shimHas(dir, m[1]) && limit-time.Since(start) > time.Second {
 						a.log.Warn("retrying once with the fetched shim", "executor", ex.Name)
+						shimDir = dir
 						continue
 					}
 				}
