@@ -366,9 +366,12 @@ func (a *Agent) expireBlobs(retention time.Duration) {
 // directory is dataDir lives.
 func JournalDir(dataDir string) string { return filepath.Join(dataDir, "history") }
 
-// History is the backup blob folder executors write:
-// <user data>/_history.
-func (a *Agent) History() string { return filepath.Join(a.UserData(), "_history") }
+// HistoryDir is the backup blob folder executors write, for the agent
+// whose data directory is dataDir: <data_dir>/shimdata/_history.
+func HistoryDir(dataDir string) string { return filepath.Join(dataDir, "shimdata", "_history") }
+
+// History is this agent's [HistoryDir].
+func (a *Agent) History() string { return HistoryDir(a.cfg.DataDir) }
 
 // UserData is the executors' METNOS_USER_DATA: <data_dir>/shimdata.
 func (a *Agent) UserData() string { return filepath.Join(a.cfg.DataDir, "shimdata") }

@@ -2,9 +2,10 @@ package agent
 
 import (
 	"encoding/json"
+	"errors"
 	"path/filepath"
 	"regexp"
-	"strings"
+	"slices"
 
 	"github.com/metnos/agent/audit"
 	"github.com/metnos/agent/internal/fspath"
@@ -50,25 +51,19 @@ func (a *Agent) beginJournal(inv wire.Invocation, ex Executor, req sandbox.Reque
 // earlier changes it put back, and enforces the blob quota when it kept
 // blobs. A failure is logged: the result is already spooled.
 func (a *Agent) finishJournal(inv wire.Invocation, r Result) {
-	e, ok := a.journal.Entry(inv.ID)
-	if !ok || e.Finished {
-		return
+	f, err := a.journal.Finish(inv.ID, undo.Outcome{OK: r.OK, ErrorClass: r.ErrorClass, Payload: r.Payload, Args: inv.Args})
+	if errors.Is(err, undo.ErrNotOpen) {
+		return // not journaled
 	}
-	undid, err := a.journal.Finish(inv.ID, undo.Outcome{OK: r.OK, ErrorClass: r.ErrorClass, Payload: r.Payload, Args: inv.Args})
 	if err != nil {
 		a.log.Error("could not record the change in the history journal", "invocation", inv.ID, "err", err)
 		return
 	}
-	for _, id := range undid {
+	for _, id := range f.Undid {
 		a.log.Info("this invocation put back changes of an earlier one", "invocation", inv.ID, "undid", id)
 	}
-	if e, _ := a.journal.Entry(inv.ID); e.Finished {
-		for _, row := range e.Rows {
-			if row.BlobPath != "" {
-				a.expireBlobs(days("METNOS_HISTORY_RETENTION_DAYS", 30))
-				break
-			}
-		}
+	if f.KeptBlobs {
+		a.expireBlobs(days("METNOS_HISTORY_RETENTION_DAYS", 30))
 	}
 }
 
@@ -109,7 +104,7 @@ func (a *Agent) recoverJournal(unknown []string) error {
 			Payload    any    `json:"payload"`
 		}
 		body, ok := a.spool.Body(id)
-		if ok && !strings.Contains(strings.Join(unknown, " "), id) && json.Unmarshal(body, &r) == nil {
+		if ok && !slices.Contains(unknown, id) && json.Unmarshal(body, &r) == nil {
 			a.log.Warn("the agent stopped before recording a change in the history journal; recorded now from the spooled result", "invocation", id)
 			if _, err := a.journal.Finish(id, undo.Outcome{OK: r.OK, ErrorClass: r.ErrorClass, Payload: r.Payload}); err != nil {
 				return err

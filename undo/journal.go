@@ -316,28 +316,49 @@ type Outcome struct {
 	Args any
 }
 
+// ErrNotOpen is returned by [Journal.Finish] for an invocation that was
+// not begun, or is already finished: not journaled.
+var ErrNotOpen = errors.New("history journal: no open entry for this invocation")
+
+// Finished is what [Journal.Finish] recorded.
+type Finished struct {
+	// Undid lists the earlier entries whose changes this run put back.
+	Undid []string
+	// KeptBlobs says whether the run kept backup blobs.
+	KeptBlobs bool
+}
+
 // Finish records the outcome of a begun invocation, with the size and
 // modification time of every file where the run left it, then looks
 // whether the run put back changes of earlier entries (a reverse
 // invocation from the server, or the same moves made again by hand)
-// and marks those undone. It returns the entries so marked.
-func (j *Journal) Finish(id string, o Outcome) ([]string, error) {
+// and marks those undone. An invocation not begun (not journaled), or
+// finished already, gives [ErrNotOpen].
+func (j *Journal) Finish(id string, o Outcome) (Finished, error) {
+	j.mu.Lock()
+	e := j.byID[id]
+	open := e != nil && !e.Finished
+	j.mu.Unlock()
+	if !open {
+		return Finished{}, fmt.Errorf("%w: %s", ErrNotOpen, id)
+	}
 	rows, dirs := rowsOf(o.Payload)
+	var f Finished
 	for i := range rows {
 		if p := rows[i].now(); p != "" {
 			rows[i].Now = statOf(p)
 		}
+		f.KeptBlobs = f.KeptBlobs || rows[i].BlobPath != ""
 	}
 	ok := o.OK
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.byID[id] == nil {
-		return nil, fmt.Errorf("history journal: %s was never begun", id)
-	}
 	if err := j.write(record{Kind: kindChange, ID: id, OK: &ok, ErrorClass: o.ErrorClass, Rows: rows, DirsCreated: dirs}); err != nil {
-		return nil, err
+		return f, err
 	}
-	return j.recognise(j.byID[id], o.Args)
+	var err error
+	f.Undid, err = j.recognise(e, o.Args)
+	return f, err
 }
 
 // Interrupt records that a begun invocation was cut short by a crash:

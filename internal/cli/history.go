@@ -249,7 +249,7 @@ or add --offline.`)
 		id = e.InvocationID
 	}
 	e, _ := j.Entry(id)
-	rep, err := j.Undo(id, filepath.Join(data, "shimdata", "_history"), *dry)
+	rep, err := j.Undo(id, agent.HistoryDir(data), *dry)
 	if err != nil {
 		return fail(std, err)
 	}
