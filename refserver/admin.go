@@ -52,19 +52,6 @@ func fromLoopback(r *http.Request) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// adminBody decodes a JSON object request, answering 400 itself.
-func adminBody(w http.ResponseWriter, r *http.Request) (map[string]any, bool) {
-	b, ok := readBody(w, r)
-	if !ok {
-		return nil, false
-	}
-	m, ok := decodeObject(b)
-	if !ok {
-		writeError(w, http.StatusBadRequest, ErrInvalidJSON, "body must be a JSON object")
-	}
-	return m, ok
-}
-
 func intField(m map[string]any, k string) (int64, error) {
 	switch v := m[k].(type) {
 	case nil:
@@ -80,7 +67,7 @@ func intField(m map[string]any, k string) (int64, error) {
 }
 
 func (s *Server) adminToken(w http.ResponseWriter, r *http.Request) {
-	m, ok := adminBody(w, r)
+	_, m, ok := readObject(w, r)
 	if !ok {
 		return
 	}
@@ -103,7 +90,7 @@ func (s *Server) adminToken(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) adminEnqueue(w http.ResponseWriter, r *http.Request) {
-	m, ok := adminBody(w, r)
+	_, m, ok := readObject(w, r)
 	if !ok {
 		return
 	}
@@ -161,7 +148,7 @@ func (s *Server) adminInvocation(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) adminUndo(w http.ResponseWriter, r *http.Request) {
-	m, ok := adminBody(w, r)
+	_, m, ok := readObject(w, r)
 	if !ok {
 		return
 	}
@@ -176,7 +163,7 @@ func (s *Server) adminUndo(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) adminRevoke(w http.ResponseWriter, r *http.Request) {
-	m, ok := adminBody(w, r)
+	_, m, ok := readObject(w, r)
 	if !ok {
 		return
 	}
