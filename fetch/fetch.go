@@ -42,6 +42,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/metnos/agent/internal/atomicfile"
 	"github.com/metnos/agent/platform"
 	"hash"
 	"io"
@@ -360,10 +361,7 @@ func (d *download) finish() error {
 		return fmt.Errorf("fetch %s: %w", d.url, err)
 	}
 	os.Remove(d.statePath())
-	if dir, err := os.Open(filepath.Dir(d.dst)); err == nil {
-		dir.Sync()
-		dir.Close()
-	}
+	atomicfile.SyncDir(filepath.Dir(d.dst))
 	d.o.Logger.Info("downloaded and verified", "url", d.url, "file", d.dst, "bytes", d.st.Committed)
 	return nil
 }

@@ -144,7 +144,7 @@ func unpacked(ctx context.Context, archive, final, pin string) (Runtime, error) 
 			os.RemoveAll(staging)
 			return Runtime{}, fmt.Errorf("runtime: %w", err)
 		}
-		syncDir(filepath.Dir(final))
+		atomicfile.SyncDir(filepath.Dir(final))
 	}
 	rt := Runtime{Dir: filepath.Join(final, "python"), SHA256: pin}
 	var err error
@@ -174,13 +174,6 @@ func syncTree(root string) error {
 		defer f.Close()
 		return f.Sync()
 	})
-}
-
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
 }
 
 // interpreterIn finds the interpreter of a python-build-standalone tree.
@@ -286,7 +279,7 @@ func switchTo(dir string, rt Runtime) (Runtime, error) {
 	if err := os.Rename(tmp, link); err != nil {
 		return rt, fmt.Errorf("runtime: %w", err)
 	}
-	syncDir(dir)
+	atomicfile.SyncDir(dir)
 	return rt, nil
 }
 

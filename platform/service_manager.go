@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/metnos/agent/internal/atomicfile"
 	"github.com/metnos/agent/internal/fspath"
 )
 
@@ -136,13 +137,8 @@ func (s *Service) write(path string, b []byte, mode fs.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("platform: creating the folder of %s: %w", path, err)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, mode); err != nil {
-		return fmt.Errorf("platform: writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("platform: writing %s: %w", path, err)
+	if err := atomicfile.WriteFile(path, b, mode); err != nil {
+		return fmt.Errorf("platform: %w", err)
 	}
 	s.say("wrote %s", path)
 	return nil

@@ -35,9 +35,16 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 		os.Remove(tmp)
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
+	SyncDir(filepath.Dir(path))
+	return nil
+}
+
+// SyncDir fsyncs the directory dir, so that a file created or renamed
+// in it survives a crash; where that cannot be done (Windows) it does
+// nothing.
+func SyncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
 		d.Sync()
 		d.Close()
 	}
-	return nil
 }

@@ -42,6 +42,7 @@ import (
 
 	"github.com/zeebo/blake3"
 
+	"github.com/metnos/agent/internal/atomicfile"
 	"github.com/metnos/agent/platform"
 )
 
@@ -198,7 +199,7 @@ func (l *Log) Append(file string, rec any) (int64, error) {
 		return 0, fmt.Errorf("log %s: appending to %s: %w", l.dir, file, err)
 	}
 	if errors.Is(statErr, os.ErrNotExist) {
-		syncDir(l.dir)
+		atomicfile.SyncDir(l.dir)
 	}
 	if file != l.file {
 		l.file, l.size = file, 0
@@ -358,11 +359,4 @@ func seqOf(line []byte) (int64, error) {
 		return 0, fmt.Errorf("not a line of a chained log (%.60q)", line)
 	}
 	return *v.Seq, nil
-}
-
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
 }
