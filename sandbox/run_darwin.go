@@ -188,7 +188,7 @@ func run(ctx context.Context, req Request) (Output, error) {
 	out.Stdout, out.StdoutTruncated = stdout.buf, stdout.dropped
 	out.Stderr, out.StderrTruncated = stderr.buf, stderr.dropped
 
-	out.ExitCode, out.Signal = darwinExitStatus(cmd.ProcessState)
+	out.ExitCode, out.Signal = exitStatus(cmd.ProcessState, false)
 	if out.TimedOut {
 		out.ExitCode, out.Signal = -1, "SIGKILL"
 		return out, ctxErr
@@ -243,20 +243,6 @@ func startWithRlimits(cmd *exec.Cmd, lim Limits) error {
 		defer func() { _ = unix.Setrlimit(s.res, &old) }()
 	}
 	return cmd.Start()
-}
-
-func darwinExitStatus(ps *os.ProcessState) (int, string) {
-	if ps == nil {
-		return -1, ""
-	}
-	ws, ok := ps.Sys().(syscall.WaitStatus)
-	if !ok {
-		return ps.ExitCode(), ""
-	}
-	if ws.Signaled() {
-		return -1, unix.SignalName(ws.Signal())
-	}
-	return ws.ExitStatus(), ""
 }
 
 // darwinLookPath finds name on the PATH of env (or the default system

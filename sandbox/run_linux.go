@@ -386,22 +386,6 @@ func killTree(cmd *exec.Cmd, supervised bool, waitc chan error) error {
 	return <-waitc
 }
 
-func exitStatus(ps *os.ProcessState, bwrap bool) (int, string) {
-	if ps == nil {
-		return -1, ""
-	}
-	ws := ps.Sys().(syscall.WaitStatus)
-	if ws.Signaled() {
-		return -1, unix.SignalName(ws.Signal())
-	}
-	code := ws.ExitStatus()
-	// bwrap reports a command killed by signal n as 128+n.
-	if bwrap && code > 128 && code <= 128+31 {
-		return -1, unix.SignalName(syscall.Signal(code - 128))
-	}
-	return code, ""
-}
-
 func readStatus(r *os.File) []shim.Status {
 	var out []shim.Status
 	sc := bufio.NewScanner(r)
