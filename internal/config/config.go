@@ -1,0 +1,348 @@
+// Package config reads the agent's environment once, into a typed
+// [Config], so that no other package of the agent calls os.Getenv.
+//
+// [FromEnv] reads every variable the agent acts on: its own METNOS_*
+// settings, the folders of the user's platform (XDG_*, %LOCALAPPDATA%)
+// and the session facts the sandbox hides from executors
+// (DBUS_SESSION_BUS_ADDRESS, SSH_AUTH_SOCK, XDG_RUNTIME_DIR). Each
+// variable has one parsing rule and one default, written on its field.
+//
+// What it guarantees:
+//
+//   - A value the agent cannot use is an error naming the variable, the
+//     value and what it accepts ([VarError]), all of them at once,
+//     except where falling back is the safe side and refusing to start
+//     could break a working setup: an unknown METNOS_LOG level (info is
+//     used) and an unknown METNOS_SANDBOX value (the sandbox stays on)
+//     are [Config.Warnings] instead.
+//   - Zero means unset where the default is not one value for every
+//     device (the memory limit, the history quota): the package that
+//     applies the setting applies its own default. Elsewhere the field
+//     holds the default when the variable is unset or empty.
+//   - The tailnet auth key is a [Secret], which fmt, encoding/json and
+//     log/slog print as "[redacted]".
+//
+// What it does not: look at the disk (a METNOS_PYTHON or METNOS_BWRAP
+// that does not exist is found out where it is used), compute paths
+// (package layout does, from [Paths]), or read the variables only the
+// tests read (METNOS_REQUIRE_SANDBOX, METNOS_E2E_BIN,
+// METNOS_TAILNET_NETNS, METNOS_BENCH_*), those the Go runtime and the
+// embedded tailnet node read for themselves (GOMEMLIMIT's value, TMPDIR,
+// TS_*), or the variables the agent sets for executors.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the agent's environment, read once.
+type Config struct {
+	// Paths are the variables the agent's folders are computed from.
+	Paths Paths
+
+	// LogLevel is METNOS_LOG: debug, info, warn or error (any case,
+	// optionally with an offset, as log/slog reads a level: "info+2").
+	// Default info.
+	LogLevel slog.Level
+
+	// Python is METNOS_PYTHON: the interpreter executors run with,
+	// whatever else is installed. "" unset.
+	Python string
+	// PythonRuntime is the Python runtime archive to install from the
+	// paired server before the first poll (…tar.gz):
+	// METNOS_PYTHON_RUNTIME, or METNOS_PYTHON_RUNTIME_WIN on Windows
+	// (what the Windows installer sets). "" unset.
+	PythonRuntime string
+
+	// ExecMemoryBytes is METNOS_EXEC_MEM_MB, a whole number of MiB, in
+	// bytes: the memory limit of an executor run. 0 (unset or "0"): the
+	// sandbox's default for the OS.
+	ExecMemoryBytes int64
+	// HistoryQuotaBytes is METNOS_HISTORY_QUOTA_MB, a whole number of
+	// MiB, in bytes: how much the backup blobs may take.
+	// [HistoryQuotaOff] for "off" (no quota); 0 (unset or "0"): the
+	// history's default share of the free space.
+	HistoryQuotaBytes int64
+	// HistoryRetention is METNOS_HISTORY_RETENTION_DAYS, a whole number
+	// of days: how long backup blobs are kept. Default
+	// [DefaultHistoryRetention] (also for "0").
+	HistoryRetention time.Duration
+	// SpoolRetention is METNOS_SPOOL_RETENTION_DAYS, a whole number of
+	// days: how long an undelivered result stays in the spool. Default
+	// [DefaultSpoolRetention] (also for "0").
+	SpoolRetention time.Duration
+
+	// Bwrap is METNOS_BWRAP: the bubblewrap binary to use on Linux,
+	// wherever it is. "" unset: a root-owned bwrap on PATH.
+	Bwrap string
+	// SandboxDisabled says why METNOS_SANDBOX turns every sandbox layer
+	// off ("disabled by METNOS_SANDBOX=off") when it is 0, off, no or
+	// false (any case, spaces ignored); "" when it does not (unset, 1,
+	// on, yes, true, or an unknown value, which is also a warning).
+	SandboxDisabled string
+	// Shim is METNOS_SHIM: the sandbox shim binary on Linux. "" unset:
+	// metnos-shim beside the agent's binary, else the agent's binary.
+	Shim string
+	// TailnetAuthKey is METNOS_TAILNET_AUTHKEY: the auth key of the
+	// embedded tailnet node's first login, when no flag gives one. ""
+	// unset.
+	TailnetAuthKey Secret
+
+	// DBusSessionBus is DBUS_SESSION_BUS_ADDRESS, whose sockets the
+	// sandbox hides. "" unset.
+	DBusSessionBus string
+	// SSHAuthSock is SSH_AUTH_SOCK, the ssh-agent's socket, which the
+	// sandbox hides. "" unset.
+	SSHAuthSock string
+	// Path is PATH as it is: where the agent looks for bwrap and Python,
+	// and the start of an executor's PATH. "" unset (each user of it has
+	// its fallback: /usr/bin:/bin for executors, /usr/local/bin:/usr/bin:/bin
+	// for exec).
+	Path string
+	// Lang is LANG, passed to executors and exec commands. Default
+	// [DefaultLang].
+	Lang string
+	// Term and TZ are TERM and TZ, passed to exec commands when set.
+	Term, TZ string
+	// GoMemLimit is GOMEMLIMIT as it is; the Go runtime reads it. While
+	// it is unset the agent sets a soft memory limit of its own when it
+	// joins a tailnet.
+	GoMemLimit string
+	// User is the user's name when the user database gives none: USER,
+	// or USERDOMAIN\USERNAME on Windows. "" unset.
+	User string
+
+	// Warnings are the values FromEnv did not understand and replaced
+	// by their default, for the caller to log.
+	Warnings []string
+}
+
+// Paths are the variables the agent's folders are computed from. Pass
+// [Paths.Getenv] to layout.For.
+type Paths struct {
+	// DataDir and CacheDir are METNOS_DATA_DIR and METNOS_CACHE_DIR, as
+	// they are: they move the agent's data and cache folders.
+	DataDir, CacheDir string
+	// XDGDataHome, XDGCacheHome, XDGConfigHome and XDGRuntimeDir are the
+	// XDG base directories, as they are (layout ignores one that is not
+	// absolute).
+	XDGDataHome, XDGCacheHome, XDGConfigHome, XDGRuntimeDir string
+	// LocalAppData and AppData are %LOCALAPPDATA% and %APPDATA% (Windows).
+	LocalAppData, AppData string
+	// Home is HOME, or USERPROFILE on Windows, as it is.
+	Home string
+}
+
+// pathVars maps each variable of Paths to its field.
+var pathVars = map[string]func(*Paths) *string{
+	"METNOS_DATA_DIR":  func(p *Paths) *string { return &p.DataDir },
+	"METNOS_CACHE_DIR": func(p *Paths) *string { return &p.CacheDir },
+	"XDG_DATA_HOME":    func(p *Paths) *string { return &p.XDGDataHome },
+	"XDG_CACHE_HOME":   func(p *Paths) *string { return &p.XDGCacheHome },
+	"XDG_CONFIG_HOME":  func(p *Paths) *string { return &p.XDGConfigHome },
+	"XDG_RUNTIME_DIR":  func(p *Paths) *string { return &p.XDGRuntimeDir },
+	"LOCALAPPDATA":     func(p *Paths) *string { return &p.LocalAppData },
+	"APPDATA":          func(p *Paths) *string { return &p.AppData },
+}
+
+// Getenv returns the value of the variable name as FromEnv read it: one
+// of the variables of Paths, else "".
+func (p Paths) Getenv(name string) string {
+	if f, ok := pathVars[name]; ok {
+		return *f(&p)
+	}
+	return ""
+}
+
+// Defaults of the variables whose default is one value everywhere.
+const (
+	DefaultHistoryRetention = 30 * 24 * time.Hour
+	DefaultSpoolRetention   = 14 * 24 * time.Hour
+	DefaultLang             = "C.UTF-8"
+)
+
+// HistoryQuotaOff is the HistoryQuotaBytes of METNOS_HISTORY_QUOTA_MB=off:
+// no quota.
+const HistoryQuotaOff = -1
+
+// maxMiB is the largest number of MiB whose bytes fit in an int64;
+// maxDays the largest number of days that fits in a time.Duration.
+const (
+	maxMiB  = math.MaxInt64 >> 20
+	maxDays = int64(math.MaxInt64 / (24 * time.Hour))
+)
+
+// A VarError is an environment variable whose value the agent cannot
+// use.
+type VarError struct {
+	// Name is the variable, Value its value.
+	Name, Value string
+	// Accepts says what the variable accepts.
+	Accepts string
+}
+
+func (e *VarError) Error() string {
+	return fmt.Sprintf("config: %s=%q is not valid: it takes %s", e.Name, e.Value, e.Accepts)
+}
+
+// FromEnv reads the agent's configuration on goos from the environment
+// getenv (os.Getenv, or a test's). The error joins a [*VarError] for
+// every variable that is not valid.
+func FromEnv(goos string, getenv func(string) string) (Config, error) {
+	r := reader{getenv: getenv}
+	c := Config{
+		Python:         getenv("METNOS_PYTHON"),
+		Bwrap:          getenv("METNOS_BWRAP"),
+		Shim:           getenv("METNOS_SHIM"),
+		TailnetAuthKey: Secret(getenv("METNOS_TAILNET_AUTHKEY")),
+		DBusSessionBus: getenv("DBUS_SESSION_BUS_ADDRESS"),
+		SSHAuthSock:    getenv("SSH_AUTH_SOCK"),
+		Path:           getenv("PATH"),
+		Lang:           getenv("LANG"),
+		Term:           getenv("TERM"),
+		TZ:             getenv("TZ"),
+		GoMemLimit:     getenv("GOMEMLIMIT"),
+	}
+	for name, f := range pathVars {
+		*f(&c.Paths) = getenv(name)
+	}
+	c.Paths.Home = getenv("HOME")
+	c.User = getenv("USER")
+	runtimeVar, otherVar := "METNOS_PYTHON_RUNTIME", "METNOS_PYTHON_RUNTIME_WIN"
+	if goos == "windows" {
+		c.Paths.Home = getenv("USERPROFILE")
+		c.User = ""
+		if n := getenv("USERNAME"); n != "" {
+			c.User = n
+			if d := getenv("USERDOMAIN"); d != "" {
+				c.User = d + `\` + n
+			}
+		}
+		runtimeVar, otherVar = otherVar, runtimeVar
+	}
+	c.PythonRuntime = getenv(runtimeVar)
+	if v := getenv(otherVar); v != "" && c.PythonRuntime == "" {
+		r.warn("%s is not read on %s: set %s", otherVar, goos, runtimeVar)
+	}
+	if c.Lang == "" {
+		c.Lang = DefaultLang
+	}
+
+	if v := strings.TrimSpace(getenv("METNOS_LOG")); v != "" {
+		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
+			c.LogLevel = slog.LevelInfo
+			r.warn("METNOS_LOG=%q is not a level (debug, info, warn or error): info is used", v)
+		}
+	}
+	c.SandboxDisabled = r.sandbox("METNOS_SANDBOX")
+	c.ExecMemoryBytes = r.mib("METNOS_EXEC_MEM_MB", false)
+	c.HistoryQuotaBytes = r.mib("METNOS_HISTORY_QUOTA_MB", true)
+	c.HistoryRetention = r.days("METNOS_HISTORY_RETENTION_DAYS", DefaultHistoryRetention)
+	c.SpoolRetention = r.days("METNOS_SPOOL_RETENTION_DAYS", DefaultSpoolRetention)
+	c.Warnings = r.warnings
+	if len(r.errs) > 0 {
+		return Config{}, errors.Join(r.errs...)
+	}
+	return c, nil
+}
+
+// reader gathers the errors and warnings of one FromEnv.
+type reader struct {
+	getenv   func(string) string
+	errs     []error
+	warnings []string
+}
+
+func (r *reader) warn(format string, args ...any) {
+	r.warnings = append(r.warnings, fmt.Sprintf(format, args...))
+}
+
+func (r *reader) fail(name, value, accepts string) {
+	r.errs = append(r.errs, &VarError{Name: name, Value: value, Accepts: accepts})
+}
+
+// whole reads a whole number from 0 to max, spaces around it ignored;
+// ok is false when v is not one.
+func whole(v string, max int64) (n int64, ok bool) {
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	return n, err == nil && n >= 0 && n <= max
+}
+
+// mib reads a number of MiB and returns it in bytes, 0 when unset; with
+// off, "off" (any case) is [HistoryQuotaOff].
+func (r *reader) mib(name string, off bool) int64 {
+	v := r.getenv(name)
+	if strings.TrimSpace(v) == "" {
+		return 0
+	}
+	if off && strings.EqualFold(strings.TrimSpace(v), "off") {
+		return HistoryQuotaOff
+	}
+	n, ok := whole(v, maxMiB)
+	if !ok {
+		accepts := fmt.Sprintf("a whole number of MiB from 1 to %d (0 or unset: the default)", int64(maxMiB))
+		if off {
+			accepts += `, or "off" for none`
+		}
+		r.fail(name, v, accepts)
+		return 0
+	}
+	return n << 20
+}
+
+// days reads a number of days, def when it is unset or 0.
+func (r *reader) days(name string, def time.Duration) time.Duration {
+	v := r.getenv(name)
+	if strings.TrimSpace(v) == "" {
+		return def
+	}
+	n, ok := whole(v, maxDays)
+	if !ok {
+		r.fail(name, v, fmt.Sprintf("a whole number of days from 1 to %d (0 or unset: %d)", maxDays, def/(24*time.Hour)))
+		return def
+	}
+	if n == 0 {
+		return def
+	}
+	return time.Duration(n) * 24 * time.Hour
+}
+
+// sandbox reads the sandbox switch: the reason it is off, or "".
+func (r *reader) sandbox(name string) string {
+	v := r.getenv(name)
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "0", "off", "no", "false":
+		return "disabled by " + name + "=" + v
+	case "", "1", "on", "yes", "true":
+		return ""
+	}
+	r.warn("%s=%q is not 0, off, no, false (sandbox off) or 1, on, yes, true: the sandbox stays on", name, v)
+	return ""
+}
+
+// Secret is a value that must not be written anywhere: fmt, encoding/json
+// and log/slog show "[redacted]" for it (and "" when it is empty);
+// string(s) is the value.
+type Secret string
+
+const redacted = "[redacted]"
+
+// String returns "[redacted]", or "" for the empty Secret.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return redacted
+}
+
+// GoString is String, for %#v.
+func (s Secret) GoString() string { return strconv.Quote(s.String()) }
+
+// MarshalText is String, for encoding/json and log/slog.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
