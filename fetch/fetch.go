@@ -43,7 +43,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/metnos/agent/internal/atomicfile"
-	"github.com/metnos/agent/platform"
+	"github.com/metnos/agent/internal/lockfile"
 	"hash"
 	"io"
 	"log/slog"
@@ -181,7 +181,7 @@ func File(ctx context.Context, url, dst string, pin Pin, o Options) error {
 	// One download of a file at a time: another would cut dst.part from
 	// under this one. (The lock file stays: removing it would let two
 	// later downloads each lock a different file.)
-	lock, err := platform.Lock(dst + ".part.lock")
+	lock, err := lockfile.Lock(dst + ".part.lock")
 	if err != nil {
 		return fmt.Errorf("fetch %s: another download to %s is running: %w", url, dst, err)
 	}

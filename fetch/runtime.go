@@ -20,7 +20,7 @@ import (
 
 	"github.com/metnos/agent/internal/atomicfile"
 	"github.com/metnos/agent/internal/fspath"
-	"github.com/metnos/agent/platform"
+	"github.com/metnos/agent/internal/lockfile"
 	"github.com/metnos/agent/wire"
 )
 
@@ -69,7 +69,7 @@ func Install(ctx context.Context, cacheDir string, src Source, o Options) (Runti
 	if err := os.MkdirAll(filepath.Join(dir, "versions"), 0o755); err != nil {
 		return Runtime{}, fmt.Errorf("runtime: %w", err)
 	}
-	lock, err := platform.Lock(filepath.Join(dir, ".lock"))
+	lock, err := lockfile.Lock(filepath.Join(dir, ".lock"))
 	if err != nil {
 		return Runtime{}, fmt.Errorf("runtime: another install is running: %w", err)
 	}

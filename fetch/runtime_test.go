@@ -10,8 +10,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"github.com/metnos/agent/internal/lockfile"
 	"github.com/metnos/agent/internal/pbstest"
-	"github.com/metnos/agent/platform"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -164,7 +164,7 @@ func TestInstallSwitchAndLock(t *testing.T) {
 	if err != nil || r1.Version != "3.99.1" {
 		t.Fatalf("first: %+v %v", r1, err)
 	}
-	lock, err := platform.Lock(filepath.Join(RuntimeDir(cache), ".lock"))
+	lock, err := lockfile.Lock(filepath.Join(RuntimeDir(cache), ".lock"))
 	if err != nil {
 		t.Fatal(err)
 	}

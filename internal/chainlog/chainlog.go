@@ -43,7 +43,7 @@ import (
 	"github.com/zeebo/blake3"
 
 	"github.com/metnos/agent/internal/atomicfile"
-	"github.com/metnos/agent/platform"
+	"github.com/metnos/agent/internal/lockfile"
 )
 
 // Ext is the extension of a log's files.
@@ -99,7 +99,7 @@ func Open(dir string, opt Options) (*Log, error) {
 		return nil, fmt.Errorf("opening the log %s: %w", dir, err)
 	}
 	l := &Log{dir: dir, opt: opt, prev: zero}
-	lk, err := platform.LockWait(filepath.Join(dir, lockName))
+	lk, err := lockfile.LockWait(filepath.Join(dir, lockName))
 	if err != nil {
 		return nil, fmt.Errorf("opening the log %s: %w", dir, err)
 	}
@@ -155,7 +155,7 @@ func (l *Log) Append(file string, rec any) (int64, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	lk, err := platform.LockWait(filepath.Join(l.dir, lockName))
+	lk, err := lockfile.LockWait(filepath.Join(l.dir, lockName))
 	if err != nil {
 		return 0, fmt.Errorf("log %s: %w", l.dir, err)
 	}

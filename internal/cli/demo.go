@@ -23,7 +23,6 @@ import (
 	"github.com/metnos/agent/audit"
 	"github.com/metnos/agent/examples"
 	"github.com/metnos/agent/pairing"
-	"github.com/metnos/agent/platform"
 	"github.com/metnos/agent/refserver"
 	"github.com/metnos/agent/undo"
 )
@@ -111,7 +110,7 @@ func (d *demo) run(ctx context.Context, keep, verbose bool, stderr io.Writer) (e
 	d.say("  ✓ paired            device %s… %q, server key pinned", reg.DeviceID[:12], reg.Name)
 
 	// The agent, in this process.
-	logf, err := platform.OpenLog(filepath.Join(data, "client.log"))
+	logf, err := openLog(filepath.Join(data, "client.log"))
 	if err != nil {
 		return err
 	}
@@ -121,7 +120,7 @@ func (d *demo) run(ctx context.Context, keep, verbose bool, stderr io.Writer) (e
 		errw = stderr
 	}
 	a, err := agent.New(agent.Config{DataDir: data, CacheDir: cache, Version: version(),
-		Logger: platform.Logger(logf, errw, slog.LevelInfo)})
+		Logger: newLogger(logf, errw, slog.LevelInfo)})
 	if err != nil {
 		return err
 	}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/metnos/agent/agent"
 	"github.com/metnos/agent/internal/chainlog"
+	"github.com/metnos/agent/internal/lockfile"
 	"github.com/metnos/agent/pairing"
-	"github.com/metnos/agent/platform"
 	"github.com/metnos/agent/undo"
 )
 
@@ -227,9 +227,9 @@ or add --offline.`)
 	}
 	dir := agent.JournalDir(data)
 	if !*dry {
-		lk, err := platform.Lock(filepath.Join(dir, "undo.lock"))
+		lk, err := lockfile.Lock(filepath.Join(dir, "undo.lock"))
 		if err != nil {
-			if errors.Is(err, platform.ErrLocked) {
+			if errors.Is(err, lockfile.ErrLocked) {
 				return fail(std, fmt.Errorf("another local undo is running: %w", err))
 			}
 			return fail(std, err)

@@ -17,7 +17,7 @@ import (
 	"syscall"
 
 	"github.com/metnos/agent/agent"
-	"github.com/metnos/agent/platform"
+	"github.com/metnos/agent/internal/lockfile"
 	"github.com/metnos/agent/sandbox"
 )
 
@@ -37,8 +37,8 @@ func runRun(std stdio, args []string) int {
 	if err != nil {
 		return fail(std, err)
 	}
-	lock, err := platform.Lock(filepath.Join(data, "client.lock"))
-	if errors.Is(err, platform.ErrLocked) {
+	lock, err := lockfile.Lock(filepath.Join(data, "client.lock"))
+	if errors.Is(err, lockfile.ErrLocked) {
 		fmt.Fprintf(std.err, "metnos-agent: another agent is already running for this user: %v\n", err)
 		return exitLocked
 	}
@@ -46,7 +46,7 @@ func runRun(std stdio, args []string) int {
 		return fail(std, err)
 	}
 	defer lock.Release()
-	logf, err := platform.OpenLog(filepath.Join(data, "client.log"))
+	logf, err := openLog(filepath.Join(data, "client.log"))
 	if err != nil {
 		return fail(std, err)
 	}
@@ -55,7 +55,7 @@ func runRun(std stdio, args []string) int {
 	if err := level.UnmarshalText([]byte(os.Getenv("METNOS_LOG"))); err != nil {
 		level = slog.LevelInfo
 	}
-	log := platform.Logger(logf, std.err, level)
+	log := newLogger(logf, std.err, level)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	st, _ := pairing.LoadState(data)

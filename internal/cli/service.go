@@ -10,8 +10,8 @@ import (
 	goruntime "runtime"
 	"strings"
 
+	"github.com/metnos/agent/internal/service"
 	"github.com/metnos/agent/pairing"
-	"github.com/metnos/agent/platform"
 )
 
 const installHelp = `
@@ -27,7 +27,7 @@ are kept, so the device stays paired. Where no systemd user manager runs
 exiting 1.`
 
 // envFlag collects --env K=V.
-type envFlag []platform.EnvVar
+type envFlag []service.EnvVar
 
 func (e *envFlag) String() string { return "" }
 
@@ -36,20 +36,20 @@ func (e *envFlag) Set(s string) error {
 	if !ok || k == "" {
 		return errors.New("want NAME=VALUE")
 	}
-	*e = append(*e, platform.EnvVar{Key: k, Value: v})
+	*e = append(*e, service.EnvVar{Key: k, Value: v})
 	return nil
 }
 
 // newService returns the service manager for this user and OS.
-func newService(std stdio, dryRun bool) (*platform.Service, error) {
+func newService(std stdio, dryRun bool) (*service.Manager, error) {
 	data, cache, err := dirs()
 	if err != nil {
 		return nil, err
 	}
-	s := &platform.Service{
+	s := &service.Manager{
 		GOOS: goruntime.GOOS, DataDir: data, CacheDir: cache,
 		LingerDir: "/var/lib/systemd/linger",
-		Runner:    platform.ExecRunner{}, Out: std.out, DryRun: dryRun,
+		Runner:    service.ExecRunner{}, Out: std.out, DryRun: dryRun,
 		UID: os.Getuid(),
 	}
 	if goruntime.GOOS == "windows" {
@@ -98,7 +98,7 @@ func runInstall(std stdio, args []string) int {
 	if err != nil {
 		return fail(std, err)
 	}
-	c := platform.ServiceConfig{Exe: exe, Args: []string{"run"}, DataDir: s.DataDir, User: s.User}
+	c := service.Config{Exe: exe, Args: []string{"run"}, DataDir: s.DataDir, User: s.User}
 	// The service must use the directories this command uses.
 	for _, k := range []string{"METNOS_DATA_DIR", "METNOS_CACHE_DIR"} {
 		if os.Getenv(k) != "" && !hasEnv(env, k) {
@@ -106,7 +106,7 @@ func runInstall(std stdio, args []string) int {
 			if k == "METNOS_CACHE_DIR" {
 				v = s.CacheDir
 			}
-			c.Env = append(c.Env, platform.EnvVar{Key: k, Value: v})
+			c.Env = append(c.Env, service.EnvVar{Key: k, Value: v})
 		}
 	}
 	c.Env = append(c.Env, env...)
@@ -116,7 +116,7 @@ func runInstall(std stdio, args []string) int {
 		fmt.Fprintf(std.out, "this device is not paired yet: run \"metnos-agent register\"; the service waits for it (data in %s)\n", s.DataDir)
 	}
 	err = s.Install(context.Background(), c)
-	if errors.Is(err, platform.ErrNotEnabled) {
+	if errors.Is(err, service.ErrNotEnabled) {
 		fmt.Fprintf(std.err, "metnos-agent: %v\n", err)
 		return exitFailure
 	}

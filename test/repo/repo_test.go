@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/metnos/agent/platform"
+	"github.com/metnos/agent/internal/service"
 )
 
 func goList(t *testing.T, args ...string) []string {
@@ -58,7 +58,7 @@ func TestShimStaysLean(t *testing.T) {
 // one `metnos-agent install` writes, for /usr/bin/metnos-agent (comments
 // aside).
 func TestPackagedUnit(t *testing.T) {
-	want, err := platform.SystemdUnit(platform.ServiceConfig{Exe: "/usr/bin/metnos-agent", Args: []string{"run"}})
+	want, err := service.SystemdUnit(service.Config{Exe: "/usr/bin/metnos-agent", Args: []string{"run"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,6 +77,6 @@ func TestPackagedUnit(t *testing.T) {
 		return strings.Join(keep, "\n")
 	}
 	if strip(got) != strip(want) {
-		t.Fatalf("packaging/linux/metnos-agent.service differs from platform.SystemdUnit:\n%s\nwant:\n%s", got, want)
+		t.Fatalf("packaging/linux/metnos-agent.service differs from service.SystemdUnit:\n%s\nwant:\n%s", got, want)
 	}
 }

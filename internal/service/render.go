@@ -1,4 +1,4 @@
-package platform
+package service
 
 import (
 	"bytes"
@@ -11,32 +11,32 @@ import (
 )
 
 // Names of the agent's service, and of the Rust client's (protocol
-// §9.3), which [Service.Install] takes over from.
+// §9.3), which [Manager.Install] takes over from.
 const (
-	// SystemdUnitName is the agent's systemd user unit.
-	SystemdUnitName = "metnos-agent.service"
-	// RustSystemdUnitName is the Rust client's systemd user unit.
-	RustSystemdUnitName = "metnos-client.service"
-	// LaunchdLabel is the agent's LaunchAgent label (the Rust client
+	// systemdUnitName is the agent's systemd user unit.
+	systemdUnitName = "metnos-agent.service"
+	// rustSystemdUnitName is the Rust client's systemd user unit.
+	rustSystemdUnitName = "metnos-client.service"
+	// launchdLabel is the agent's LaunchAgent label (the Rust client
 	// has no macOS supervisor).
-	LaunchdLabel = "org.metnos.agent"
-	// TaskName is the agent's Task Scheduler task.
-	TaskName = "MetnosAgent"
-	// RustTaskName is the Rust client's Task Scheduler task.
-	RustTaskName = "MetnosClient"
+	launchdLabel = "org.metnos.agent"
+	// taskName is the agent's Task Scheduler task.
+	taskName = "MetnosAgent"
+	// rustTaskName is the Rust client's Task Scheduler task.
+	rustTaskName = "MetnosClient"
 )
 
-// RestartSec is how long a supervisor waits before restarting the
+// restartSec is how long a supervisor waits before restarting the
 // agent, in seconds: the Rust client's systemd unit uses 5.
-const RestartSec = 5
+const restartSec = 5
 
 // EnvVar is one environment variable given to the service.
 type EnvVar struct{ Key, Value string }
 
-// ServiceConfig describes the agent's service for one user; the file
-// renderers ([SystemdUnit], [LaunchdPlist], [TaskXML]) are pure
-// functions of it.
-type ServiceConfig struct {
+// Config describes the agent's service for one user; the files a
+// [Manager] writes for it (the systemd unit, [SystemdUnit]; the
+// LaunchAgent plist; the task XML) are pure functions of it.
+type Config struct {
 	// Exe is the absolute path of the agent's binary, in the target
 	// OS's syntax.
 	Exe string
@@ -52,28 +52,28 @@ type ServiceConfig struct {
 	User string
 }
 
-// LaunchdLogName is the file in the data directory that launchd sends
+// launchdLogName is the file in the data directory that launchd sends
 // the agent's stdout and stderr to. The agent's own log is client.log,
 // rotated by the agent; this one catches what is printed before that
 // log is open (a crash, "already running").
-const LaunchdLogName = "launchd.log"
+const launchdLogName = "launchd.log"
 
 // check refuses values no supervisor file can carry safely.
-func (c ServiceConfig) check(absolute func(string) bool) error {
+func (c Config) check(absolute func(string) bool) error {
 	if !absolute(c.Exe) {
-		return fmt.Errorf("platform: the agent's path %q is not absolute", c.Exe)
+		return fmt.Errorf("service: the agent's path %q is not absolute", c.Exe)
 	}
 	vals := append([]string{c.Exe, c.DataDir, c.User}, c.Args...)
 	for _, e := range c.Env {
 		if !validEnvKey(e.Key) {
-			return fmt.Errorf("platform: %q is not an environment variable name (letters, digits and _, not first a digit)", e.Key)
+			return fmt.Errorf("service: %q is not an environment variable name (letters, digits and _, not first a digit)", e.Key)
 		}
 		vals = append(vals, e.Value)
 	}
 	for _, v := range vals {
 		for _, r := range v {
 			if r == 0 || r == '\n' || r == '\r' || (unicode.IsControl(r) && r != '\t') {
-				return fmt.Errorf("platform: %q holds a control character, which a service file cannot carry", v)
+				return fmt.Errorf("service: %q holds a control character, which a service file cannot carry", v)
 			}
 		}
 	}
@@ -105,11 +105,11 @@ func winAbs(p string) bool {
 // SystemdUnit renders the agent's systemd user unit. Restart=always
 // with StartLimitIntervalSec=0 as the Rust client's unit: the agent
 // exits 0 to be restarted after a self-update, and exit 3 (another
-// agent holds the lock, §9.2) is retried every RestartSec too, so that
+// agent holds the lock, §9.2) is retried every restartSec too, so that
 // the service takes over as soon as the other instance (a manual
 // "metnos-agent run", a Rust client) goes away instead of staying dead
 // until the next login.
-func SystemdUnit(c ServiceConfig) ([]byte, error) {
+func SystemdUnit(c Config) ([]byte, error) {
 	if err := c.check(unixAbs); err != nil {
 		return nil, err
 	}
@@ -119,7 +119,7 @@ func SystemdUnit(c ServiceConfig) ([]byte, error) {
 	b.WriteString("# Never give up restarting (the Rust client's unit does the same).\nStartLimitIntervalSec=0\n\n")
 	b.WriteString("[Service]\nType=simple\n")
 	if strings.ContainsAny(c.Exe, "\"\\") {
-		return nil, fmt.Errorf("platform: the agent's path %q holds a quote or a backslash, which systemd refuses in an executable name: move the binary", c.Exe)
+		return nil, fmt.Errorf("service: the agent's path %q holds a quote or a backslash, which systemd refuses in an executable name: move the binary", c.Exe)
 	}
 	// In the executable name systemd undoes %% but not $$.
 	b.WriteString("ExecStart=" + systemdQuote(c.Exe, false))
@@ -132,7 +132,7 @@ func SystemdUnit(c ServiceConfig) ([]byte, error) {
 	}
 	b.WriteString("# Exit 0 after a self-update and exit 3 (another agent holds the lock)\n")
 	b.WriteString("# are restarted too: the agent takes over once the other one stops.\n")
-	fmt.Fprintf(&b, "Restart=always\nRestartSec=%d\n", RestartSec)
+	fmt.Fprintf(&b, "Restart=always\nRestartSec=%d\n", restartSec)
 	b.WriteString("# Stopping the agent stops the executors it runs.\nKillMode=control-group\nTimeoutStopSec=20\n\n")
 	b.WriteString("[Install]\nWantedBy=default.target\n")
 	return b.Bytes(), nil
@@ -171,15 +171,15 @@ func xmlText(s string) string {
 	return b.String()
 }
 
-// LaunchdPlist renders the agent's LaunchAgent: started at load and
-// kept alive (launchd throttles restarts to one every RestartSec),
-// stdout and stderr appended to [LaunchdLogName] in the data directory.
-func LaunchdPlist(c ServiceConfig) ([]byte, error) {
+// launchdPlist renders the agent's LaunchAgent: started at load and
+// kept alive (launchd throttles restarts to one every restartSec),
+// stdout and stderr appended to [launchdLogName] in the data directory.
+func launchdPlist(c Config) ([]byte, error) {
 	if err := c.check(unixAbs); err != nil {
 		return nil, err
 	}
 	if !unixAbs(c.DataDir) {
-		return nil, fmt.Errorf("platform: the data directory %q is not absolute", c.DataDir)
+		return nil, fmt.Errorf("service: the data directory %q is not absolute", c.DataDir)
 	}
 	var b bytes.Buffer
 	b.WriteString(`<?xml version="1.0" encoding="UTF-8"?>
@@ -189,7 +189,7 @@ func LaunchdPlist(c ServiceConfig) ([]byte, error) {
 <dict>
 `)
 	str := func(s string) string { return "<string>" + xmlText(s) + "</string>" }
-	fmt.Fprintf(&b, "\t<key>Label</key>\n\t%s\n", str(LaunchdLabel))
+	fmt.Fprintf(&b, "\t<key>Label</key>\n\t%s\n", str(launchdLabel))
 	b.WriteString("\t<key>ProgramArguments</key>\n\t<array>\n")
 	for _, a := range append([]string{c.Exe}, c.Args...) {
 		fmt.Fprintf(&b, "\t\t%s\n", str(a))
@@ -202,36 +202,36 @@ func LaunchdPlist(c ServiceConfig) ([]byte, error) {
 		}
 		b.WriteString("\t</dict>\n")
 	}
-	log := strings.TrimRight(c.DataDir, "/") + "/" + LaunchdLogName
+	log := strings.TrimRight(c.DataDir, "/") + "/" + launchdLogName
 	fmt.Fprintf(&b, "\t<key>WorkingDirectory</key>\n\t%s\n", str(c.DataDir))
 	b.WriteString("\t<key>RunAtLoad</key>\n\t<true/>\n\t<key>KeepAlive</key>\n\t<true/>\n")
-	fmt.Fprintf(&b, "\t<key>ThrottleInterval</key>\n\t<integer>%d</integer>\n", RestartSec)
+	fmt.Fprintf(&b, "\t<key>ThrottleInterval</key>\n\t<integer>%d</integer>\n", restartSec)
 	fmt.Fprintf(&b, "\t<key>StandardOutPath</key>\n\t%s\n\t<key>StandardErrorPath</key>\n\t%s\n", str(log), str(log))
 	b.WriteString("</dict>\n</plist>\n")
 	return b.Bytes(), nil
 }
 
-// ErrTaskEnv is returned by [TaskXML] for a config with environment
+// errTaskEnv is returned by [taskXML] for a config with environment
 // variables, which a scheduled task cannot carry.
-var ErrTaskEnv = errors.New("platform: a scheduled task cannot carry environment variables; set them for your user instead (setx NAME VALUE) and install again")
+var errTaskEnv = errors.New("service: a scheduled task cannot carry environment variables; set them for your user instead (setx NAME VALUE) and install again")
 
-// TaskXML renders the agent's Task Scheduler task (schema 1.2) as UTF-8
-// text; [UTF16] encodes it for "schtasks /Create /XML", which wants
+// taskXML renders the agent's Task Scheduler task (schema 1.2) as UTF-8
+// text; [utf16LE] encodes it for "schtasks /Create /XML", which wants
 // UTF-16. The task runs as the user, in their session, with least
 // privilege (executors work on the user's own files, so not a service):
 // started at logon, and again every minute while it is not running
 // (MultipleInstancesPolicy IgnoreNew), which restarts it after a crash,
 // an update (exit 0) or another instance's exit (exit 3); no time limit,
 // not stopped on battery.
-func TaskXML(c ServiceConfig) ([]byte, error) {
+func taskXML(c Config) ([]byte, error) {
 	if err := c.check(winAbs); err != nil {
 		return nil, err
 	}
 	if len(c.Env) > 0 {
-		return nil, ErrTaskEnv
+		return nil, errTaskEnv
 	}
 	if c.User == "" {
-		return nil, errors.New("platform: the task needs the user it runs as (DOMAIN\\name)")
+		return nil, errors.New("service: the task needs the user it runs as (DOMAIN\\name)")
 	}
 	args := make([]string, len(c.Args))
 	for i, a := range c.Args {
@@ -293,7 +293,7 @@ func TaskXML(c ServiceConfig) ([]byte, error) {
     </Exec>
   </Actions>
 </Task>
-`, xmlText(TaskName), xmlText(c.User), xmlText(c.User), xmlText(c.Exe), xmlText(strings.Join(args, " ")), xmlText(c.DataDir))
+`, xmlText(taskName), xmlText(c.User), xmlText(c.User), xmlText(c.Exe), xmlText(strings.Join(args, " ")), xmlText(c.DataDir))
 	return b.Bytes(), nil
 }
 
@@ -323,9 +323,9 @@ func windowsArg(s string) string {
 	return b.String()
 }
 
-// UTF16 encodes UTF-8 text as UTF-16LE with a byte order mark, with
+// utf16LE encodes UTF-8 text as UTF-16LE with a byte order mark, with
 // CRLF line ends, as Task Scheduler's XML files are.
-func UTF16(text []byte) []byte {
+func utf16LE(text []byte) []byte {
 	s := strings.ReplaceAll(string(text), "\r\n", "\n")
 	s = strings.ReplaceAll(s, "\n", "\r\n")
 	u := utf16.Encode([]rune(s))

@@ -1,4 +1,4 @@
-package platform
+package service
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf16"
+
+	"github.com/metnos/agent/internal/lockfile"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -27,28 +29,28 @@ func golden(t *testing.T, name string, got []byte) {
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%v (run go test ./platform -update to create it)", err)
+		t.Fatalf("%v (run go test ./internal/service -update to create it)", err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from the golden file (go test ./platform -update rewrites it):\n%s", name, got)
+		t.Errorf("%s differs from the golden file (go test ./internal/service -update rewrites it):\n%s", name, got)
 	}
 }
 
 // The same awkward names on every OS: spaces, quotes, unicode, systemd's
 // specifier %, shell's $, XML's &<>, a backslash.
 var (
-	unixConfig = ServiceConfig{
+	unixConfig = Config{
 		Exe:     `/home/Zoë O'Brien/100% <fun> & $HOME/bin/metnos-agent`, // no " or \: systemd refuses them there
 		Args:    []string{"run", `--server=http://a\b`},
 		Env:     []EnvVar{{"METNOS_LOG", "debug"}, {"METNOS_PYTHON", `/opt/py 3/bin/python3 "%i" $x & <y>`}},
 		DataDir: `/home/Zoë "Z" O'Brien/.local/share/metnos`,
 	}
-	plainConfig = ServiceConfig{
+	plainConfig = Config{
 		Exe:     "/home/ada/.local/bin/metnos-agent",
 		Args:    []string{"run"},
 		DataDir: "/home/ada/.local/share/metnos",
 	}
-	winConfig = ServiceConfig{
+	winConfig = Config{
 		Exe:     `C:\Users\Zoë O'Brien\100% <fun> & co\metnos-agent.exe`,
 		Args:    []string{"run", `--server=a "b" c\`},
 		DataDir: `C:\Users\Zoë O'Brien\AppData\Local\metnos`,
@@ -59,14 +61,14 @@ var (
 func TestGoldenFiles(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
-		render func(ServiceConfig) ([]byte, error)
-		c      ServiceConfig
+		render func(Config) ([]byte, error)
+		c      Config
 	}{
 		{"systemd_plain.golden", SystemdUnit, plainConfig},
 		{"systemd_tricky.golden", SystemdUnit, unixConfig},
-		{"launchd_plain.golden", LaunchdPlist, plainConfig},
-		{"launchd_tricky.golden", LaunchdPlist, unixConfig},
-		{"task_tricky.golden", TaskXML, winConfig},
+		{"launchd_plain.golden", launchdPlist, plainConfig},
+		{"launchd_tricky.golden", launchdPlist, unixConfig},
+		{"task_tricky.golden", taskXML, winConfig},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			b, err := tt.render(tt.c)
@@ -81,17 +83,17 @@ func TestGoldenFiles(t *testing.T) {
 func TestRenderRefuses(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
-		render func(ServiceConfig) ([]byte, error)
-		c      ServiceConfig
+		render func(Config) ([]byte, error)
+		c      Config
 		want   string
 	}{
-		{"relative exe", SystemdUnit, ServiceConfig{Exe: "bin/metnos-agent"}, "not absolute"},
-		{"newline in exe", SystemdUnit, ServiceConfig{Exe: "/a\nb"}, "control character"},
-		{"newline in env", LaunchdPlist, ServiceConfig{Exe: "/a", DataDir: "/d", Env: []EnvVar{{"K", "a\nb"}}}, "control character"},
-		{"bad env name", SystemdUnit, ServiceConfig{Exe: "/a", Env: []EnvVar{{"A-B", "1"}}}, "not an environment variable name"},
-		{"unix exe on windows", TaskXML, ServiceConfig{Exe: "/a", User: "u"}, "not absolute"},
-		{"env on windows", TaskXML, ServiceConfig{Exe: `C:\a.exe`, User: "u", Env: []EnvVar{{"K", "v"}}}, "setx"},
-		{"no user on windows", TaskXML, ServiceConfig{Exe: `C:\a.exe`}, "user"},
+		{"relative exe", SystemdUnit, Config{Exe: "bin/metnos-agent"}, "not absolute"},
+		{"newline in exe", SystemdUnit, Config{Exe: "/a\nb"}, "control character"},
+		{"newline in env", launchdPlist, Config{Exe: "/a", DataDir: "/d", Env: []EnvVar{{"K", "a\nb"}}}, "control character"},
+		{"bad env name", SystemdUnit, Config{Exe: "/a", Env: []EnvVar{{"A-B", "1"}}}, "not an environment variable name"},
+		{"unix exe on windows", taskXML, Config{Exe: "/a", User: "u"}, "not absolute"},
+		{"env on windows", taskXML, Config{Exe: `C:\a.exe`, User: "u", Env: []EnvVar{{"K", "v"}}}, "setx"},
+		{"no user on windows", taskXML, Config{Exe: `C:\a.exe`}, "user"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if _, err := tt.render(tt.c); err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -136,7 +138,7 @@ func TestWindowsArg(t *testing.T) {
 }
 
 func TestUTF16(t *testing.T) {
-	b := UTF16([]byte("a\né😀"))
+	b := utf16LE([]byte("a\né😀"))
 	if b[0] != 0xFF || b[1] != 0xFE {
 		t.Fatalf("no BOM: % x", b[:2])
 	}
@@ -175,7 +177,7 @@ func (f *fakeRunner) Run(_ context.Context, name string, args ...string) (string
 	return "", nil
 }
 
-func newService(t *testing.T, goos string, answers map[string]fakeAnswer) (*Service, *fakeRunner, *bytes.Buffer) {
+func newManager(t *testing.T, goos string, answers map[string]fakeAnswer) (*Manager, *fakeRunner, *bytes.Buffer) {
 	home := t.TempDir()
 	r := &fakeRunner{answers: answers}
 	var out bytes.Buffer
@@ -183,7 +185,7 @@ func newService(t *testing.T, goos string, answers map[string]fakeAnswer) (*Serv
 	if goos == "windows" {
 		user = `PC\ada`
 	}
-	return &Service{
+	return &Manager{
 		GOOS: goos, Home: home, User: user, UID: 501,
 		DataDir: filepath.Join(home, "data", "metnos"), CacheDir: filepath.Join(home, "cache", "metnos"),
 		LingerDir: filepath.Join(home, "linger"),
@@ -194,8 +196,8 @@ func newService(t *testing.T, goos string, answers map[string]fakeAnswer) (*Serv
 var systemdUp = map[string]fakeAnswer{"systemctl --user is-system-running": {out: "running\n"}}
 
 func TestInstallSystemd(t *testing.T) {
-	s, r, out := newService(t, "linux", systemdUp)
-	rust := filepath.Join(s.unitDir(), RustSystemdUnitName)
+	s, r, out := newManager(t, "linux", systemdUp)
+	rust := filepath.Join(s.unitDir(), rustSystemdUnitName)
 	os.MkdirAll(filepath.Dir(rust), 0o755)
 	os.WriteFile(rust, []byte("[Service]\n"), 0o644)
 	if err := s.Install(context.Background(), plainConfig); err != nil {
@@ -212,7 +214,7 @@ func TestInstallSystemd(t *testing.T) {
 	if got := strings.Join(r.calls, "\n"); got != strings.Join(want, "\n") {
 		t.Errorf("ran:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
 	}
-	b, err := os.ReadFile(s.File())
+	b, err := os.ReadFile(s.file())
 	if want, _ := SystemdUnit(plainConfig); err != nil || !bytes.Equal(b, want) {
 		t.Errorf("unit file: %v\n%s", err, b)
 	}
@@ -222,7 +224,7 @@ func TestInstallSystemd(t *testing.T) {
 }
 
 func TestInstallSystemdLingerRefused(t *testing.T) {
-	s, _, out := newService(t, "linux", map[string]fakeAnswer{
+	s, _, out := newManager(t, "linux", map[string]fakeAnswer{
 		"systemctl --user is-system-running": {out: "degraded\n", err: true},
 		"loginctl enable-linger":             {out: "Access denied", err: true},
 	})
@@ -235,7 +237,7 @@ func TestInstallSystemdLingerRefused(t *testing.T) {
 }
 
 func TestInstallSystemdDown(t *testing.T) {
-	s, r, out := newService(t, "linux", map[string]fakeAnswer{
+	s, r, out := newManager(t, "linux", map[string]fakeAnswer{
 		"systemctl --user is-system-running": {out: "offline\n", err: true},
 	})
 	err := s.Install(context.Background(), plainConfig)
@@ -250,7 +252,7 @@ func TestInstallSystemdDown(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", w, out)
 		}
 	}
-	if !exists(s.File()) {
+	if !exists(s.file()) {
 		t.Error("the unit was not written")
 	}
 	st, err := s.Status(context.Background())
@@ -262,7 +264,7 @@ func TestInstallSystemdDown(t *testing.T) {
 func TestInstallDryRun(t *testing.T) {
 	for _, goos := range []string{"linux", "darwin", "windows"} {
 		t.Run(goos, func(t *testing.T) {
-			s, r, out := newService(t, goos, systemdUp)
+			s, r, out := newManager(t, goos, systemdUp)
 			s.DryRun = true
 			c := plainConfig
 			if goos == "windows" {
@@ -271,7 +273,7 @@ func TestInstallDryRun(t *testing.T) {
 			if err := s.Install(context.Background(), c); err != nil {
 				t.Fatal(err)
 			}
-			if exists(s.File()) {
+			if exists(s.file()) {
 				t.Error("a dry run wrote the file")
 			}
 			for _, l := range r.calls {
@@ -279,7 +281,7 @@ func TestInstallDryRun(t *testing.T) {
 					t.Errorf("a dry run ran %s", l)
 				}
 			}
-			if !strings.Contains(out.String(), "would write "+s.File()) || !strings.Contains(out.String(), "would run: ") {
+			if !strings.Contains(out.String(), "would write "+s.file()) || !strings.Contains(out.String(), "would run: ") {
 				t.Errorf("output:\n%s", out)
 			}
 		})
@@ -287,7 +289,7 @@ func TestInstallDryRun(t *testing.T) {
 }
 
 func TestLaunchd(t *testing.T) {
-	s, r, _ := newService(t, "darwin", map[string]fakeAnswer{
+	s, r, _ := newManager(t, "darwin", map[string]fakeAnswer{
 		"launchctl print": {out: "gui/501/org.metnos.agent = {\n\tstate = running\n}\n"},
 	})
 	ctx := context.Background()
@@ -304,20 +306,20 @@ func TestLaunchd(t *testing.T) {
 	want := []string{
 		"launchctl bootout gui/501/org.metnos.agent",
 		"launchctl enable gui/501/org.metnos.agent",
-		"launchctl bootstrap gui/501 " + s.File(),
+		"launchctl bootstrap gui/501 " + s.file(),
 		"launchctl print gui/501/org.metnos.agent",
 		"launchctl bootout gui/501/org.metnos.agent",
 	}
 	if got := strings.Join(r.calls, "\n"); got != strings.Join(want, "\n") {
 		t.Errorf("ran:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
 	}
-	if exists(s.File()) {
+	if exists(s.file()) {
 		t.Error("uninstall left the plist")
 	}
 }
 
 func TestTask(t *testing.T) {
-	s, r, _ := newService(t, "windows", map[string]fakeAnswer{
+	s, r, _ := newManager(t, "windows", map[string]fakeAnswer{
 		"schtasks /Query /TN MetnosClient": {out: `"\MetnosClient","N/A","Running"`},
 		"schtasks /Query /TN MetnosAgent":  {out: `"\MetnosAgent","N/A","Running"`},
 	})
@@ -325,9 +327,9 @@ func TestTask(t *testing.T) {
 	if err := s.Install(ctx, winConfig); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := os.ReadFile(s.File())
-	if want, _ := TaskXML(winConfig); !bytes.Equal(b, UTF16(want)) {
-		t.Error("the task XML written is not the UTF-16 of TaskXML")
+	b, _ := os.ReadFile(s.file())
+	if want, _ := taskXML(winConfig); !bytes.Equal(b, utf16LE(want)) {
+		t.Error("the task XML written is not the UTF-16 of taskXML")
 	}
 	st, err := s.Status(ctx)
 	if err != nil || !st.Installed || !st.Enabled || st.RustClient != "task MetnosClient" || !st.RustEnabled {
@@ -340,7 +342,7 @@ func TestTask(t *testing.T) {
 		"schtasks /Query /TN MetnosClient /FO CSV /NH",
 		"schtasks /End /TN MetnosClient",
 		"schtasks /Change /TN MetnosClient /DISABLE",
-		"schtasks /Create /TN MetnosAgent /XML " + s.File() + " /F",
+		"schtasks /Create /TN MetnosAgent /XML " + s.file() + " /F",
 		"schtasks /Run /TN MetnosAgent",
 		"schtasks /Query /TN MetnosAgent /FO CSV /NH",
 		"schtasks /Query /TN MetnosClient /FO CSV /NH",
@@ -354,7 +356,7 @@ func TestTask(t *testing.T) {
 }
 
 func TestUninstallPurge(t *testing.T) {
-	s, r, out := newService(t, "linux", systemdUp)
+	s, r, out := newManager(t, "linux", systemdUp)
 	ctx := context.Background()
 	if err := s.Install(ctx, plainConfig); err != nil {
 		t.Fatal(err)
@@ -365,11 +367,11 @@ func TestUninstallPurge(t *testing.T) {
 	if err := s.Uninstall(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	if exists(s.File()) || !exists(filepath.Join(s.DataDir, "key")) {
+	if exists(s.file()) || !exists(filepath.Join(s.DataDir, "key")) {
 		t.Fatalf("uninstall: unit left or key removed\n%s", out)
 	}
 	// An agent still running keeps its data.
-	l, err := Lock(filepath.Join(s.DataDir, "client.lock"))
+	l, err := lockfile.Lock(filepath.Join(s.DataDir, "client.lock"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,26 +387,6 @@ func TestUninstallPurge(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(r.calls, "\n"), "systemctl --user disable --now metnos-agent.service") {
 		t.Errorf("uninstall did not disable the unit: %q", r.calls)
-	}
-}
-
-func TestLockHolder(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "client.lock")
-	if _, held, err := LockHolder(path); held || err != nil {
-		t.Fatalf("no file: held %v, %v", held, err)
-	}
-	if exists(path) {
-		t.Fatal("LockHolder created the file")
-	}
-	// A lock held by another open file description counts as held.
-	l, err := Lock(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release()
-	pid, held, err := LockHolder(path)
-	if err != nil || !held || pid != os.Getpid() {
-		t.Errorf("held lock: pid %d held %v, %v", pid, held, err)
 	}
 }
 
@@ -426,11 +408,11 @@ func TestPurgeOnlyTheAgentsFolders(t *testing.T) {
 // TestSystemdExecutableName: systemd undoes %% but not $$ in the
 // executable's name, and refuses quotes and backslashes in it.
 func TestSystemdExecutableName(t *testing.T) {
-	b, err := SystemdUnit(ServiceConfig{Exe: "/opt/a b/d$x%y", Args: []string{"run"}})
+	b, err := SystemdUnit(Config{Exe: "/opt/a b/d$x%y", Args: []string{"run"}})
 	if err != nil || !strings.Contains(string(b), `ExecStart="/opt/a b/d$x%%y" "run"`) {
 		t.Fatalf("%s %v", b, err)
 	}
-	if _, err := SystemdUnit(ServiceConfig{Exe: `/opt/a"b/metnos-agent`}); err == nil {
+	if _, err := SystemdUnit(Config{Exe: `/opt/a"b/metnos-agent`}); err == nil {
 		t.Error("a quote in the executable's name was accepted")
 	}
 }

@@ -1,4 +1,4 @@
-package platform
+package lockfile
 
 import (
 	"errors"
@@ -38,24 +38,6 @@ func TestLockHeldByAnotherProcess(t *testing.T) {
 	}
 }
 
-func TestOpenLogRotates(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "client.log")
-	if err := os.WriteFile(path, make([]byte, MaxLogBytes+1), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f, err := OpenLog(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if fi, err := os.Stat(path + ".1"); err != nil || fi.Size() != MaxLogBytes+1 {
-		t.Fatalf("the big log was not rotated to .1: %v", err)
-	}
-	if fi, _ := os.Stat(path); fi.Size() != 0 {
-		t.Fatalf("the new log is not empty")
-	}
-}
-
 func TestLockWaitWaitsForTheHolder(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "journal.lock")
 	first, err := LockWait(path)
@@ -84,5 +66,25 @@ func TestLockWaitWaitsForTheHolder(t *testing.T) {
 	first.Release()
 	if err := <-got; err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestLockHolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "client.lock")
+	if _, held, err := LockHolder(path); held || err != nil {
+		t.Fatalf("no file: held %v, %v", held, err)
+	}
+	if _, err := os.Lstat(path); err == nil {
+		t.Fatal("LockHolder created the file")
+	}
+	// A lock held by another open file description counts as held.
+	l, err := Lock(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	pid, held, err := LockHolder(path)
+	if err != nil || !held || pid != os.Getpid() {
+		t.Errorf("held lock: pid %d held %v, %v", pid, held, err)
 	}
 }

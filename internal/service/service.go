@@ -1,4 +1,30 @@
-package platform
+// Package service installs, removes and inspects the agent as this
+// user's service: a systemd user unit on Linux (with linger, so that it
+// runs without a login session), a LaunchAgent on macOS, a logon task in
+// Task Scheduler on Windows. It never installs a system-wide service and
+// never needs an administrator, except to enable linger, which it asks
+// for and otherwise explains.
+//
+// What it guarantees: the service files are pure functions of a
+// [Config], and a value a file cannot carry safely (a relative
+// executable, a control character, an environment variable's name that
+// is not one, environment on Windows) is refused rather than written
+// into a file that would run something else. Files are replaced whole
+// and fsynced. [Manager.Install] takes over from the Rust client by
+// stopping and disabling its service, never removing it nor the key and
+// pairing they share. [Manager.Uninstall] keeps the data unless asked
+// to purge, and a purge refuses while an agent holds the data
+// directory's lock, while the Rust client is installed, and for a folder
+// not named metnos or one holding the home folder. A dry run and
+// [Manager.Status] change nothing (they run read-only queries only).
+//
+// What it does not: it does not watch the agent once the supervisor has
+// accepted it, so Install succeeding does not mean the agent stays up.
+// It drives the supervisors through their command line tools on PATH and
+// reads their output, of which Task Scheduler's status words are only
+// understood in English. Two installs run at once are not serialised.
+// launchctl needs the user's macOS login session, not only ssh.
+package service
 
 import (
 	"context"
@@ -15,6 +41,7 @@ import (
 
 	"github.com/metnos/agent/internal/atomicfile"
 	"github.com/metnos/agent/internal/fspath"
+	"github.com/metnos/agent/internal/lockfile"
 )
 
 // Runner runs a supervisor's command line tool (systemctl, loginctl,
@@ -51,17 +78,17 @@ func cmdline(name string, args []string) string {
 	return strings.Join(q, " ")
 }
 
-// ErrNotEnabled is returned by [Service.Install] when the service's
+// ErrNotEnabled is returned by [Manager.Install] when the service's
 // file is written but its supervisor could not be asked to run it (no
 // systemd user manager, as in a container or CI); the message written
 // to Out says what to run.
-var ErrNotEnabled = errors.New("platform: the service is written but not enabled")
+var ErrNotEnabled = errors.New("service: the service is written but not enabled")
 
-// Service installs, removes and inspects the agent's per-user service
+// Manager installs, removes and inspects the agent's per-user service
 // on one OS: a systemd user unit on Linux, a LaunchAgent on macOS, a
 // logon task on Windows. Everything OS-specific is in its fields, so
 // each OS's commands can be checked on any OS with a fake [Runner].
-type Service struct {
+type Manager struct {
 	// GOOS selects the supervisor: "linux" (and other Unix), "darwin"
 	// or "windows".
 	GOOS string
@@ -87,7 +114,7 @@ type Service struct {
 	DryRun bool
 }
 
-// Status is what [Service.Status] finds.
+// Status is what [Manager.Status] finds.
 type Status struct {
 	// Supervisor names the mechanism: "systemd --user", "launchd",
 	// "Task Scheduler".
@@ -114,9 +141,9 @@ type Status struct {
 	Linger string
 }
 
-func (s *Service) say(format string, args ...any) { fmt.Fprintf(s.Out, format+"\n", args...) }
+func (s *Manager) say(format string, args ...any) { fmt.Fprintf(s.Out, format+"\n", args...) }
 
-func (s *Service) run(ctx context.Context, name string, args ...string) (string, error) {
+func (s *Manager) run(ctx context.Context, name string, args ...string) (string, error) {
 	if s.DryRun {
 		s.say("would run: %s", cmdline(name, args))
 		return "", nil
@@ -125,26 +152,26 @@ func (s *Service) run(ctx context.Context, name string, args ...string) (string,
 }
 
 // probe runs a read-only command even in a dry run.
-func (s *Service) probe(ctx context.Context, name string, args ...string) (string, error) {
+func (s *Manager) probe(ctx context.Context, name string, args ...string) (string, error) {
 	return s.Runner.Run(ctx, name, args...)
 }
 
-func (s *Service) write(path string, b []byte, mode fs.FileMode) error {
+func (s *Manager) write(path string, b []byte, mode fs.FileMode) error {
 	if s.DryRun {
 		s.say("would write %s:\n%s", path, b)
 		return nil
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("platform: creating the folder of %s: %w", path, err)
+		return fmt.Errorf("service: creating the folder of %s: %w", path, err)
 	}
 	if err := atomicfile.WriteFile(path, b, mode); err != nil {
-		return fmt.Errorf("platform: %w", err)
+		return fmt.Errorf("service: %w", err)
 	}
 	s.say("wrote %s", path)
 	return nil
 }
 
-func (s *Service) remove(path string) error {
+func (s *Manager) remove(path string) error {
 	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -153,7 +180,7 @@ func (s *Service) remove(path string) error {
 		return nil
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("platform: removing %s: %w", path, err)
+		return fmt.Errorf("service: removing %s: %w", path, err)
 	}
 	s.say("removed %s", path)
 	return nil
@@ -163,17 +190,17 @@ func exists(path string) bool { _, err := os.Lstat(path); return err == nil }
 
 // File is where the agent's service is described: the systemd unit,
 // the LaunchAgent plist, or the copy of the task's XML.
-func (s *Service) File() string {
+func (s *Manager) file() string {
 	switch s.GOOS {
 	case "darwin":
-		return filepath.Join(s.Home, "Library", "LaunchAgents", LaunchdLabel+".plist")
+		return filepath.Join(s.Home, "Library", "LaunchAgents", launchdLabel+".plist")
 	case "windows":
-		return filepath.Join(s.DataDir, TaskName+".xml")
+		return filepath.Join(s.DataDir, taskName+".xml")
 	}
-	return filepath.Join(s.unitDir(), SystemdUnitName)
+	return filepath.Join(s.unitDir(), systemdUnitName)
 }
 
-func (s *Service) unitDir() string {
+func (s *Manager) unitDir() string {
 	cfg := s.ConfigHome
 	if cfg == "" {
 		cfg = filepath.Join(s.Home, ".config")
@@ -182,21 +209,21 @@ func (s *Service) unitDir() string {
 }
 
 // wantsLink is the symlink "systemctl --user enable" makes for unit.
-func (s *Service) wantsLink(unit string) string {
+func (s *Manager) wantsLink(unit string) string {
 	return filepath.Join(s.unitDir(), "default.target.wants", unit)
 }
 
 // Render returns the service file for c on s.GOOS, as it is written.
-func (s *Service) Render(c ServiceConfig) ([]byte, error) {
+func (s *Manager) render(c Config) ([]byte, error) {
 	switch s.GOOS {
 	case "darwin":
-		return LaunchdPlist(c)
+		return launchdPlist(c)
 	case "windows":
-		b, err := TaskXML(c)
+		b, err := taskXML(c)
 		if err != nil {
 			return nil, err
 		}
-		return UTF16(b), nil
+		return utf16LE(b), nil
 	}
 	return SystemdUnit(c)
 }
@@ -207,13 +234,13 @@ func (s *Service) Render(c ServiceConfig) ([]byte, error) {
 // pairing in the shared data directory are kept). On Linux without a
 // running systemd user manager it writes the unit, says what to run,
 // and returns [ErrNotEnabled].
-func (s *Service) Install(ctx context.Context, c ServiceConfig) error {
-	b, err := s.Render(c)
+func (s *Manager) Install(ctx context.Context, c Config) error {
+	b, err := s.render(c)
 	if err != nil {
 		return err
 	}
 	if s.DryRun && s.GOOS == "windows" {
-		b, _ = TaskXML(c) // show it readable
+		b, _ = taskXML(c) // show it readable
 	}
 	switch s.GOOS {
 	case "darwin":
@@ -226,7 +253,7 @@ func (s *Service) Install(ctx context.Context, c ServiceConfig) error {
 
 // systemdUp reports whether a systemd user manager answers, and why
 // not when it does not.
-func (s *Service) systemdUp(ctx context.Context) (bool, string) {
+func (s *Manager) systemdUp(ctx context.Context) (bool, string) {
 	out, err := s.probe(ctx, "systemctl", "--user", "is-system-running")
 	state := strings.TrimSpace(out)
 	if i := strings.IndexByte(state, '\n'); i >= 0 {
@@ -244,9 +271,9 @@ func (s *Service) systemdUp(ctx context.Context) (bool, string) {
 	return false, "systemctl --user is-system-running says " + strconv.Quote(state)
 }
 
-func (s *Service) installSystemd(ctx context.Context, unit []byte) error {
-	path := s.File()
-	rust := filepath.Join(s.unitDir(), RustSystemdUnitName)
+func (s *Manager) installSystemd(ctx context.Context, unit []byte) error {
+	path := s.file()
+	rust := filepath.Join(s.unitDir(), rustSystemdUnitName)
 	if err := s.write(path, unit, 0o644); err != nil {
 		return err
 	}
@@ -254,38 +281,38 @@ func (s *Service) installSystemd(ctx context.Context, unit []byte) error {
 	if !up {
 		s.say("The systemd user manager is not running here (%s),", why)
 		if s.DryRun {
-			s.say("so install would write %s but could NOT enable or start it.", SystemdUnitName)
+			s.say("so install would write %s but could NOT enable or start it.", systemdUnitName)
 			return nil
 		}
-		s.say("so %s is written but NOT enabled or started.", SystemdUnitName)
+		s.say("so %s is written but NOT enabled or started.", systemdUnitName)
 		if exists(rust) {
 			s.say("The Rust client's unit %s is here too; it was not stopped.", rust)
 		}
 		s.say("To start the agent, run in your login session:")
 		if exists(rust) {
-			s.say("\tsystemctl --user disable --now %s", RustSystemdUnitName)
+			s.say("\tsystemctl --user disable --now %s", rustSystemdUnitName)
 		}
 		s.say("\tsystemctl --user daemon-reload")
-		s.say("\tsystemctl --user enable --now %s", SystemdUnitName)
+		s.say("\tsystemctl --user enable --now %s", systemdUnitName)
 		s.say("\tloginctl enable-linger %s", s.User)
 		return ErrNotEnabled
 	}
 	if exists(rust) {
 		s.say("taking over from the Rust client (%s); its key and pairing are kept", rust)
-		if _, err := s.run(ctx, "systemctl", "--user", "disable", "--now", RustSystemdUnitName); err != nil {
-			return fmt.Errorf("platform: stopping the Rust client, so that only one agent serves this device: %w; stop it yourself and install again", err)
+		if _, err := s.run(ctx, "systemctl", "--user", "disable", "--now", rustSystemdUnitName); err != nil {
+			return fmt.Errorf("service: stopping the Rust client, so that only one agent serves this device: %w; stop it yourself and install again", err)
 		}
 	}
 	for _, args := range [][]string{
 		{"--user", "daemon-reload"},
-		{"--user", "enable", SystemdUnitName},
-		{"--user", "restart", SystemdUnitName},
+		{"--user", "enable", systemdUnitName},
+		{"--user", "restart", systemdUnitName},
 	} {
 		if _, err := s.run(ctx, "systemctl", args...); err != nil {
-			return fmt.Errorf("platform: %w; see \"journalctl --user -u %s\"", err, SystemdUnitName)
+			return fmt.Errorf("service: %w; see \"journalctl --user -u %s\"", err, systemdUnitName)
 		}
 	}
-	s.say("enabled and started %s", SystemdUnitName)
+	s.say("enabled and started %s", systemdUnitName)
 	s.linger(ctx)
 	return nil
 }
@@ -293,7 +320,7 @@ func (s *Service) installSystemd(ctx context.Context, unit []byte) error {
 // linger asks logind to keep the user's services running without a
 // login session; failing that (it may need an administrator), it says
 // what that means and what to run.
-func (s *Service) linger(ctx context.Context) {
+func (s *Manager) linger(ctx context.Context) {
 	if s.User == "" {
 		s.say("linger: unknown user name; to keep the agent running after you log out, run: sudo loginctl enable-linger $USER")
 		return
@@ -312,17 +339,17 @@ func (s *Service) linger(ctx context.Context) {
 	}
 }
 
-func (s *Service) launchdTarget() string { return fmt.Sprintf("gui/%d/%s", s.UID, LaunchdLabel) }
+func (s *Manager) launchdTarget() string { return fmt.Sprintf("gui/%d/%s", s.UID, launchdLabel) }
 
-func (s *Service) installLaunchd(ctx context.Context, plist []byte) error {
-	path := s.File()
+func (s *Manager) installLaunchd(ctx context.Context, plist []byte) error {
+	path := s.file()
 	if err := s.write(path, plist, 0o644); err != nil {
 		return err
 	}
 	// Unload a previous version first; an error means none was loaded.
 	s.run(ctx, "launchctl", "bootout", s.launchdTarget())
 	if _, err := s.run(ctx, "launchctl", "enable", s.launchdTarget()); err != nil {
-		return fmt.Errorf("platform: %w", err)
+		return fmt.Errorf("service: %w", err)
 	}
 	// bootout returns before launchd lets go of the label; bootstrap
 	// fails meanwhile ("5: Input/output error"), so it is retried for a
@@ -339,13 +366,13 @@ func (s *Service) installLaunchd(ctx context.Context, plist []byte) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("platform: loading %s: %w; launchctl needs your macOS login session (not only ssh)", path, err)
+		return fmt.Errorf("service: loading %s: %w; launchctl needs your macOS login session (not only ssh)", path, err)
 	}
-	s.say("loaded %s: it runs now and at every login", LaunchdLabel)
+	s.say("loaded %s: it runs now and at every login", launchdLabel)
 	return nil
 }
 
-func (s *Service) taskExists(ctx context.Context, name string) (exists, enabled bool) {
+func (s *Manager) taskExists(ctx context.Context, name string) (exists, enabled bool) {
 	out, err := s.probe(ctx, "schtasks", "/Query", "/TN", name, "/FO", "CSV", "/NH")
 	if err != nil {
 		return false, false
@@ -355,25 +382,25 @@ func (s *Service) taskExists(ctx context.Context, name string) (exists, enabled 
 	return true, !strings.Contains(out, `"Disabled"`)
 }
 
-func (s *Service) installTask(ctx context.Context, xml []byte) error {
-	path := s.File()
+func (s *Manager) installTask(ctx context.Context, xml []byte) error {
+	path := s.file()
 	if err := s.write(path, xml, 0o644); err != nil {
 		return err
 	}
-	if ok, _ := s.taskExists(ctx, RustTaskName); ok {
-		s.say("taking over from the Rust client (task %s); its key and pairing are kept", RustTaskName)
-		s.run(ctx, "schtasks", "/End", "/TN", RustTaskName) // an error: it was not running
-		if _, err := s.run(ctx, "schtasks", "/Change", "/TN", RustTaskName, "/DISABLE"); err != nil {
-			return fmt.Errorf("platform: disabling the Rust client's task, so that only one agent serves this device: %w", err)
+	if ok, _ := s.taskExists(ctx, rustTaskName); ok {
+		s.say("taking over from the Rust client (task %s); its key and pairing are kept", rustTaskName)
+		s.run(ctx, "schtasks", "/End", "/TN", rustTaskName) // an error: it was not running
+		if _, err := s.run(ctx, "schtasks", "/Change", "/TN", rustTaskName, "/DISABLE"); err != nil {
+			return fmt.Errorf("service: disabling the Rust client's task, so that only one agent serves this device: %w", err)
 		}
 	}
-	if _, err := s.run(ctx, "schtasks", "/Create", "/TN", TaskName, "/XML", path, "/F"); err != nil {
-		return fmt.Errorf("platform: registering the task %s from %s: %w", TaskName, path, err)
+	if _, err := s.run(ctx, "schtasks", "/Create", "/TN", taskName, "/XML", path, "/F"); err != nil {
+		return fmt.Errorf("service: registering the task %s from %s: %w", taskName, path, err)
 	}
-	if _, err := s.run(ctx, "schtasks", "/Run", "/TN", TaskName); err != nil {
-		return fmt.Errorf("platform: starting the task %s: %w", TaskName, err)
+	if _, err := s.run(ctx, "schtasks", "/Run", "/TN", taskName); err != nil {
+		return fmt.Errorf("service: starting the task %s: %w", taskName, err)
 	}
-	s.say("registered and started the task %s: it runs at every logon", TaskName)
+	s.say("registered and started the task %s: it runs at every logon", taskName)
 	return nil
 }
 
@@ -382,8 +409,8 @@ func (s *Service) installTask(ctx context.Context, xml []byte) error {
 // cache directories, refusing while an agent still runs or the Rust
 // client (which shares them) is installed. The Rust client's own
 // service is left as it is.
-func (s *Service) Uninstall(ctx context.Context, purge bool) error {
-	path := s.File()
+func (s *Manager) Uninstall(ctx context.Context, purge bool) error {
+	path := s.file()
 	switch s.GOOS {
 	case "darwin":
 		if exists(path) {
@@ -393,10 +420,10 @@ func (s *Service) Uninstall(ctx context.Context, purge bool) error {
 			return err
 		}
 	case "windows":
-		if ok, _ := s.taskExists(ctx, TaskName); ok {
-			s.run(ctx, "schtasks", "/End", "/TN", TaskName)
-			if _, err := s.run(ctx, "schtasks", "/Delete", "/TN", TaskName, "/F"); err != nil {
-				return fmt.Errorf("platform: deleting the task %s: %w", TaskName, err)
+		if ok, _ := s.taskExists(ctx, taskName); ok {
+			s.run(ctx, "schtasks", "/End", "/TN", taskName)
+			if _, err := s.run(ctx, "schtasks", "/Delete", "/TN", taskName, "/F"); err != nil {
+				return fmt.Errorf("service: deleting the task %s: %w", taskName, err)
 			}
 		}
 		if err := s.remove(path); err != nil {
@@ -405,11 +432,11 @@ func (s *Service) Uninstall(ctx context.Context, purge bool) error {
 	default:
 		up, why := s.systemdUp(ctx)
 		if up && exists(path) {
-			if _, err := s.run(ctx, "systemctl", "--user", "disable", "--now", SystemdUnitName); err != nil {
-				return fmt.Errorf("platform: %w", err)
+			if _, err := s.run(ctx, "systemctl", "--user", "disable", "--now", systemdUnitName); err != nil {
+				return fmt.Errorf("service: %w", err)
 			}
 		}
-		for _, p := range []string{s.wantsLink(SystemdUnitName), path} {
+		for _, p := range []string{s.wantsLink(systemdUnitName), path} {
 			if err := s.remove(p); err != nil {
 				return err
 			}
@@ -427,16 +454,16 @@ func (s *Service) Uninstall(ctx context.Context, purge bool) error {
 	return s.purge(ctx)
 }
 
-func (s *Service) purge(ctx context.Context) error {
+func (s *Manager) purge(ctx context.Context) error {
 	st, err := s.Status(ctx)
 	if err != nil {
 		return err
 	}
 	if st.RustClient != "" {
-		return fmt.Errorf("platform: not purging: the Rust client (%s) is installed and uses the same key and pairing in %s; uninstall it first", st.RustClient, s.DataDir)
+		return fmt.Errorf("service: not purging: the Rust client (%s) is installed and uses the same key and pairing in %s; uninstall it first", st.RustClient, s.DataDir)
 	}
 	if st.Running && !s.DryRun {
-		return fmt.Errorf("platform: not purging: an agent (process %d) still holds %s; stop it and run uninstall --purge again", st.PID, filepath.Join(s.DataDir, "client.lock"))
+		return fmt.Errorf("service: not purging: an agent (process %d) still holds %s; stop it and run uninstall --purge again", st.PID, filepath.Join(s.DataDir, "client.lock"))
 	}
 	for _, d := range []string{s.DataDir, s.CacheDir} {
 		if d == "" || !exists(d) {
@@ -450,7 +477,7 @@ func (s *Service) purge(ctx context.Context) error {
 			continue
 		}
 		if err := os.RemoveAll(d); err != nil {
-			return fmt.Errorf("platform: removing %s: %w", d, err)
+			return fmt.Errorf("service: removing %s: %w", d, err)
 		}
 		s.say("removed %s (the device key, pairing and caches)", d)
 	}
@@ -459,9 +486,9 @@ func (s *Service) purge(ctx context.Context) error {
 
 // Status reports what is installed, enabled and running; it changes
 // nothing.
-func (s *Service) Status(ctx context.Context) (Status, error) {
-	st := Status{File: s.File()}
-	pid, held, err := LockHolder(filepath.Join(s.DataDir, "client.lock"))
+func (s *Manager) Status(ctx context.Context) (Status, error) {
+	st := Status{File: s.file()}
+	pid, held, err := lockfile.LockHolder(filepath.Join(s.DataDir, "client.lock"))
 	if err != nil {
 		return st, err
 	}
@@ -484,22 +511,22 @@ func (s *Service) Status(ctx context.Context) (Status, error) {
 		}
 	case "windows":
 		st.Supervisor = "Task Scheduler"
-		st.Installed, st.Enabled = s.taskExists(ctx, TaskName)
-		if ok, en := s.taskExists(ctx, RustTaskName); ok {
-			st.RustClient, st.RustEnabled = "task "+RustTaskName, en
+		st.Installed, st.Enabled = s.taskExists(ctx, taskName)
+		if ok, en := s.taskExists(ctx, rustTaskName); ok {
+			st.RustClient, st.RustEnabled = "task "+rustTaskName, en
 		}
 	default:
 		st.Supervisor = "systemd --user"
 		st.Installed = exists(st.File)
-		st.Enabled = exists(s.wantsLink(SystemdUnitName))
+		st.Enabled = exists(s.wantsLink(systemdUnitName))
 		if up, why := s.systemdUp(ctx); up {
-			out, _ := s.probe(ctx, "systemctl", "--user", "is-active", SystemdUnitName)
+			out, _ := s.probe(ctx, "systemctl", "--user", "is-active", systemdUnitName)
 			st.Supervised = strings.TrimSpace(out)
 		} else {
 			st.Supervised = "unknown: " + why
 		}
-		if rust := filepath.Join(s.unitDir(), RustSystemdUnitName); exists(rust) {
-			st.RustClient, st.RustEnabled = rust, exists(s.wantsLink(RustSystemdUnitName))
+		if rust := filepath.Join(s.unitDir(), rustSystemdUnitName); exists(rust) {
+			st.RustClient, st.RustEnabled = rust, exists(s.wantsLink(rustSystemdUnitName))
 		}
 		if s.LingerDir != "" && s.User != "" {
 			st.Linger = "no"
@@ -518,10 +545,10 @@ func (s *Service) Status(ctx context.Context) (Status, error) {
 func purgeable(d string) error {
 	clean := filepath.Clean(d)
 	if !strings.EqualFold(filepath.Base(clean), "metnos") {
-		return fmt.Errorf("platform: not purging %s: it is not a folder named metnos, so it may hold more than the agent's files (remove what you want of it by hand)", d)
+		return fmt.Errorf("service: not purging %s: it is not a folder named metnos, so it may hold more than the agent's files (remove what you want of it by hand)", d)
 	}
 	if home, err := os.UserHomeDir(); err == nil && fspath.Within(filepath.Clean(home), clean) {
-		return fmt.Errorf("platform: not purging %s: it holds your home folder", d)
+		return fmt.Errorf("service: not purging %s: it holds your home folder", d)
 	}
 	return nil
 }

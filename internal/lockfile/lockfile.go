@@ -1,0 +1,113 @@
+// Package lockfile takes exclusive advisory locks on files, to keep a
+// second agent from serving the same data directory and to let several
+// processes take turns on a shared file (a journal, a cache entry).
+//
+// What it guarantees: at most one holder at a time among the processes
+// that lock the same path through this package (flock on Unix,
+// LockFileEx on the file's first byte on Windows), two opens of the
+// path in one process included; the lock is let go by [Held.Release] or
+// when the process ends, however it ends, so a crash never leaves a
+// stale lock. [Lock] writes the holder's process id into the file, for
+// humans and for the next [Lock]'s error.
+//
+// What it does not: the lock is advisory, so a process that does not
+// take it can still read, write or remove the file; on a network file
+// system it is only as good as the server's locking. The process id in
+// the file is a hint: it may name a process that has since ended, and
+// on Windows, where the locked byte cannot be read by another process,
+// errors and [LockHolder] may not name it at all. The file is never
+// removed. [LockHolder]'s answer may be out of date by the time it is
+// read.
+package lockfile
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// ErrLocked is wrapped by the error of [Lock] when another process holds
+// the lock.
+var ErrLocked = errors.New("lockfile: already locked by another process")
+
+// Held is a lock taken by [Lock] or [LockWait].
+type Held struct{ f *os.File }
+
+// Lock takes an exclusive, non-blocking advisory lock on path (flock
+// on Unix, LockFileEx on Windows), creating it and its folder when
+// needed, for as long as the process lives or until [Held.Release], and
+// writes the process id into the file for humans. When another process
+// holds it, the error wraps [ErrLocked] and names that process when the
+// file says which.
+func Lock(path string) (*Held, error) { return lock(path, false) }
+
+// LockWait is [Lock] that waits for another holder to let go instead of
+// failing, and does not write the process id; for short critical
+// sections shared by several processes, such as appending to a journal.
+func LockWait(path string) (*Held, error) { return lock(path, true) }
+
+func lock(path string, wait bool) (*Held, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("lockfile: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lockfile: opening the lock %s: %w", path, err)
+	}
+	if err := lockFile(f, wait); err != nil {
+		b, _ := io.ReadAll(io.LimitReader(f, 32))
+		f.Close()
+		if !heldElsewhere(err) {
+			return nil, fmt.Errorf("lockfile: locking %s: %w", path, err)
+		}
+		if pid, perr := strconv.Atoi(string(b)); perr == nil {
+			return nil, fmt.Errorf("%w: %s is held by process %d", ErrLocked, path, pid)
+		}
+		return nil, fmt.Errorf("%w: %s (%v)", ErrLocked, path, err)
+	}
+	if !wait {
+		// For humans, and for the error of the next Lock; the short
+		// sections LockWait guards skip the two writes.
+		_ = f.Truncate(0)
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())), 0)
+	}
+	return &Held{f: f}, nil
+}
+
+// Release gives the lock up.
+func (l *Held) Release() error { return l.f.Close() }
+
+// LockHolder reports whether another process holds the lock at path
+// (as taken by [Lock]) and, when the file names it, that process's id.
+// Unlike [Lock] it never creates the file nor writes to it, so a status
+// check leaves the holder's process id in place.
+
+// LockHolder reports whether another process holds the lock at path
+// (as taken by [Lock]) and, when the file names it, that process's id.
+// Unlike [Lock] it never creates the file nor writes to it, so a status
+// check leaves the holder's process id in place.
+func LockHolder(path string) (pid int, held bool, err error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("lockfile: opening the lock %s: %w", path, err)
+	}
+	defer f.Close() // releases the lock if we took it
+	err = lockFile(f, false)
+	if err == nil {
+		return 0, false, nil
+	}
+	if !heldElsewhere(err) {
+		return 0, false, fmt.Errorf("lockfile: testing the lock %s: %w", path, err)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, 32))
+	pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid, true, nil
+}
