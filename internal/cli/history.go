@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/metnos/agent/agent"
+	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/internal/chainlog"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/platform"
@@ -219,7 +221,7 @@ or add --offline.`)
 		return fail(std, err)
 	}
 	if !*dry && !*offline {
-		if url, answers := serverAnswers(data); answers {
+		if url, answers := serverAnswers(data, warnLogger(std)); answers {
 			return fail(std, fmt.Errorf("this device is paired with %s and the server answers: ask Metnos to undo, so that its undo log stays true (or run again with --offline to undo here anyway)", url))
 		} else if url != "" {
 			fmt.Fprintf(std.err, "metnos-agent: the paired server %s does not answer: undoing here; Metnos's undo log will not know\n", url)
@@ -261,21 +263,26 @@ or add --offline.`)
 }
 
 // serverAnswers says whether the device is paired (the server's URL)
-// and whether that server answers within a few seconds.
-func serverAnswers(data string) (string, bool) {
+// and whether that server answers within a few seconds, reached as
+// every command reaches it: over the embedded tailnet when one is
+// configured (joining it may take up to 30 s more), else the OS network.
+func serverAnswers(data string, log *slog.Logger) (string, bool) {
 	st, err := pairing.LoadState(data)
 	if err != nil || !st.Paired() || st.ServerURL == nil {
 		return "", false
 	}
-	key, err := pairing.LoadOrCreateKey(data)
+	c, node, err := connect(context.Background(), data, connectOptions{wait: 30 * time.Second}, log)
 	if err != nil {
 		return *st.ServerURL, false
 	}
+	if node != nil {
+		defer node.Close()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err = agent.NewClient(*st.ServerURL, key, *st.DeviceID).Shim(ctx)
-	var se *agent.ServerError
-	return *st.ServerURL, err == nil || errors.As(err, &se)
+	_, err = c.Shim(ctx)
+	var se *client.ServerError
+	return c.URL(), err == nil || errors.As(err, &se)
 }
 
 // printReport prints what a local undo did.
