@@ -11,11 +11,10 @@ import (
 	goruntime "runtime"
 	"syscall"
 
+	"github.com/metnos/agent/agent"
 	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/fetch"
 	"github.com/metnos/agent/pairing"
-
-	"github.com/metnos/agent/agent"
 	"github.com/metnos/agent/platform"
 	"github.com/metnos/agent/sandbox"
 )
