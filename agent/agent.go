@@ -5,10 +5,8 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"github.com/metnos/agent/fetch"
 	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -17,6 +15,8 @@ import (
 	"time"
 
 	"github.com/metnos/agent/audit"
+	"github.com/metnos/agent/client"
+	"github.com/metnos/agent/fetch"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/undo"
@@ -28,10 +28,10 @@ type Config struct {
 	// DataDir and CacheDir are the Rust client's directories
 	// (pairing.DataDir, pairing.CacheDir).
 	DataDir, CacheDir string
-	// ServerURL overrides the server pinned in state.json.
-	ServerURL string
-	// HTTP carries every request (nil: the OS network).
-	HTTP *http.Client
+	// Client carries every request to the paired server (required; the
+	// command's connect step makes it, over the OS network or the
+	// embedded tailnet).
+	Client *client.Client
 	// Logger receives the agent's log (nil: discarded).
 	Logger *slog.Logger
 	// Version is the agent's version, sent in the heartbeat.
@@ -60,7 +60,7 @@ type Config struct {
 type Agent struct {
 	cfg     Config
 	log     *slog.Logger
-	client  *Client
+	client  *client.Client
 	server  ed25519.PublicKey
 	spool   *Spool
 	state   pairing.State
@@ -85,7 +85,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Block == 0 {
-		cfg.Block = PollBlock
+		cfg.Block = client.PollBlock
 	}
 	if cfg.HeartbeatEvery == 0 {
 		cfg.HeartbeatEvery = 30 * time.Second
@@ -94,10 +94,6 @@ func New(cfg Config) (*Agent, error) {
 		if mb, err := strconv.ParseInt(os.Getenv("METNOS_EXEC_MEM_MB"), 10, 64); err == nil && mb > 0 {
 			cfg.MemoryBytes = mb << 20
 		}
-	}
-	key, err := pairing.LoadOrCreateKey(cfg.DataDir)
-	if err != nil {
-		return nil, err
 	}
 	st, err := pairing.LoadState(cfg.DataDir)
 	if err != nil {
@@ -110,12 +106,8 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: the agent will not run without a pinned server key", err)
 	}
-	url := cfg.ServerURL
-	if url == "" && st.ServerURL != nil {
-		url = *st.ServerURL
-	}
-	if url == "" {
-		return nil, errors.New("no server URL: pass --server, or pair again")
+	if cfg.Client == nil || cfg.Client.DeviceID() != *st.DeviceID {
+		return nil, errors.New("agent: the server client is not the paired device's")
 	}
 	host, err := sandbox.HostFromEnv()
 	if err != nil {
@@ -126,9 +118,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, server: server, spool: sp, state: st, host: host}
-	a.client = NewClient(url, key, *st.DeviceID)
-	a.client.HTTP = cfg.HTTP
+	a := &Agent{cfg: cfg, log: cfg.Logger, client: cfg.Client, server: server, spool: sp, state: st, host: host}
 	unknown, err := sp.Recover(*st.DeviceID)
 	for _, id := range unknown {
 		a.log.Warn("an invocation was running when the agent stopped; it will not run again and is reported as execution_outcome_unknown", "invocation", id)
@@ -175,7 +165,7 @@ func (a *Agent) SandboxLevel() string { return a.best }
 
 // Run polls and executes until ctx ends. It returns nil when ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
-	a.log.Info("agent running", "server", a.client.Base, "device", a.client.DeviceID, "sandbox", a.best)
+	a.log.Info("agent running", "server", a.client.URL(), "device", a.client.DeviceID(), "sandbox", a.best)
 	go a.heartbeats(ctx)
 	backoff := time.Second
 	for ctx.Err() == nil {
@@ -252,8 +242,8 @@ func (a *Agent) Profile() map[string]any {
 	p := map[string]any{
 		"client_version": a.cfg.Version,
 		"cpu_count":      int64(runtime.NumCPU()),
-		"os_arch":        OSArch(),
-		"os_family":      OSFamily(),
+		"os_arch":        client.OSArch(),
+		"os_family":      client.OSFamily(),
 		"sandbox_level":  a.best,
 		"agent":          "metnos-agent",
 	}
@@ -284,7 +274,7 @@ func (a *Agent) Flush(ctx context.Context) bool {
 	empty := true
 	for _, r := range pending {
 		err := a.client.Deliver(ctx, r.Body)
-		switch status := StatusOf(err); {
+		switch status := client.StatusOf(err); {
 		case err == nil:
 			if err := a.spool.Delivered(r); err != nil {
 				a.log.Error("removing a delivered result", "invocation", r.ID, "err", err)
@@ -294,7 +284,7 @@ func (a *Agent) Flush(ctx context.Context) bool {
 			// The server is not there: the others would fail too.
 			a.log.Warn("result not delivered yet; kept in the spool", "invocation", r.ID, "err", err)
 			return false
-		case Retryable(status):
+		case client.Retryable(status):
 			// This one may be refused for now; the next may go through.
 			a.log.Warn("result not delivered yet; kept in the spool", "invocation", r.ID, "err", err)
 			empty = false

@@ -15,17 +15,11 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/metnos/agent/sandbox"
 	toml "github.com/pelletier/go-toml/v2"
-)
 
-// Bundle is the body of GET /agent/executor/{name} (§5.6).
-type Bundle struct {
-	Name         string            `json:"name"`
-	ManifestTOML string            `json:"manifest_toml"` // standard base64
-	ManifestSig  string            `json:"manifest_sig"`  // standard base64 of 64 raw bytes
-	Files        map[string]string `json:"files"`         // path -> standard base64
-}
+	"github.com/metnos/agent/sandbox"
+	"github.com/metnos/agent/wire"
+)
 
 // Manifest is what the agent reads of an executor's manifest.toml
 // (§6.3); everything else in the file is signed but not interpreted.
@@ -77,36 +71,18 @@ type Executor struct {
 // bundle or cache entry: nothing from it may run.
 var ErrUnverified = errors.New("executor does not verify")
 
-var (
-	nameRule   = regexp.MustCompile(`^[a-z][a-z0-9_-]{1,64}$`)
-	digestRule = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
-)
+var digestRule = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
 
 // CheckRequest applies the rules the client checks before asking the
 // server for an executor (§5.6): the name's shape and 64-hex digests.
 func CheckRequest(name, manifestSHA, codeSHA string) error {
-	if !nameRule.MatchString(name) {
+	if !wire.ValidExecutorName(name) {
 		return fmt.Errorf("executor name %q is not one the server serves", name)
 	}
 	if !digestRule.MatchString(manifestSHA) || !digestRule.MatchString(codeSHA) {
 		return fmt.Errorf("executor %s: manifest and code digests must be 64 hex digits", name)
 	}
 	return nil
-}
-
-// SafePath reports whether a bundle path is safe to write beneath a
-// directory: relative, '/'-separated, no empty, '.' or '..' segment, no
-// '\' or ':'.
-func SafePath(p string) bool {
-	if p == "" || strings.ContainsAny(p, `\:`) || strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") {
-		return false
-	}
-	for _, seg := range strings.Split(p, "/") {
-		if seg == "" || seg == "." || seg == ".." {
-			return false
-		}
-	}
-	return true
 }
 
 // CacheDirName is the executor's directory in <cache>/executors.
@@ -133,7 +109,7 @@ func verify(name, manifestSHA, codeSHA string, manifest, sig []byte, code func(s
 	}
 	h := sha256.New()
 	for _, f := range m.Code.Files {
-		if !SafePath(f) {
+		if !wire.SafePath(f) {
 			return Manifest{}, fmt.Errorf("%w: executor %s: unsafe code path %q", ErrUnverified, name, f)
 		}
 		b, err := code(f)
@@ -157,7 +133,7 @@ func verify(name, manifestSHA, codeSHA string, manifest, sig []byte, code func(s
 // Materialize verifies a bundle fetched for an invocation and writes it
 // into cacheDir/executors/<name>-<sha16>, through a .tmp directory and a
 // rename, replacing what was there.
-func Materialize(cacheDir string, b Bundle, name, manifestSHA, codeSHA string, server ed25519.PublicKey) (Executor, error) {
+func Materialize(cacheDir string, b wire.ExecutorBundle, name, manifestSHA, codeSHA string, server ed25519.PublicKey) (Executor, error) {
 	if err := CheckRequest(name, manifestSHA, codeSHA); err != nil {
 		return Executor{}, err
 	}

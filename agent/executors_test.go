@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/metnos/agent/wire"
 )
 
 var serverKey = ed25519.NewKeyFromSeed([]byte("metnos-agent-test-server-key-32b"))
@@ -28,9 +30,9 @@ min_sandbox = "job-object"
 `
 
 // bundle returns a signed bundle and the invocation's digests.
-func bundle(t *testing.T, manifest string, files map[string]string) (Bundle, string, string) {
+func bundle(t *testing.T, manifest string, files map[string]string) (wire.ExecutorBundle, string, string) {
 	t.Helper()
-	b := Bundle{Name: "echo_args", ManifestTOML: base64.StdEncoding.EncodeToString([]byte(manifest)),
+	b := wire.ExecutorBundle{Name: "echo_args", ManifestTOML: base64.StdEncoding.EncodeToString([]byte(manifest)),
 		ManifestSig: base64.StdEncoding.EncodeToString(ed25519.Sign(serverKey, []byte(manifest))),
 		Files:       map[string]string{}}
 	h := sha256.New()
@@ -76,18 +78,18 @@ func TestMaterializeAndReuse(t *testing.T) {
 
 func TestMaterializeRefuses(t *testing.T) {
 	other := ed25519.NewKeyFromSeed(make([]byte, 32))
-	for name, c := range map[string]func(b *Bundle, ms, cs *string){
-		"other name":      func(b *Bundle, ms, cs *string) { b.Name = "rm_rf" },
-		"manifest digest": func(b *Bundle, ms, cs *string) { *ms = strings.Repeat("0", 64) },
-		"code digest":     func(b *Bundle, ms, cs *string) { *cs = strings.Repeat("0", 64) },
-		"signature by another key": func(b *Bundle, ms, cs *string) {
+	for name, c := range map[string]func(b *wire.ExecutorBundle, ms, cs *string){
+		"other name":      func(b *wire.ExecutorBundle, ms, cs *string) { b.Name = "rm_rf" },
+		"manifest digest": func(b *wire.ExecutorBundle, ms, cs *string) { *ms = strings.Repeat("0", 64) },
+		"code digest":     func(b *wire.ExecutorBundle, ms, cs *string) { *cs = strings.Repeat("0", 64) },
+		"signature by another key": func(b *wire.ExecutorBundle, ms, cs *string) {
 			m, _ := base64.StdEncoding.DecodeString(b.ManifestTOML)
 			b.ManifestSig = base64.StdEncoding.EncodeToString(ed25519.Sign(other, m))
 		},
-		"tampered code": func(b *Bundle, ms, cs *string) {
+		"tampered code": func(b *wire.ExecutorBundle, ms, cs *string) {
 			b.Files["echo_args.py"] = base64.StdEncoding.EncodeToString([]byte("evil"))
 		},
-		"missing file": func(b *Bundle, ms, cs *string) { delete(b.Files, "lib/helper.py") },
+		"missing file": func(b *wire.ExecutorBundle, ms, cs *string) { delete(b.Files, "lib/helper.py") },
 	} {
 		b, ms, cs := bundle(t, manifestText, code)
 		c(&b, &ms, &cs)
@@ -106,16 +108,5 @@ func TestMaterializeRefuses(t *testing.T) {
 	b, ms, cs := bundle(t, deps, code)
 	if _, err := Materialize(t.TempDir(), b, "echo_args", ms, cs, pub()); err == nil || !strings.Contains(err.Error(), "dependencies") {
 		t.Errorf("dependencies: %v", err)
-	}
-}
-
-func TestSafePath(t *testing.T) {
-	for p, want := range map[string]bool{
-		"a.py": true, "lib/b.py": true, "": false, "/etc/x": false, "a/": false, "a//b": false,
-		"./a": false, "a/../b": false, `a\b`: false, "C:x": false, "..": false,
-	} {
-		if SafePath(p) != want {
-			t.Errorf("SafePath(%q) = %v", p, !want)
-		}
 	}
 }

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/pairing"
+	"github.com/metnos/agent/wire"
 )
 
 // testAgent is an Agent paired with url, its directories in a temp dir.
@@ -22,15 +24,16 @@ func testAgent(t *testing.T, url string) *Agent {
 	dir := t.TempDir()
 	t.Setenv("HOME", dir)
 	data := filepath.Join(dir, "data")
-	if _, err := pairing.LoadOrCreateKey(data); err != nil {
+	key, err := pairing.LoadOrCreateKey(data)
+	if err != nil {
 		t.Fatal(err)
 	}
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
-	id, k := "0123456789abcdef0123456789abcdef", pairing.PublicKeyWire(pub)
+	id, k := "0123456789abcdef0123456789abcdef", wire.PublicKeyWire(pub)
 	if err := pairing.SaveState(data, pairing.State{DeviceID: &id, ServerURL: &url, ServerPublicKey: &k}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(Config{DataDir: data, CacheDir: filepath.Join(dir, "cache")})
+	a, err := New(Config{DataDir: data, CacheDir: filepath.Join(dir, "cache"), Client: client.New(url, key, id, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,32 +88,6 @@ func TestFlushStatuses(t *testing.T) {
 		if !tc.serverGone {
 			srv.Close()
 		}
-	}
-}
-
-// TestServerErrorSentences: each error code of the protocol becomes one
-// sentence that says what to do.
-func TestServerErrorSentences(t *testing.T) {
-	for code, want := range map[string]string{
-		"invalid_token":      "ask the Metnos admin page for a new one",
-		"token_already_used": "already used by another device",
-		"unknown_device":     "pair again",
-		"bad_signature":      "signature",
-		"internal_error":     "see its log",
-	} {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.WriteHeader(400)
-			io.WriteString(w, `{"error":"`+code+`","message":"details here"}`)
-		}))
-		c := NewClient(srv.URL+"/", ed25519.NewKeyFromSeed(make([]byte, 32)), "")
-		_, err := c.Register(context.Background(), "DEV.x.y")
-		srv.Close()
-		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "details here") || strings.Count(err.Error(), "\n") > 0 {
-			t.Errorf("%s: %v", code, err)
-		}
-	}
-	if StatusOf(os.ErrNotExist) != 0 {
-		t.Error("StatusOf of a non-server error")
 	}
 }
 

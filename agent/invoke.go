@@ -52,11 +52,11 @@ func (a *Agent) Handle(ctx context.Context, raw any) error {
 		log.Info("stopping before the run started; the server will hand the invocation out again")
 		return nil
 	}
-	r.InvocationID, r.DeviceID = inv.ID, a.client.DeviceID
+	r.InvocationID, r.DeviceID = inv.ID, a.client.DeviceID()
 	body, cut, err := r.body()
 	if err != nil {
 		r = DeviceError(err)
-		r.InvocationID, r.DeviceID = inv.ID, a.client.DeviceID
+		r.InvocationID, r.DeviceID = inv.ID, a.client.DeviceID()
 		body, _ = r.Body()
 	}
 	if cut {
@@ -79,7 +79,7 @@ func (a *Agent) refuse(log interface {
 	Error(string, ...any)
 }, inv wire.Invocation, why error) {
 	log.Warn("invocation refused; not run", "err", why)
-	r := Result{InvocationID: inv.ID, DeviceID: a.client.DeviceID, Entries: []any{}, Payload: map[string]any{},
+	r := Result{InvocationID: inv.ID, DeviceID: a.client.DeviceID(), Entries: []any{}, Payload: map[string]any{},
 		Sandbox: "none", Error: "refused by the device: " + why.Error(), ErrorClass: "invocation_refused"}
 	body, err := r.Body()
 	if err == nil {

@@ -2,48 +2,18 @@ package agent
 
 import (
 	"crypto/ed25519"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 
 	"github.com/metnos/agent/wire"
 )
 
-// ShimBundle is the body of GET /agent/shim (§5.7): the Python helpers
-// every executor imports.
-type ShimBundle struct {
-	Files  map[string]string `json:"files"` // wire path -> standard base64
-	Sig    string            `json:"sig"`   // b64url over canonical {"files": files}
-	SHA256 string            `json:"sha256"`
-}
-
-// ShimDigest is the shim's digest as the server announces it in
-// shim_sha256: SHA-256 over name, 0x00, content, 0x00 of every file in
-// sorted name order.
-func ShimDigest(files map[string][]byte) string {
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	h := sha256.New()
-	for _, n := range names {
-		h.Write([]byte(n))
-		h.Write([]byte{0})
-		h.Write(files[n])
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
 // InstallShim verifies a shim bundle against the pinned server key and
 // writes it to cacheDir/shim (through cacheDir/shim.tmp and a rename).
 // It returns the directory and the shim's digest.
-func InstallShim(cacheDir string, b ShimBundle, server ed25519.PublicKey) (string, string, error) {
+func InstallShim(cacheDir string, b wire.ShimBundle, server ed25519.PublicKey) (string, string, error) {
 	files := make(map[string]any, len(b.Files))
 	for k, v := range b.Files {
 		files[k] = v
@@ -53,7 +23,7 @@ func InstallShim(cacheDir string, b ShimBundle, server ed25519.PublicKey) (strin
 	}
 	raw := make(map[string][]byte, len(b.Files))
 	for name, enc := range b.Files {
-		if !SafePath(name) {
+		if !wire.SafePath(name) {
 			return "", "", fmt.Errorf("%w: shim: unsafe file name %q", ErrUnverified, name)
 		}
 		data, err := base64.StdEncoding.DecodeString(enc)
@@ -82,5 +52,5 @@ func InstallShim(cacheDir string, b ShimBundle, server ed25519.PublicKey) (strin
 	if err := os.Rename(tmp, dir); err != nil {
 		return "", "", fmt.Errorf("shim: %w", err)
 	}
-	return dir, ShimDigest(raw), nil
+	return dir, wire.ShimDigest(raw), nil
 }

@@ -10,10 +10,10 @@ import (
 	"github.com/metnos/agent/wire"
 )
 
-func shimBundle(t *testing.T, files map[string]string) ShimBundle {
+func shimBundle(t *testing.T, files map[string]string) wire.ShimBundle {
 	t.Helper()
 	enc := map[string]any{}
-	b := ShimBundle{Files: map[string]string{}}
+	b := wire.ShimBundle{Files: map[string]string{}}
 	for k, v := range files {
 		s := base64.StdEncoding.EncodeToString([]byte(v))
 		b.Files[k], enc[k] = s, s
@@ -40,7 +40,7 @@ func TestInstallShim(t *testing.T) {
 	for k, v := range files {
 		raw[k] = []byte(v)
 	}
-	if digest != ShimDigest(raw) || len(digest) != 64 {
+	if digest != wire.ShimDigest(raw) || len(digest) != 64 {
 		t.Errorf("digest %s", digest)
 	}
 	// Tampered after signing, or an unsafe name even if signed: refused.

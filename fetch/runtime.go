@@ -3,13 +3,10 @@ package fetch
 import (
 	"context"
 	"crypto/ed25519"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -283,84 +280,36 @@ func switchTo(dir string, rt Runtime) (Runtime, error) {
 	return rt, nil
 }
 
-// Descriptor is the server's signed description of a runtime archive
-// (protocol §7).
-type Descriptor struct {
-	Version       int64  `json:"version"`
-	Filename      string `json:"filename"`
-	ArchiveSHA256 string `json:"archive_sha256"`
-	ArchiveSize   int64  `json:"archive_size"`
-}
-
-// FetchDescriptor gets GET /agent/runtime/descriptor/<filename> from the
-// server, checks it against the pinned key and the name asked, caches
-// the verified envelope in runtime/runtime-descriptor.json, and falls
-// back to that cache (verified again) when the server cannot be reached.
-func FetchDescriptor(ctx context.Context, cacheDir, server string, key ed25519.PublicKey, filename string, client *http.Client) (Descriptor, error) {
-	if !safeArchiveName.MatchString(filename) || strings.Contains(filename, "..") || !strings.HasSuffix(filename, ".tar.gz") {
-		return Descriptor{}, fmt.Errorf("runtime: %q is not a runtime archive name (…tar.gz)", filename)
-	}
-	if client == nil {
-		client = &http.Client{Timeout: 30 * time.Second}
+// RuntimeDescriptor returns the verified descriptor of the runtime
+// archive filename: get fetches the signed envelope from the paired
+// server (the method RuntimeDescriptor of package client's Client:
+// fetch knows no server path), which is checked against the pinned key
+// and the name asked, and cached in runtime/runtime-descriptor.json;
+// when get fails, the cached envelope is used instead (verified again).
+func RuntimeDescriptor(ctx context.Context, cacheDir string, key ed25519.PublicKey, filename string, get func(ctx context.Context, filename string) ([]byte, error)) (wire.RuntimeDescriptor, error) {
+	if !wire.ValidRuntimeName(filename) {
+		return wire.RuntimeDescriptor{}, fmt.Errorf("runtime: %q is not a runtime archive name (…tar.gz)", filename)
 	}
 	cache := filepath.Join(RuntimeDir(cacheDir), "runtime-descriptor.json")
-	url := strings.TrimRight(server, "/") + "/agent/runtime/descriptor/" + filename
-	body, err := func() ([]byte, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return nil, err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if resp.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("%s: the server answered %s: %s", url, resp.Status, strings.TrimSpace(string(b)))
-		}
-		return b, err
-	}()
+	body, err := get(ctx, filename)
 	fromCache := false
 	if err != nil {
 		cached, cerr := os.ReadFile(cache)
 		if cerr != nil {
-			return Descriptor{}, fmt.Errorf("runtime descriptor: %w", err)
+			return wire.RuntimeDescriptor{}, err
 		}
 		body, fromCache = cached, true
 	}
-	d, verr := verifyDescriptor(body, key, filename)
-	if verr != nil {
-		return Descriptor{}, verr
+	d, err := wire.VerifyRuntimeDescriptor(body, key, filename)
+	if err != nil {
+		if fromCache {
+			return wire.RuntimeDescriptor{}, fmt.Errorf("%s: %w", cache, err)
+		}
+		return wire.RuntimeDescriptor{}, err
 	}
 	if !fromCache {
 		os.MkdirAll(RuntimeDir(cacheDir), 0o755)
 		atomicfile.WriteFile(cache, body, 0o644)
-	}
-	return d, nil
-}
-
-func verifyDescriptor(body []byte, key ed25519.PublicKey, filename string) (Descriptor, error) {
-	v, err := wire.Decode(body)
-	env, _ := v.(map[string]any)
-	if err != nil || env == nil {
-		return Descriptor{}, fmt.Errorf("runtime descriptor: not a JSON object: %v", err)
-	}
-	desc, _ := env["descriptor"].(map[string]any)
-	sig, _ := env["sig"].(string)
-	if desc == nil {
-		return Descriptor{}, errors.New("runtime descriptor: no descriptor")
-	}
-	if err := wire.VerifyCanonical(key, desc, sig); err != nil {
-		return Descriptor{}, fmt.Errorf("runtime descriptor for %s: %w (not signed by the paired server)", filename, err)
-	}
-	b, _ := json.Marshal(desc)
-	var d Descriptor
-	if err := json.Unmarshal(b, &d); err != nil {
-		return Descriptor{}, fmt.Errorf("runtime descriptor: %w", err)
-	}
-	if _, herr := hex.DecodeString(d.ArchiveSHA256); d.Version != 1 || d.ArchiveSize <= 0 || len(d.ArchiveSHA256) != 64 || herr != nil || d.Filename != filename {
-		return Descriptor{}, fmt.Errorf("runtime descriptor for %s: version %d, size %d, sha256 %q, filename %q: not a valid descriptor of that archive", filename, d.Version, d.ArchiveSize, d.ArchiveSHA256, d.Filename)
 	}
 	return d, nil
 }

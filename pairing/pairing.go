@@ -8,7 +8,6 @@ package pairing
 import (
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -64,7 +63,8 @@ type State struct {
 	DeviceName *string `json:"device_name"`
 	ServerURL  *string `json:"server_url"`
 	// Fingerprint is the server's fingerprint of this device: SHA-256
-	// of its public key, lower-case hex (see [ServerFingerprint]).
+	// of its public key, lower-case hex (see
+	// [github.com/metnos/agent/wire.ServerFingerprint]).
 	Fingerprint *string `json:"fingerprint"`
 	PairedAt    *string `json:"paired_at"`
 	// ServerPublicKey is the pinned server key, base64url raw 32 bytes.
@@ -123,14 +123,3 @@ func SaveState(dataDir string, s State) error {
 // LocalFingerprint is what whoami calls the device key's fingerprint:
 // the lower-case hex of the raw public key (not a hash, §2.1).
 func LocalFingerprint(pub ed25519.PublicKey) string { return hex.EncodeToString(pub) }
-
-// ServerFingerprint is the server's fingerprint of a device: SHA-256 of
-// the raw public key, lower-case hex (§2.3), the value state.json keeps.
-func ServerFingerprint(pub ed25519.PublicKey) string {
-	sum := sha256.Sum256(pub)
-	return hex.EncodeToString(sum[:])
-}
-
-// PublicKeyWire is the public key as /agent/register sends it:
-// base64url, no padding.
-func PublicKeyWire(pub ed25519.PublicKey) string { return base64.RawURLEncoding.EncodeToString(pub) }

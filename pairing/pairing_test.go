@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/metnos/agent/wire"
 )
 
 // copyFixture copies testdata/rust-client (a key and state.json as the
@@ -37,7 +39,7 @@ func TestRustClientInstallation(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub := key.Public().(ed25519.PublicKey)
-	if got := PublicKeyWire(pub); got != "A6EHv_POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg" {
+	if got := wire.PublicKeyWire(pub); got != "A6EHv_POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg" {
 		t.Errorf("public key %s", got)
 	}
 	if got := LocalFingerprint(pub); got != "03a107bff3ce10be1d70dd18e74bc09967e4d6309ba50d5f1ddc8664125531b8" {
@@ -50,11 +52,11 @@ func TestRustClientInstallation(t *testing.T) {
 	if !st.Paired() || *st.DeviceID != "7d2397b0895e48a190a155fb289168d5" {
 		t.Fatalf("state not paired: %+v", st)
 	}
-	if got := ServerFingerprint(pub); got != *st.Fingerprint {
+	if got := wire.ServerFingerprint(pub); got != *st.Fingerprint {
 		t.Errorf("server fingerprint %s, state.json says %s", got, *st.Fingerprint)
 	}
 	sk, err := st.ServerKey()
-	if err != nil || PublicKeyWire(sk) != "uw1qxYcj8vFOBS79x-pCuqNZcZj1WcnGFQ94-Y8Mz5M" {
+	if err != nil || wire.PublicKeyWire(sk) != "uw1qxYcj8vFOBS79x-pCuqNZcZj1WcnGFQ94-Y8Mz5M" {
 		t.Errorf("server key %v, %v", sk, err)
 	}
 	// Written back, state.json is byte for byte what the Rust client wrote.

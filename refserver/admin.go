@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/metnos/agent/pairing"
+	"github.com/metnos/agent/wire"
 )
 
 // AdminHandler serves the admin API under /admin/, answering only
@@ -74,7 +74,7 @@ func (s *Server) adminToken(w http.ResponseWriter, r *http.Request) {
 	name, _ := m["name"].(string)
 	ttl, err := intField(m, "ttl_s")
 	if err != nil {
-		writeError(w, http.StatusBadRequest, ErrMissingField, "%v", err)
+		writeError(w, http.StatusBadRequest, wire.CodeMissingField, "%v", err)
 		return
 	}
 	d := DefaultTokenTTL
@@ -83,7 +83,7 @@ func (s *Server) adminToken(w http.ResponseWriter, r *http.Request) {
 	}
 	tok, err := s.IssueToken(name, d)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, ErrMissingField, "%v", err)
+		writeError(w, http.StatusBadRequest, wire.CodeMissingField, "%v", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"token": tok})
@@ -102,7 +102,7 @@ func (s *Server) adminEnqueue(w http.ResponseWriter, r *http.Request) {
 	o.ID, _ = m["id"].(string)
 	var err error
 	if o.DeadlineMS, err = intField(m, "deadline_ms"); err != nil {
-		writeError(w, http.StatusBadRequest, ErrMissingField, "%v", err)
+		writeError(w, http.StatusBadRequest, wire.CodeMissingField, "%v", err)
 		return
 	}
 	if env, ok := m["env_injections"].(map[string]any); ok {
@@ -169,7 +169,7 @@ func (s *Server) adminRevoke(w http.ResponseWriter, r *http.Request) {
 	}
 	dev, _ := m["device_id"].(string)
 	if err := s.Revoke(dev); err != nil {
-		writeError(w, http.StatusNotFound, ErrUnknownDevice, "%v", err)
+		writeError(w, http.StatusNotFound, wire.CodeUnknownDevice, "%v", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
@@ -186,7 +186,7 @@ func (s *Server) adminDevices(w http.ResponseWriter, r *http.Request) {
 	for _, d := range s.Devices() {
 		list = append(list, map[string]any{
 			"device_id": d.ID, "name": d.Name, "owner_user_id": d.Owner, "fingerprint": d.Fingerprint,
-			"public_key": pairing.PublicKeyWire(d.PublicKey), "os_family": d.OSFamily, "os_arch": d.OSArch,
+			"public_key": wire.PublicKeyWire(d.PublicKey), "os_family": d.OSFamily, "os_arch": d.OSArch,
 			"paired_at": ts(d.PairedAt), "revoked": d.Revoked, "last_poll": ts(d.LastPoll),
 			"last_heartbeat": ts(d.LastHeartbeat), "profile": d.Profile,
 		})

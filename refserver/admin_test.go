@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/metnos/agent/wire"
 )
 
 func (h *harness) admin(method, path string, body any) (int, map[string]any) {
@@ -68,7 +70,7 @@ func TestAdminAPI(t *testing.T) {
 		t.Errorf("revoke: %d %v", st, m)
 	}
 	body2 := []byte(`{"device_id":"` + d.id + `"}`)
-	if st, m := h.signed("/agent/poll", d.key, body2); st != 403 || m["error"] != ErrUnknownDevice {
+	if st, m := h.signed("/agent/poll", d.key, body2); st != 403 || m["error"] != wire.CodeUnknownDevice {
 		t.Errorf("poll after revoke: %d %v", st, m)
 	}
 

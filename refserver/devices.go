@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/wire"
 )
 
@@ -87,12 +86,12 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 	tok, ok1 := m["token"].(string)
 	pubText, ok2 := m["public_key"].(string)
 	if !ok1 || !ok2 {
-		writeError(w, http.StatusBadRequest, ErrMissingField, "token and public_key must be strings")
+		writeError(w, http.StatusBadRequest, wire.CodeMissingField, "token and public_key must be strings")
 		return
 	}
 	pub, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(pubText, "="))
 	if err != nil || len(pub) != ed25519.PublicKeySize {
-		writeError(w, http.StatusBadRequest, ErrMissingField, "public_key must be the base64url of a 32-byte Ed25519 key")
+		writeError(w, http.StatusBadRequest, wire.CodeMissingField, "public_key must be the base64url of a 32-byte Ed25519 key")
 		return
 	}
 	osFamily, _ := m["os_family"].(string)
@@ -100,20 +99,20 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 	now := s.now()
 	p, err := parseToken(tok, s.pub, now)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, ErrInvalidToken, "%v", err)
+		writeError(w, http.StatusBadRequest, wire.CodeInvalidToken, "%v", err)
 		return
 	}
-	fp := pairing.ServerFingerprint(pub)
+	fp := wire.ServerFingerprint(pub)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	use, issued := s.tokens[p.TID]
 	switch {
 	case !issued:
-		writeError(w, http.StatusBadRequest, ErrInvalidToken, "token was never issued by this server")
+		writeError(w, http.StatusBadRequest, wire.CodeInvalidToken, "token was never issued by this server")
 		return
 	case use.consumedBy != "" && use.consumedBy != fp:
-		writeError(w, http.StatusConflict, ErrTokenAlreadyUsed, "token was already used by another device: issue a new one")
+		writeError(w, http.StatusConflict, wire.CodeTokenAlreadyUsed, "token was already used by another device: issue a new one")
 		return
 	case use.consumedBy == fp:
 		if d, ok := s.devices[use.deviceID]; ok {
@@ -125,7 +124,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 	if !known {
 		id := make([]byte, 16)
 		if _, err := rand.Read(id); err != nil {
-			writeError(w, http.StatusInternalServerError, ErrInternal, "generating a device id: %v", err)
+			writeError(w, http.StatusInternalServerError, wire.CodeInternal, "generating a device id: %v", err)
 			return
 		}
 		d = &device{DeviceInfo{ID: hex.EncodeToString(id), Fingerprint: fp, PublicKey: ed25519.PublicKey(pub)}}
@@ -151,7 +150,7 @@ func registerResponse(d *device, server ed25519.PublicKey) map[string]any {
 		"owner_user_id":     d.Owner,
 		"fingerprint":       d.Fingerprint,
 		"paired_at":         d.PairedAt.UTC().Format("2006-01-02T15:04:05Z"),
-		"server_public_key": pairing.PublicKeyWire(server),
+		"server_public_key": wire.PublicKeyWire(server),
 	}
 }
 
@@ -165,12 +164,12 @@ func (s *Server) authDevice(w http.ResponseWriter, r *http.Request) (map[string]
 	}
 	id, ok := m["device_id"].(string)
 	if !ok {
-		writeError(w, http.StatusBadRequest, ErrMissingField, "device_id must be a string")
+		writeError(w, http.StatusBadRequest, wire.CodeMissingField, "device_id must be a string")
 		return nil, "", false
 	}
-	sig := r.Header.Get(SigHeader)
+	sig := r.Header.Get(wire.SigHeader)
 	if sig == "" {
-		writeError(w, http.StatusUnauthorized, ErrMissingSignature, "sign the body and send the signature in %s", SigHeader)
+		writeError(w, http.StatusUnauthorized, wire.CodeMissingSignature, "sign the body and send the signature in %s", wire.SigHeader)
 		return nil, "", false
 	}
 	s.mu.Lock()
@@ -181,11 +180,11 @@ func (s *Server) authDevice(w http.ResponseWriter, r *http.Request) (map[string]
 	}
 	s.mu.Unlock()
 	if pub == nil {
-		writeError(w, http.StatusForbidden, ErrUnknownDevice, "device %s is unknown or revoked: pair it again", id)
+		writeError(w, http.StatusForbidden, wire.CodeUnknownDevice, "device %s is unknown or revoked: pair it again", id)
 		return nil, "", false
 	}
 	if err := wire.VerifyBytes(pub, body, sig); err != nil {
-		writeError(w, http.StatusForbidden, ErrBadSignature, "signature over the body does not verify with device %s's key", id)
+		writeError(w, http.StatusForbidden, wire.CodeBadSignature, "signature over the body does not verify with device %s's key", id)
 		return nil, "", false
 	}
 	return m, id, true

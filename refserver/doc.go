@@ -17,6 +17,10 @@
 // Metnos's `sign.py sign` does it, with the server's Ed25519 "author"
 // key; tests can then swap served bytes to simulate tampering.
 //
+// Every message, path and constant it shares with the device comes from
+// package wire; it imports no device code (agent, client, sandbox, undo,
+// audit, fetch, pairing, platform), so a device test may import it.
+//
 // A [Server] is driven from Go ([Server.IssueToken], [Server.Enqueue],
 // [Server.Wait], [Server.Undo] …) or through the loopback-only admin API
 // of [Server.AdminHandler], which the metnos-refserver command exposes.

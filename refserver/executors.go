@@ -15,12 +15,10 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/metnos/agent/agent"
 	toml "github.com/pelletier/go-toml/v2"
-)
 
-// executorNameRule is the name rule of GET /agent/executor/{name} (§5.6).
-var executorNameRule = regexp.MustCompile(`^[a-z][a-z0-9_-]{1,64}$`)
+	"github.com/metnos/agent/wire"
+)
 
 // executor is a loaded, signed executor and the bytes it is served with.
 type executor struct {
@@ -75,8 +73,8 @@ func loadExecutors(fsys fs.FS, key ed25519.PrivateKey) (map[string]*executor, er
 // code digest goes into the manifest's [code] digest line and the final
 // manifest bytes are signed.
 func loadExecutor(name string, fsys fs.FS, key ed25519.PrivateKey) (*executor, error) {
-	if !executorNameRule.MatchString(name) {
-		return nil, fmt.Errorf("refserver: executor folder %q: the name must match %s", name, executorNameRule)
+	if !wire.ValidExecutorName(name) {
+		return nil, fmt.Errorf("refserver: executor folder %q: the name must match %s", name, wire.ExecutorNamePattern)
 	}
 	text, err := fs.ReadFile(fsys, "manifest.toml")
 	if err != nil {
@@ -99,7 +97,7 @@ func loadExecutor(name string, fsys fs.FS, key ed25519.PrivateKey) (*executor, e
 	files := map[string][]byte{}
 	h := sha256.New()
 	for _, f := range head.Code.Files {
-		if !agent.SafePath(f) {
+		if !wire.SafePath(f) {
 			return nil, fmt.Errorf("refserver: executor %s: code path %q is not a safe relative path", name, f)
 		}
 		b, err := fs.ReadFile(fsys, f)
@@ -239,7 +237,7 @@ func (s *Server) SetExecutorFile(name, p string, data []byte) error {
 		ex.manifest = bytes.Clone(data)
 		return nil
 	}
-	if !agent.SafePath(p) {
+	if !wire.SafePath(p) {
 		return fmt.Errorf("refserver: SetExecutorFile: executor %s: path %q is not a safe relative path", name, p)
 	}
 	if data == nil {
@@ -253,16 +251,16 @@ func (s *Server) SetExecutorFile(name, p string, data []byte) error {
 // handleExecutor is GET /agent/executor/{name} (§5.6).
 func (s *Server) handleExecutor(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	if !executorNameRule.MatchString(name) {
-		writeError(w, http.StatusBadRequest, ErrInvalidName, "executor name %q must match %s", name, executorNameRule)
+	if !wire.ValidExecutorName(name) {
+		writeError(w, http.StatusBadRequest, wire.CodeInvalidName, "executor name %q must match %s", name, wire.ExecutorNamePattern)
 		return
 	}
 	s.mu.Lock()
 	ex, ok := s.executors[name]
-	var b agent.Bundle
+	var b wire.ExecutorBundle
 	if ok {
 		std := base64.StdEncoding
-		b = agent.Bundle{Name: name, ManifestTOML: std.EncodeToString(ex.manifest),
+		b = wire.ExecutorBundle{Name: name, ManifestTOML: std.EncodeToString(ex.manifest),
 			ManifestSig: std.EncodeToString(ex.sig), Files: map[string]string{}}
 		for _, f := range ex.codeFiles {
 			if data, ok := ex.files[f]; ok {
@@ -272,7 +270,7 @@ func (s *Server) handleExecutor(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 	if !ok {
-		writeError(w, http.StatusNotFound, ErrUnknownExecutor, "executor %s is not known to this server", name)
+		writeError(w, http.StatusNotFound, wire.CodeUnknownExecutor, "executor %s is not known to this server", name)
 		return
 	}
 	writeJSON(w, http.StatusOK, b)

@@ -1,90 +1,12 @@
 package refserver
 
 import (
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
-	"os"
 	"strings"
 	"testing"
 	"testing/fstest"
 
-	"github.com/metnos/agent/agent"
+	"github.com/metnos/agent/wire"
 )
-
-func (h *harness) bundle(name string) agent.Bundle {
-	h.t.Helper()
-	st, b, _ := h.do("GET", "/agent/executor/"+name, nil, nil)
-	if st != 200 {
-		h.t.Fatalf("GET executor %s: %d %s", name, st, b)
-	}
-	var out agent.Bundle
-	if err := json.Unmarshal(b, &out); err != nil {
-		h.t.Fatal(err)
-	}
-	return out
-}
-
-func TestExecutorBundleMaterializes(t *testing.T) {
-	h := newHarness(t)
-	d := h.pair("pc")
-	h.enqueue(d, "echo_args", map[string]any{"n": 1}, EnqueueOptions{})
-	inv := h.pollInvocation(d, nil)
-	cache := t.TempDir()
-	ex, err := agent.Materialize(cache, h.bundle("echo_args"), "echo_args", inv.ManifestSHA256, inv.CodeSHA256, h.srv.PublicKey())
-	if err != nil {
-		t.Fatalf("the agent refuses the bundle: %v", err)
-	}
-	if !strings.HasSuffix(ex.Entry, "echo_args.py") || len(ex.Manifest.Code.Files) != 2 {
-		t.Errorf("executor %+v", ex)
-	}
-	// The code digest is sha256 over the [code].files in order, and the
-	// manifest carries it in place of the placeholder, comments kept.
-	main, _ := os.ReadFile("testdata/executors/echo_args/echo_args.py")
-	helper, _ := os.ReadFile("testdata/executors/echo_args/lib/helper.py")
-	sum := sha256.Sum256(append(main, helper...))
-	if inv.CodeSHA256 != hex.EncodeToString(sum[:]) {
-		t.Errorf("code_sha256 %s", inv.CodeSHA256)
-	}
-	manifest, _ := base64.StdEncoding.DecodeString(h.bundle("echo_args").ManifestTOML)
-	orig, _ := os.ReadFile("testdata/executors/echo_args/manifest.toml")
-	want := strings.Replace(string(orig), `digest = "sha256:0"  # placeholder`, `digest = "sha256:`+inv.CodeSHA256+`"`, 1)
-	if string(manifest) != want {
-		t.Errorf("signed manifest:\n%s\nwant:\n%s", manifest, want)
-	}
-
-	// Tampered code, served without signing again: the agent refuses it.
-	if err := h.srv.SetExecutorFile("echo_args", "lib/helper.py", []byte("evil = 1\n")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := agent.Materialize(cache, h.bundle("echo_args"), "echo_args", inv.ManifestSHA256, inv.CodeSHA256, h.srv.PublicKey()); !errors.Is(err, agent.ErrUnverified) {
-		t.Errorf("tampered code: %v", err)
-	}
-	if err := h.srv.SetExecutorFile("echo_args", "manifest.toml", append(manifest, '\n')); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := agent.Materialize(cache, h.bundle("echo_args"), "echo_args", inv.ManifestSHA256, inv.CodeSHA256, h.srv.PublicKey()); !errors.Is(err, agent.ErrUnverified) {
-		t.Errorf("tampered manifest: %v", err)
-	}
-	if err := h.srv.SetExecutorFile("nope", "x.py", nil); err == nil {
-		t.Error("SetExecutorFile on an unknown executor")
-	}
-	// Reload serves the signed bundle again.
-	if err := h.srv.Reload(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := agent.Materialize(cache, h.bundle("echo_args"), "echo_args", inv.ManifestSHA256, inv.CodeSHA256, h.srv.PublicKey()); err != nil {
-		t.Errorf("after Reload: %v", err)
-	}
-	// A manifest without a digest line gets one after [code].
-	b, _ := base64.StdEncoding.DecodeString(h.bundle("move_files").ManifestTOML)
-	_, cs, _ := h.srv.ExecutorDigests("move_files")
-	if !strings.Contains(string(b), "[code]\ndigest = \"sha256:"+cs+"\"\nfiles = [\"move_files.py\"]") {
-		t.Errorf("move_files manifest:\n%s", b)
-	}
-}
 
 func TestExecutorEndpointErrors(t *testing.T) {
 	h := newHarness(t)
@@ -93,11 +15,11 @@ func TestExecutorEndpointErrors(t *testing.T) {
 		status int
 		code   string
 	}{
-		{"Echo_args", 400, ErrInvalidName},
-		{"e", 400, ErrInvalidName},
-		{"9lives", 400, ErrInvalidName},
-		{strings.Repeat("a", 66), 400, ErrInvalidName},
-		{"no_such_executor", 404, ErrUnknownExecutor},
+		{"Echo_args", 400, wire.CodeInvalidName},
+		{"e", 400, wire.CodeInvalidName},
+		{"9lives", 400, wire.CodeInvalidName},
+		{strings.Repeat("a", 66), 400, wire.CodeInvalidName},
+		{"no_such_executor", 404, wire.CodeUnknownExecutor},
 	}
 	for _, c := range cases {
 		st, b, _ := h.do("GET", "/agent/executor/"+c.name, nil, nil)

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/wire"
 )
 
@@ -82,7 +81,7 @@ func newKey(t *testing.T) ed25519.PrivateKey {
 }
 
 func pubWire(k ed25519.PrivateKey) string {
-	return pairing.PublicKeyWire(k.Public().(ed25519.PublicKey))
+	return wire.PublicKeyWire(k.Public().(ed25519.PublicKey))
 }
 
 // do sends a request and returns the status, the body and the response.
@@ -134,7 +133,7 @@ func (h *harness) pair(name string) testDevice {
 // signed posts body signed by key.
 func (h *harness) signed(path string, key ed25519.PrivateKey, body []byte) (int, map[string]any) {
 	h.t.Helper()
-	st, b, _ := h.do("POST", path, body, map[string]string{SigHeader: wire.SignBytes(key, body)})
+	st, b, _ := h.do("POST", path, body, map[string]string{wire.SigHeader: wire.SignBytes(key, body)})
 	return st, h.object(b)
 }
 

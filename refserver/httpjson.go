@@ -10,24 +10,6 @@ import (
 	"github.com/metnos/agent/wire"
 )
 
-// Error codes of the protocol's {"error": code, "message": text} bodies.
-const (
-	ErrInvalidJSON      = "invalid_json"
-	ErrMissingField     = "missing_field"
-	ErrInvalidToken     = "invalid_token"
-	ErrTokenAlreadyUsed = "token_already_used"
-	ErrMissingSignature = "missing_signature"
-	ErrUnknownDevice    = "unknown_device"
-	ErrBadSignature     = "bad_signature"
-	ErrInvalidResult    = "invalid_result"
-	ErrInvalidName      = "invalid_name"
-	ErrUnknownExecutor  = "unknown_executor"
-	ErrInternal         = "internal_error"
-)
-
-// SigHeader carries the device's signature over the raw request body.
-const SigHeader = "X-Metnos-Device-Sig"
-
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -43,14 +25,14 @@ func writeError(w http.ResponseWriter, status int, code, format string, args ...
 	writeJSON(w, status, map[string]string{"error": code, "message": fmt.Sprintf(format, args...)})
 }
 
-// readBody reads at most MaxBodyBytes. When the body is larger it answers
+// readBody reads at most wire.MaxBodyBytes. When the body is larger it answers
 // 413 with a plain-text body, as aiohttp does, and returns ok=false.
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, wire.MaxBodyBytes))
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		http.Error(w, fmt.Sprintf("Maximum request body size %d exceeded", MaxBodyBytes), http.StatusRequestEntityTooLarge)
+		http.Error(w, fmt.Sprintf("Maximum request body size %d exceeded", wire.MaxBodyBytes), http.StatusRequestEntityTooLarge)
 		return nil, false
 	case err != nil:
 		http.Error(w, "reading the request body failed", http.StatusBadRequest)
@@ -98,7 +80,7 @@ func readObject(w http.ResponseWriter, r *http.Request) ([]byte, map[string]any,
 	}
 	m, ok := decodeObject(body)
 	if !ok {
-		writeError(w, http.StatusBadRequest, ErrInvalidJSON, "body must be a JSON object")
+		writeError(w, http.StatusBadRequest, wire.CodeInvalidJSON, "body must be a JSON object")
 		return nil, nil, false
 	}
 	return body, m, true

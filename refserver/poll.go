@@ -94,9 +94,9 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 
 // handleResult is POST /agent/result (§5.5).
 func (s *Server) handleResult(w http.ResponseWriter, r *http.Request) {
-	sig := r.Header.Get(SigHeader)
+	sig := r.Header.Get(wire.SigHeader)
 	if sig == "" {
-		writeError(w, http.StatusUnauthorized, ErrMissingSignature, "sign the body and send the signature in %s", SigHeader)
+		writeError(w, http.StatusUnauthorized, wire.CodeMissingSignature, "sign the body and send the signature in %s", wire.SigHeader)
 		return
 	}
 	body, m, ok := readObject(w, r)
@@ -106,7 +106,7 @@ func (s *Server) handleResult(w http.ResponseWriter, r *http.Request) {
 	invID, ok1 := m["invocation_id"].(string)
 	devID, ok2 := m["device_id"].(string)
 	if !ok1 || !ok2 {
-		writeError(w, http.StatusBadRequest, ErrInvalidResult, "invocation_id and device_id must be strings")
+		writeError(w, http.StatusBadRequest, wire.CodeInvalidResult, "invocation_id and device_id must be strings")
 		return
 	}
 	s.mu.Lock()
@@ -114,7 +114,7 @@ func (s *Server) handleResult(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	if gate != nil {
 		if status := gate(invID, body); status != 0 {
-			writeError(w, status, ErrInternal, "refused by the test gate")
+			writeError(w, status, wire.CodeInternal, "refused by the test gate")
 			return
 		}
 	}
@@ -122,16 +122,16 @@ func (s *Server) handleResult(w http.ResponseWriter, r *http.Request) {
 	defer s.mu.Unlock()
 	d, known := s.devices[devID]
 	if !known || d.Revoked || wire.VerifyBytes(d.PublicKey, body, sig) != nil {
-		writeError(w, http.StatusForbidden, ErrBadSignature, "result signature does not verify for device %s (unknown, revoked or wrong key)", devID)
+		writeError(w, http.StatusForbidden, wire.CodeBadSignature, "result signature does not verify for device %s (unknown, revoked or wrong key)", devID)
 		return
 	}
 	inv, ok := s.invs[invID]
 	if !ok {
-		writeError(w, http.StatusBadRequest, ErrInvalidResult, "unknown invocation %s", invID)
+		writeError(w, http.StatusBadRequest, wire.CodeInvalidResult, "unknown invocation %s", invID)
 		return
 	}
 	if inv.DeviceID != devID {
-		writeError(w, http.StatusForbidden, ErrBadSignature, "invocation %s was not sent to device %s", invID, devID)
+		writeError(w, http.StatusForbidden, wire.CodeBadSignature, "invocation %s was not sent to device %s", invID, devID)
 		return
 	}
 	inv.ResultPosts++

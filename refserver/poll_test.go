@@ -28,23 +28,23 @@ func TestSignedPostErrors(t *testing.T) {
 		status int
 		code   string
 	}{
-		{"not JSON", []byte(`{"device_id":`), "x", 400, ErrInvalidJSON},
-		{"not an object", []byte(`"x"`), "x", 400, ErrInvalidJSON},
-		{"device_id missing (before the signature)", []byte(`{"block_ms":0}`), "", 400, ErrMissingField},
-		{"device_id not a string", []byte(`{"device_id":5}`), "x", 400, ErrMissingField},
-		{"no signature", body(d.id), "", 401, ErrMissingSignature},
-		{"unknown device", body("0123456789abcdef0123456789abcdef"), "x", 403, ErrUnknownDevice},
-		{"revoked device", body(revoked.id), wire.SignBytes(revoked.key, body(revoked.id)), 403, ErrUnknownDevice},
-		{"signature by another key", body(d.id), wire.SignBytes(stranger, body(d.id)), 403, ErrBadSignature},
-		{"signature over other bytes", body(d.id), sign([]byte(string(body(d.id)) + " ")), 403, ErrBadSignature},
-		{"garbage signature", body(d.id), "!!", 403, ErrBadSignature},
+		{"not JSON", []byte(`{"device_id":`), "x", 400, wire.CodeInvalidJSON},
+		{"not an object", []byte(`"x"`), "x", 400, wire.CodeInvalidJSON},
+		{"device_id missing (before the signature)", []byte(`{"block_ms":0}`), "", 400, wire.CodeMissingField},
+		{"device_id not a string", []byte(`{"device_id":5}`), "x", 400, wire.CodeMissingField},
+		{"no signature", body(d.id), "", 401, wire.CodeMissingSignature},
+		{"unknown device", body("0123456789abcdef0123456789abcdef"), "x", 403, wire.CodeUnknownDevice},
+		{"revoked device", body(revoked.id), wire.SignBytes(revoked.key, body(revoked.id)), 403, wire.CodeUnknownDevice},
+		{"signature by another key", body(d.id), wire.SignBytes(stranger, body(d.id)), 403, wire.CodeBadSignature},
+		{"signature over other bytes", body(d.id), sign([]byte(string(body(d.id)) + " ")), 403, wire.CodeBadSignature},
+		{"garbage signature", body(d.id), "!!", 403, wire.CodeBadSignature},
 	}
 	for _, path := range []string{"/agent/poll", "/agent/heartbeat"} {
 		for _, c := range cases {
 			t.Run(path+"/"+c.name, func(t *testing.T) {
 				hdr := map[string]string{}
 				if c.sig != "" {
-					hdr[SigHeader] = c.sig
+					hdr[wire.SigHeader] = c.sig
 				}
 				st, b, _ := h.do("POST", path, c.body, hdr)
 				if m := h.object(b); st != c.status || m["error"] != c.code {

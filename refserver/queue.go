@@ -102,7 +102,7 @@ func (s *Server) Enqueue(deviceID, executor string, args any, o EnqueueOptions) 
 		o.Reversibility = "read_only"
 	}
 	if o.DeadlineMS == 0 {
-		o.DeadlineMS = DefaultDeadlineMS
+		o.DeadlineMS = wire.DefaultDeadlineMS
 	}
 	if o.DeadlineMS < 0 {
 		return "", fmt.Errorf("refserver: enqueue %s on device %s: deadline_ms %d must be positive", executor, deviceID, o.DeadlineMS)

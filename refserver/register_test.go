@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/wire"
 )
 
@@ -31,10 +30,10 @@ func TestRegisterSuccessAndIdempotency(t *testing.T) {
 	if m["name"] != "conf-pc" || m["owner_user_id"] != TokenOwner {
 		t.Errorf("name/owner: %v", m)
 	}
-	if m["fingerprint"] != pairing.ServerFingerprint(k.Public().(ed25519.PublicKey)) {
+	if m["fingerprint"] != wire.ServerFingerprint(k.Public().(ed25519.PublicKey)) {
 		t.Errorf("fingerprint %v", m["fingerprint"])
 	}
-	if m["server_public_key"] != pairing.PublicKeyWire(h.srv.PublicKey()) {
+	if m["server_public_key"] != wire.PublicKeyWire(h.srv.PublicKey()) {
 		t.Errorf("server_public_key %v", m["server_public_key"])
 	}
 	pa, _ := m["paired_at"].(string)
@@ -47,7 +46,7 @@ func TestRegisterSuccessAndIdempotency(t *testing.T) {
 		t.Errorf("idempotent register: %d %v", st, m2)
 	}
 	// Same token, another key: 409.
-	if st, m2 := h.register(tok, newKey(t)); st != 409 || m2["error"] != ErrTokenAlreadyUsed {
+	if st, m2 := h.register(tok, newKey(t)); st != 409 || m2["error"] != wire.CodeTokenAlreadyUsed {
 		t.Errorf("token reuse: %d %v", st, m2)
 	}
 	// Fresh token, known key: same device, renamed, revocation cleared.
@@ -85,18 +84,18 @@ func TestRegisterErrors(t *testing.T) {
 		status     int
 		code       string
 	}{
-		{"not JSON", `{"token":`, 400, ErrInvalidJSON},
-		{"not an object", `["DEV.x.y"]`, 400, ErrInvalidJSON},
-		{"no token", `{"public_key":"` + pub + `"}`, 400, ErrMissingField},
-		{"public_key not a string", `{"token":"` + good + `","public_key":5}`, 400, ErrMissingField},
-		{"bad prefix", reg("XYZ." + strings.TrimPrefix(good, TokenPrefix)), 400, ErrInvalidToken},
-		{"garbage", reg("DEV.!!!.???"), 400, ErrInvalidToken},
-		{"two parts", reg("DEV.abc"), 400, ErrInvalidToken},
-		{"other key", reg(forgeToken(newKey(t), `{"exp":9999999999,"name":"pc","owner":"host","tid":"aa","v":1}`)), 400, ErrInvalidToken},
-		{"never issued", reg(forgeToken(key, `{"exp":9999999999,"name":"pc","owner":"host","tid":"00ff","v":1}`)), 400, ErrInvalidToken},
-		{"wrong version", reg(forgeToken(key, `{"exp":9999999999,"name":"pc","owner":"host","tid":"00ff","v":2}`)), 400, ErrInvalidToken},
-		{"expired", reg(forgeToken(key, `{"exp":1000,"name":"pc","owner":"host","tid":"00ff","v":1}`)), 400, ErrInvalidToken},
-		{"bad name", reg(forgeToken(key, `{"exp":`+jsonInt(exp)+`,"name":"a b","owner":"host","tid":"00ff","v":1}`)), 400, ErrInvalidToken},
+		{"not JSON", `{"token":`, 400, wire.CodeInvalidJSON},
+		{"not an object", `["DEV.x.y"]`, 400, wire.CodeInvalidJSON},
+		{"no token", `{"public_key":"` + pub + `"}`, 400, wire.CodeMissingField},
+		{"public_key not a string", `{"token":"` + good + `","public_key":5}`, 400, wire.CodeMissingField},
+		{"bad prefix", reg("XYZ." + strings.TrimPrefix(good, TokenPrefix)), 400, wire.CodeInvalidToken},
+		{"garbage", reg("DEV.!!!.???"), 400, wire.CodeInvalidToken},
+		{"two parts", reg("DEV.abc"), 400, wire.CodeInvalidToken},
+		{"other key", reg(forgeToken(newKey(t), `{"exp":9999999999,"name":"pc","owner":"host","tid":"aa","v":1}`)), 400, wire.CodeInvalidToken},
+		{"never issued", reg(forgeToken(key, `{"exp":9999999999,"name":"pc","owner":"host","tid":"00ff","v":1}`)), 400, wire.CodeInvalidToken},
+		{"wrong version", reg(forgeToken(key, `{"exp":9999999999,"name":"pc","owner":"host","tid":"00ff","v":2}`)), 400, wire.CodeInvalidToken},
+		{"expired", reg(forgeToken(key, `{"exp":1000,"name":"pc","owner":"host","tid":"00ff","v":1}`)), 400, wire.CodeInvalidToken},
+		{"bad name", reg(forgeToken(key, `{"exp":`+jsonInt(exp)+`,"name":"a b","owner":"host","tid":"00ff","v":1}`)), 400, wire.CodeInvalidToken},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -153,7 +152,7 @@ func TestTokenFormatAndExpiry(t *testing.T) {
 		}
 	}
 	h.clock.Advance(11 * time.Minute)
-	if st, m := h.register(tok, newKey(t)); st != 400 || m["error"] != ErrInvalidToken || !strings.Contains(m["message"].(string), "expired") {
+	if st, m := h.register(tok, newKey(t)); st != 400 || m["error"] != wire.CodeInvalidToken || !strings.Contains(m["message"].(string), "expired") {
 		t.Errorf("expired token: %d %v", st, m)
 	}
 }

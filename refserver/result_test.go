@@ -20,7 +20,7 @@ func TestResultErrors(t *testing.T) {
 	res := func(dev, inv string) []byte {
 		return []byte(`{"device_id":"` + dev + `","invocation_id":"` + inv + `","ok":true,"payload":{}}`)
 	}
-	big := append([]byte(`{"device_id":"`+d.id+`","invocation_id":"`+id+`","ok":true,"payload":"`), bytes.Repeat([]byte("x"), MaxBodyBytes)...)
+	big := append([]byte(`{"device_id":"`+d.id+`","invocation_id":"`+id+`","ok":true,"payload":"`), bytes.Repeat([]byte("x"), wire.MaxBodyBytes)...)
 	big = append(big, `"}`...)
 	cases := []struct {
 		name   string
@@ -29,22 +29,22 @@ func TestResultErrors(t *testing.T) {
 		status int
 		code   string // "" = plain text
 	}{
-		{"no signature, before JSON parsing", []byte(`not json`), "", 401, ErrMissingSignature},
-		{"not JSON", []byte(`{"ok":`), "x", 400, ErrInvalidJSON},
-		{"not an object", []byte(`[1]`), "x", 400, ErrInvalidJSON},
-		{"ids not strings", []byte(`{"device_id":1,"invocation_id":"` + id + `"}`), "x", 400, ErrInvalidResult},
-		{"unknown device", res("0123456789abcdef0123456789abcdef", id), "x", 403, ErrBadSignature},
-		{"revoked device", res(revoked.id, id), wire.SignBytes(revoked.key, res(revoked.id, id)), 403, ErrBadSignature},
-		{"bad signature", res(d.id, id), wire.SignBytes(other.key, res(d.id, id)), 403, ErrBadSignature},
-		{"another device's invocation", res(other.id, id), wire.SignBytes(other.key, res(other.id, id)), 403, ErrBadSignature},
-		{"unknown invocation", res(d.id, "inv-00000000000000000000000"), wire.SignBytes(d.key, res(d.id, "inv-00000000000000000000000")), 400, ErrInvalidResult},
+		{"no signature, before JSON parsing", []byte(`not json`), "", 401, wire.CodeMissingSignature},
+		{"not JSON", []byte(`{"ok":`), "x", 400, wire.CodeInvalidJSON},
+		{"not an object", []byte(`[1]`), "x", 400, wire.CodeInvalidJSON},
+		{"ids not strings", []byte(`{"device_id":1,"invocation_id":"` + id + `"}`), "x", 400, wire.CodeInvalidResult},
+		{"unknown device", res("0123456789abcdef0123456789abcdef", id), "x", 403, wire.CodeBadSignature},
+		{"revoked device", res(revoked.id, id), wire.SignBytes(revoked.key, res(revoked.id, id)), 403, wire.CodeBadSignature},
+		{"bad signature", res(d.id, id), wire.SignBytes(other.key, res(d.id, id)), 403, wire.CodeBadSignature},
+		{"another device's invocation", res(other.id, id), wire.SignBytes(other.key, res(other.id, id)), 403, wire.CodeBadSignature},
+		{"unknown invocation", res(d.id, "inv-00000000000000000000000"), wire.SignBytes(d.key, res(d.id, "inv-00000000000000000000000")), 400, wire.CodeInvalidResult},
 		{"body over 4 MiB", big, wire.SignBytes(d.key, big), 413, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			hdr := map[string]string{}
 			if c.sig != "" {
-				hdr[SigHeader] = c.sig
+				hdr[wire.SigHeader] = c.sig
 			}
 			st, b, resp := h.do("POST", "/agent/result", c.body, hdr)
 			if st != c.status {

@@ -1,7 +1,6 @@
 package refserver
 
 import (
-	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -11,40 +10,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strings"
 
 	"github.com/metnos/agent/wire"
 )
 
-// runtimeNameRule is the tarball name rule of §7 (length and the
-// .tar.gz suffix are checked apart).
-var runtimeNameRule = regexp.MustCompile(`^[A-Za-z0-9._+-]+$`)
-
-// ValidRuntimeName reports whether name is a runtime tarball name a
-// device may ask for: non-empty, at most 240 characters of
-// [A-Za-z0-9._+-], no "..", ending in .tar.gz.
-func ValidRuntimeName(name string) bool {
-	return len(name) <= 240 && runtimeNameRule.MatchString(name) &&
-		!strings.Contains(name, "..") && strings.HasSuffix(name, ".tar.gz")
-}
-
-// RuntimeDescriptor returns the signed descriptor envelope of a runtime
-// tarball, {"descriptor": {...}, "sig": "<b64url>"}, the signature being
-// over the canonical descriptor {archive_sha256, archive_size, filename,
-// version: 1}.
-func RuntimeDescriptor(key ed25519.PrivateKey, filename, sha256Hex string, size int64) (map[string]any, error) {
-	d := map[string]any{"version": 1, "filename": filename, "archive_sha256": sha256Hex, "archive_size": size}
-	sig, err := wire.SignCanonical(key, d)
-	if err != nil {
-		return nil, fmt.Errorf("refserver: signing the descriptor of %s: %w", filename, err)
-	}
-	return map[string]any{"descriptor": d, "sig": sig}, nil
-}
-
 // openRuntime opens a runtime file, answering 400/404 itself on failure.
 func (s *Server) openRuntime(w http.ResponseWriter, name string) (*os.File, fs.FileInfo, bool) {
-	if !ValidRuntimeName(name) {
+	if !wire.ValidRuntimeName(name) {
 		http.Error(w, fmt.Sprintf("invalid runtime filename %q", name), http.StatusBadRequest)
 		return nil, nil, false
 	}
@@ -84,7 +56,7 @@ func (s *Server) handleRuntimeDescriptor(w http.ResponseWriter, r *http.Request)
 		http.Error(w, "reading runtime "+name+" failed", http.StatusInternalServerError)
 		return
 	}
-	env, err := RuntimeDescriptor(s.key, name, hex.EncodeToString(h.Sum(nil)), n)
+	env, err := wire.SignRuntimeDescriptor(s.key, name, hex.EncodeToString(h.Sum(nil)), n)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return

@@ -13,10 +13,9 @@ import (
 	"time"
 )
 
-// Protocol constants the server applies (Appendix C of the protocol).
+// Protocol constants the server applies (Appendix C of the protocol);
+// the ones both sides apply are in package wire.
 const (
-	// MaxBodyBytes is the request body limit; larger bodies get 413.
-	MaxBodyBytes = 4 << 20
 	// MaxBlockMS caps the long-poll block_ms a device may ask for.
 	MaxBlockMS = 30000
 	// DefaultPollCheck is how often a blocked poll re-checks the queue
@@ -25,8 +24,6 @@ const (
 	// DefaultRedeliveryGrace is added to an invocation's deadline before a
 	// delivered invocation without result is handed out again.
 	DefaultRedeliveryGrace = 30 * time.Second
-	// DefaultDeadlineMS is the deadline of an invocation enqueued without one.
-	DefaultDeadlineMS = 60000
 	// DefaultTokenTTL is the lifetime of a pairing token issued through
 	// the admin API without ttl_s (Metnos's manual-token TTL).
 	DefaultTokenTTL = 600 * time.Second

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/metnos/agent/agent"
 	"github.com/metnos/agent/wire"
 )
 
@@ -85,7 +84,7 @@ func (sh *shimState) sign(key ed25519.PrivateKey) error {
 	if err != nil {
 		return fmt.Errorf("refserver: signing the shim: %w", err)
 	}
-	sh.sig, sh.sha = sig, agent.ShimDigest(sh.files)
+	sh.sig, sh.sha = sig, wire.ShimDigest(sh.files)
 	return nil
 }
 
@@ -94,7 +93,7 @@ func (sh *shimState) sign(key ed25519.PrivateKey) error {
 // server upgrade; without, the old signature and digest stay: a tampered
 // shim the device must refuse. [Server.Reload] undoes it.
 func (s *Server) SetShimFile(p string, data []byte, resign bool) error {
-	if !agent.SafePath(p) {
+	if !wire.SafePath(p) {
 		return fmt.Errorf("refserver: SetShimFile: path %q is not a safe '/'-separated relative path", p)
 	}
 	s.mu.Lock()
@@ -120,7 +119,7 @@ func (s *Server) ShimDigest() string {
 // handleShim is GET /agent/shim (§5.7).
 func (s *Server) handleShim(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
-	b := agent.ShimBundle{Files: s.shim.encoded(), Sig: s.shim.sig, SHA256: s.shim.sha}
+	b := wire.ShimBundle{Files: s.shim.encoded(), Sig: s.shim.sig, SHA256: s.shim.sha}
 	delay := s.shimDelay
 	s.mu.Unlock()
 	if delay > 0 {

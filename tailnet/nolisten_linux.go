@@ -8,12 +8,27 @@ import (
 	seccomp "github.com/elastic/go-seccomp-bpf"
 )
 
-// DenyListen makes listen(2) fail with EPERM in this process and in
-// everything it starts, all threads at once, for good. The embedded
-// node would otherwise open a kernel TCP listener for its peer API on
-// every interface (it falls back to its own netstack when it cannot),
-// and the agent serves nothing: it only dials out. It sets
-// no_new_privs, as an unprivileged seccomp filter requires.
+// DenyListen makes listen(2) fail with EPERM for the rest of this
+// process's life. The embedded node would otherwise open a kernel TCP
+// listener for its peer API on every interface (it falls back to its
+// own netstack when it cannot), and the agent serves nothing: it only
+// dials out.
+//
+// What it does, exactly:
+//
+//   - It is process-wide: a seccomp filter on every thread at once
+//     (SECCOMP_FILTER_FLAG_TSYNC), not only the caller's.
+//   - It is irreversible: a seccomp filter cannot be removed.
+//   - It is inherited by every child the process starts afterwards,
+//     executors and their sandbox included, and by theirs: none of them
+//     can listen either.
+//   - It sets no_new_privs, as an unprivileged seccomp filter requires,
+//     and that too is inherited: a child cannot gain privileges through
+//     setuid or file capabilities.
+//
+// The agent calls it from one place, when a command joins a tailnet
+// (internal/cli's connect step), and only then: without a tailnet
+// configured, nothing is filtered.
 func DenyListen() error {
 	f := seccomp.Filter{
 		NoNewPrivs: true,

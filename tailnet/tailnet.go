@@ -9,8 +9,11 @@
 //     directory), never in /var/lib/tailscale; the node is not ephemeral,
 //     so it keeps its identity across restarts.
 //   - Log upload to Tailscale is off unless Config.LogUpload is set.
-//   - The node listens on nothing: the agent only dials out through it.
-//     Executors never see it (they use the OS network, or none).
+//   - The node listens on nothing: the agent only dials out through it
+//     ([Node.Dial]). Executors never see it (they use the OS network, or
+//     none).
+//   - [DenyListen], which the agent calls before [Start], makes that
+//     hold for the kernel too, on Linux: see its doc for what it costs.
 //
 // # What it does not guarantee
 //
@@ -25,7 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -184,12 +187,13 @@ func (n *Node) note(err error) {
 	n.mu.Unlock()
 }
 
-// HTTPClient returns a client whose every connection goes through the
-// node; it follows no redirect.
-func (n *Node) HTTPClient() *http.Client {
-	c := n.s.HTTPClient()
-	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return c
+// Name is the node's name on the tailnet.
+func (n *Node) Name() string { return n.cfg.Hostname }
+
+// Dial connects to addr through the node, over the tailnet; the
+// device's server client (package client) dials with it.
+func (n *Node) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	return n.s.Dial(ctx, network, addr)
 }
 
 // Status reports the node's state now.

@@ -18,6 +18,23 @@
 // device-to-server bodies are signed as the exact bytes sent, and a
 // re-delivered body is sent byte for byte again (§3.1). Signatures travel
 // as unpadded base64url.
+//
+// # Messages
+//
+// Every message, path, header, error code and constant of the device
+// protocol is declared here, once: the device (packages client and
+// agent) and the reference server (package refserver) both import this
+// package, and neither imports the other. The verification rules that
+// need no device state are here too: [ParseInvocation],
+// [Invocation.Verify], [CheckID], [VerifyRuntimeDescriptor],
+// [SafePath], [ValidExecutorName], [ShimDigest].
+//
+// # What it does not do
+//
+// Package wire does no I/O and keeps no state: it neither sends nor
+// receives (package client does, for the device), it does not check an
+// executor bundle against the invocation that asked for it nor write it
+// anywhere (package agent does), and it imports no device code.
 package wire
 
 import (

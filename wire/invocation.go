@@ -32,13 +32,13 @@ var ErrMalformed = errors.New("wire: malformed invocation")
 
 // ParseInvocation checks the shape of an invocation as [Decode] returns
 // it (§6.2 step 1): the required string fields, env_injections values
-// that are strings, an integer deadline (60000 when absent).
+// that are strings, an integer deadline ([DefaultDeadlineMS] when absent).
 func ParseInvocation(v any) (Invocation, error) {
 	m, ok := v.(map[string]any)
 	if !ok {
 		return Invocation{}, fmt.Errorf("%w: not an object", ErrMalformed)
 	}
-	inv := Invocation{Raw: m, Args: m["args"], DeadlineMS: 60000}
+	inv := Invocation{Raw: m, Args: m["args"], DeadlineMS: DefaultDeadlineMS}
 	str := func(k string, required bool, dst *string) error {
 		x, present := m[k]
 		if !present || x == nil {

@@ -82,7 +82,7 @@ func InvocationSigned(inv map[string]any) map[string]any {
 		"scope":           orDefault(inv, "scope", ""),
 		"reversibility":   orDefault(inv, "reversibility", ""),
 		"env_injections":  orDefault(inv, "env_injections", map[string]any{}),
-		"deadline_ms":     orDefault(inv, "deadline_ms", int64(60000)),
+		"deadline_ms":     orDefault(inv, "deadline_ms", int64(DefaultDeadlineMS)),
 	}
 	if g, ok := inv["managed_provider_grants"].([]any); ok && len(g) > 0 {
 		out["managed_provider_grants"] = g

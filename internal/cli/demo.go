@@ -21,10 +21,12 @@ import (
 
 	"github.com/metnos/agent/agent"
 	"github.com/metnos/agent/audit"
+	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/examples"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/refserver"
 	"github.com/metnos/agent/undo"
+	"github.com/metnos/agent/wire"
 )
 
 func runDemo(std stdio, args []string) int {
@@ -87,7 +89,7 @@ func (d *demo) run(ctx context.Context, keep, verbose bool, stderr io.Writer) (e
 	if err != nil {
 		return err
 	}
-	d.say("  ✓ reference server  %s  (throwaway key %s…, executors %s)", url, pairing.ServerFingerprint(d.srv.PublicKey())[:12], strings.Join(d.srv.Executors(), ", "))
+	d.say("  ✓ reference server  %s  (throwaway key %s…, executors %s)", url, wire.ServerFingerprint(d.srv.PublicKey())[:12], strings.Join(d.srv.Executors(), ", "))
 
 	// Pairing, as `register` does it.
 	token, err := d.srv.IssueToken("demo-laptop", 10*time.Minute)
@@ -98,7 +100,9 @@ func (d *demo) run(ctx context.Context, keep, verbose bool, stderr io.Writer) (e
 	if err != nil {
 		return err
 	}
-	reg, err := agent.NewClient(url, key, "").Register(ctx, token)
+	// Not connect: the demo's server runs in this process, on loopback,
+	// never over a tailnet (whatever $METNOS_TAILNET_AUTHKEY says).
+	reg, err := client.New(url, key, "", nil).Register(ctx, token)
 	if err != nil {
 		return err
 	}
@@ -119,7 +123,7 @@ func (d *demo) run(ctx context.Context, keep, verbose bool, stderr io.Writer) (e
 	if verbose {
 		errw = stderr
 	}
-	a, err := agent.New(agent.Config{DataDir: data, CacheDir: cache, Version: version(),
+	a, err := agent.New(agent.Config{Client: client.New(url, key, reg.DeviceID, nil), DataDir: data, CacheDir: cache, Version: version(),
 		Logger: newLogger(logf, errw, slog.LevelInfo)})
 	if err != nil {
 		return err

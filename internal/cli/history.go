@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/metnos/agent/agent"
+	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/internal/chainlog"
 	"github.com/metnos/agent/internal/lockfile"
 	"github.com/metnos/agent/pairing"
@@ -219,10 +221,10 @@ or add --offline.`)
 		return fail(std, err)
 	}
 	if !*dry && !*offline {
-		if url, answers := serverAnswers(data); answers {
+		if url, why := serverAnswers(data, warnLogger(std)); url != "" && why == nil {
 			return fail(std, fmt.Errorf("this device is paired with %s and the server answers: ask Metnos to undo, so that its undo log stays true (or run again with --offline to undo here anyway)", url))
 		} else if url != "" {
-			fmt.Fprintf(std.err, "metnos-agent: the paired server %s does not answer: undoing here; Metnos's undo log will not know\n", url)
+			fmt.Fprintf(std.err, "metnos-agent: the paired server %s does not answer (%v): undoing here; Metnos's undo log will not know\n", url, why)
 		}
 	}
 	dir := agent.JournalDir(data)
@@ -260,22 +262,34 @@ or add --offline.`)
 	return exitOK
 }
 
-// serverAnswers says whether the device is paired (the server's URL)
-// and whether that server answers within a few seconds.
-func serverAnswers(data string) (string, bool) {
+// serverAnswers says whether the device is paired (the server's URL,
+// "" when not) and why its server does not answer within a few seconds
+// (nil: it answers). The server is reached as every command reaches it:
+// over the OS network, where it has 5 s to answer, or over the embedded
+// tailnet when one is configured, where joining may take up to 30 s and
+// the server then has 20 s (the node's first request waits for a path
+// to the server's node).
+func serverAnswers(data string, log *slog.Logger) (url string, why error) {
 	st, err := pairing.LoadState(data)
 	if err != nil || !st.Paired() || st.ServerURL == nil {
-		return "", false
+		return "", nil
 	}
-	key, err := pairing.LoadOrCreateKey(data)
+	c, node, err := connect(context.Background(), data, connectOptions{wait: 30 * time.Second}, log)
 	if err != nil {
-		return *st.ServerURL, false
+		return *st.ServerURL, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	wait := 5 * time.Second
+	if node != nil {
+		defer node.Close()
+		wait = 20 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	_, err = agent.NewClient(*st.ServerURL, key, *st.DeviceID).Shim(ctx)
-	var se *agent.ServerError
-	return *st.ServerURL, err == nil || errors.As(err, &se)
+	_, err = c.Shim(ctx)
+	if se := (*client.ServerError)(nil); err == nil || errors.As(err, &se) {
+		return c.URL(), nil
+	}
+	return c.URL(), err
 }
 
 // printReport prints what a local undo did.

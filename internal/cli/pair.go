@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/metnos/agent/agent"
 	"github.com/metnos/agent/pairing"
+	"github.com/metnos/agent/wire"
 )
 
 // dirs returns the data and cache directories (the Rust client's, so
@@ -54,22 +54,12 @@ func runRegister(std stdio, args []string) int {
 	if err != nil {
 		return fail(std, err)
 	}
-	key, err := pairing.LoadOrCreateKey(data)
+	c, node, err := connect(context.Background(), data, connectOptions{server: *server, unpaired: true, name: *name, tailnet: tf}, warnLogger(std))
 	if err != nil {
 		return fail(std, err)
 	}
-	c := agent.NewClient(*server, key, "")
-	tc, useTailnet, err := tf.config(data, *name)
-	if err != nil {
-		return fail(std, err)
-	}
-	if useTailnet {
-		node, hc, err := joinTailnet(context.Background(), data, tc, slog.New(slog.NewTextHandler(std.err, &slog.HandlerOptions{Level: slog.LevelWarn})))
-		if err != nil {
-			return fail(std, err)
-		}
+	if node != nil {
 		defer node.Close()
-		c.HTTP = hc
 	}
 	reg, err := c.Register(context.Background(), *token)
 	if err != nil {
@@ -126,13 +116,13 @@ func runWhoami(std stdio, args []string) int {
 		fmt.Fprintf(w, "paired at:           %s\n", s(st.PairedAt))
 	}
 	fmt.Fprintf(w, "device key (hex):    %s   (what the Rust client's whoami calls its fingerprint)\n", pairing.LocalFingerprint(pub))
-	fmt.Fprintf(w, "server fingerprint:  %s   (SHA-256 of the device key, as the server's Devices page shows it)\n", pairing.ServerFingerprint(pub))
-	if st.Fingerprint != nil && *st.Fingerprint != pairing.ServerFingerprint(pub) {
+	fmt.Fprintf(w, "server fingerprint:  %s   (SHA-256 of the device key, as the server's Devices page shows it)\n", wire.ServerFingerprint(pub))
+	if st.Fingerprint != nil && *st.Fingerprint != wire.ServerFingerprint(pub) {
 		fmt.Fprintf(w, "warning: state.json records the fingerprint %s, which is not this key's: the key changed since pairing; pair again\n", *st.Fingerprint)
 	}
 	if st.Paired() {
 		if sk, err := st.ServerKey(); err == nil {
-			fmt.Fprintf(w, "server key (pinned): %s\n", pairing.PublicKeyWire(sk))
+			fmt.Fprintf(w, "server key (pinned): %s\n", wire.PublicKeyWire(sk))
 		} else {
 			fmt.Fprintf(w, "server key (pinned): none (%v)\n", err)
 		}
@@ -161,6 +151,12 @@ func runUnpair(std stdio, args []string) int {
 		fmt.Fprintln(std.out, "unpaired: state.json removed; the device key is kept (revoke the device on the server's Devices page too)")
 	}
 	return exitOK
+}
+
+// warnLogger logs warnings and errors to stderr: what a command that is
+// not the agent shows of the tailnet node.
+func warnLogger(std stdio) *slog.Logger {
+	return slog.New(slog.NewTextHandler(std.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 // fail prints err and returns exitFailure.

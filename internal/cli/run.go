@@ -4,20 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/metnos/agent/fetch"
-	"github.com/metnos/agent/pairing"
-	"github.com/metnos/agent/tailnet"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	goruntime "runtime"
-	"strings"
 	"syscall"
 
 	"github.com/metnos/agent/agent"
+	"github.com/metnos/agent/client"
+	"github.com/metnos/agent/fetch"
 	"github.com/metnos/agent/internal/lockfile"
+	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/sandbox"
 )
 
@@ -58,25 +56,14 @@ func runRun(std stdio, args []string) int {
 	log := newLogger(logf, std.err, level)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	st, _ := pairing.LoadState(data)
-	deviceName := ""
-	if st.DeviceName != nil {
-		deviceName = *st.DeviceName
-	}
-	tc, useTailnet, err := tf.config(data, deviceName)
+	c, node, err := connect(ctx, data, connectOptions{server: *server, tailnet: tf}, log)
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return exitFailure
 	}
-	var httpClient *http.Client
-	var node *tailnet.Node
-	if useTailnet {
-		if node, httpClient, err = joinTailnet(ctx, data, tc, log); err != nil {
-			log.Error("cannot join the tailnet", "err", err)
-			return exitFailure
-		}
+	if node != nil {
 		defer node.Close()
-		log.Info("joined the tailnet", "node", tc.Hostname)
+		log.Info("joined the tailnet", "node", node.Name())
 	}
 	runtimeVar := "METNOS_PYTHON_RUNTIME"
 	if goruntime.GOOS == "windows" {
@@ -87,16 +74,16 @@ func runRun(std stdio, args []string) int {
 		// paired server's signed descriptor, before the first poll; a
 		// failure is only logged (executors then use what FindPython
 		// finds).
-		if err := installFromServer(ctx, data, cache, name, log, httpClient); err != nil {
+		if err := installFromServer(ctx, c, data, cache, name, log); err != nil {
 			log.Error("the Python runtime could not be installed; executors use the next Python found", "runtime", name, "err", err)
 		}
 	}
-	a, err := agent.New(agent.Config{HTTP: httpClient, OnHeartbeat: func(ctx context.Context) {
+	a, err := agent.New(agent.Config{Client: c, OnHeartbeat: func(ctx context.Context) {
 		if node != nil {
 			node.Report(ctx)
 		}
 	},
-		DataDir: data, CacheDir: cache, ServerURL: *server, Logger: log,
+		DataDir: data, CacheDir: cache, Logger: log,
 		Version: version(), MinSandbox: sandbox.Level(minSandbox),
 	})
 	if err != nil {
@@ -112,22 +99,22 @@ func runRun(std stdio, args []string) int {
 }
 
 // installFromServer installs the runtime archive name as the paired
-// server's signed descriptor describes it, through client (the tailnet
-// node's, or nil for the OS network).
-func installFromServer(ctx context.Context, data, cache, name string, log *slog.Logger, client *http.Client) error {
+// server's signed descriptor describes it, both fetched through c (the
+// client connect made).
+func installFromServer(ctx context.Context, c *client.Client, data, cache, name string, log *slog.Logger) error {
 	st, err := pairing.LoadState(data)
-	if err != nil || !st.Paired() || st.ServerURL == nil {
-		return fmt.Errorf("a paired device is needed: %w", agent.ErrNotPaired)
+	if err != nil {
+		return err
 	}
 	key, err := st.ServerKey()
 	if err != nil {
 		return err
 	}
-	d, err := fetch.FetchDescriptor(ctx, cache, *st.ServerURL, key, name, client)
+	d, err := fetch.RuntimeDescriptor(ctx, cache, key, name, c.RuntimeDescriptor)
 	if err != nil {
 		return err
 	}
-	o := fetch.Options{Logger: log, Client: client}
+	o := fetch.Options{Logger: log, Client: c.HTTPClient()}
 	last := int64(-1)
 	o.Progress = func(p fetch.Progress) {
 		if p.Total > 0 && p.Done*10/p.Total != last {
@@ -135,7 +122,7 @@ func installFromServer(ctx context.Context, data, cache, name string, log *slog.
 			log.Info("runtime download", "file", name, "done", p.Done, "total", p.Total)
 		}
 	}
-	_, err = fetch.Install(ctx, cache, fetch.Source{URL: strings.TrimRight(*st.ServerURL, "/") + "/agent/runtime/" + d.Filename,
+	_, err = fetch.Install(ctx, cache, fetch.Source{URL: c.RuntimeURL(d.Filename),
 		Filename: d.Filename, Pin: fetch.Pin{SHA256: d.ArchiveSHA256, Size: d.ArchiveSize}}, o)
 	return err
 }

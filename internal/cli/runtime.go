@@ -45,7 +45,15 @@ func runRuntimeInstall(std stdio, args []string) int {
 	switch {
 	case *from != "" && *url == "" && *sha == "":
 		data, _, _ := dirs()
-		if err := installFromServer(ctx, data, cache, *from, progressOptions(std, *from).Logger, nil); err != nil {
+		log := progressOptions(std, *from).Logger
+		c, node, err := connect(ctx, data, connectOptions{}, log)
+		if err != nil {
+			return fail(std, err)
+		}
+		if node != nil {
+			defer node.Close()
+		}
+		if err := installFromServer(ctx, c, data, cache, *from, log); err != nil {
 			return fail(std, err)
 		}
 		rt, err := fetch.Current(cache)

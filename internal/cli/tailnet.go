@@ -1,19 +1,16 @@
 package cli
 
 import (
-	"context"
 	"flag"
 	"fmt"
-	"log/slog"
-	"net/http"
 	"os"
-	"runtime/debug"
 	"time"
 
 	"github.com/metnos/agent/tailnet"
 )
 
-// tailnetFlags are the tailnet options of register and run.
+// tailnetFlags are the tailnet options of register and run; the zero
+// value is a command without them.
 type tailnetFlags struct {
 	control, authKey, authKeyFile, name *string
 	logUpload                           *bool
@@ -36,25 +33,26 @@ func (f tailnetFlags) config(dataDir, deviceName string) (tailnet.Config, bool, 
 	if err != nil {
 		return c, false, err
 	}
-	key := *f.authKey
+	control, name, keyFile := deref(f.control), deref(f.name), deref(f.authKeyFile)
+	key := deref(f.authKey)
 	if key == "" {
 		key = os.Getenv("METNOS_TAILNET_AUTHKEY")
 	}
-	if *f.authKeyFile != "" {
-		if key, err = tailnet.ReadAuthKey(*f.authKeyFile); err != nil {
+	if keyFile != "" {
+		if key, err = tailnet.ReadAuthKey(keyFile); err != nil {
 			return c, false, err
 		}
 	}
-	if *f.control != "" || key != "" || *f.name != "" {
+	if control != "" || key != "" || name != "" {
 		ok = true
 	}
-	if *f.control != "" {
-		c.ControlURL = *f.control
+	if control != "" {
+		c.ControlURL = control
 	}
-	if *f.name != "" {
-		c.Hostname = *f.name
+	if name != "" {
+		c.Hostname = name
 	}
-	if *f.logUpload {
+	if f.logUpload != nil && *f.logUpload {
 		c.LogUpload = true
 	}
 	if c.Hostname == "" {
@@ -67,30 +65,12 @@ func (f tailnetFlags) config(dataDir, deviceName string) (tailnet.Config, bool, 
 	return c, ok, nil
 }
 
-// joinTailnet starts the embedded node when a tailnet is configured and
-// returns the HTTP client to use (nil: the OS network).
-func joinTailnet(ctx context.Context, dataDir string, c tailnet.Config, log *slog.Logger) (*tailnet.Node, *http.Client, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	// The agent serves nothing: no listening port, not even the node's
-	// peer API (see tailnet.DenyListen).
-	if err := tailnet.DenyListen(); err != nil {
-		return nil, nil, err
+// deref is *p, or "" for a flag the command does not have.
+func deref(p *string) string {
+	if p == nil {
+		return ""
 	}
-	// The node's buffers make the heap grow in bursts; a soft limit lets
-	// the collector give the memory back while the agent idles.
-	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(24 << 20)
-	}
-	n, err := tailnet.Start(ctx, dataDir, c, log)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := tailnet.SaveConfig(dataDir, c); err != nil {
-		n.Close()
-		return nil, nil, err
-	}
-	return n, n.HTTPClient(), nil
+	return *p
 }
 
 // printTailnet adds the tailnet lines to whoami and doctor.

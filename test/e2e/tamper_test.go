@@ -12,6 +12,7 @@ import (
 
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/refserver"
+	"github.com/metnos/agent/wire"
 )
 
 // refusedNothingRan checks that an invocation failed with errClass and
@@ -39,7 +40,7 @@ func TestTampering(t *testing.T) {
 		w.pair()
 		st, _ := pairing.LoadState(w.dataDir())
 		other, _, _ := ed25519.GenerateKey(rand.Reader)
-		k := pairing.PublicKeyWire(other)
+		k := wire.PublicKeyWire(other)
 		st.ServerPublicKey = &k
 		if err := pairing.SaveState(w.dataDir(), st); err != nil {
 			t.Fatal(err)

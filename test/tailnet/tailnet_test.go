@@ -3,7 +3,10 @@
 package tailnet
 
 import (
+	"archive/tar"
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -276,4 +279,95 @@ func executorsFS(t *testing.T) fs.FS {
 		}
 	}
 	return out
+}
+
+// TestServerOnlyOverTailnet: every command that talks to the server
+// reaches it through the embedded node. With the server reachable only
+// on the tailnet, undo's liveness guard finds that it answers (so no
+// local undo happens behind its back), and runtime install
+// --from-server fetches the signed descriptor and the archive. Over the
+// OS network, "metnos" does not even resolve: undo would go ahead
+// locally and the install would fail.
+func TestServerOnlyOverTailnet(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tc := tailnettest.Start(t)
+	control := tc.HTTPTestServer.URL
+	const archive = "cpython-3.99.1+test-x86_64-unknown-linux-gnu-install_only.tar.gz"
+	runtimeDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(runtimeDir, archive), fakeRuntime(t, "3.99.1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := refserver.New(refserver.Config{Executors: executorsFS(t), Shim: examples.Shim, RuntimeDir: runtimeDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	tailnettest.ServeNode(t, ctx, control, srv.Handler())
+
+	home := t.TempDir()
+	os.Chmod(home, 0o755)
+	env := append(os.Environ(), "HOME="+home)
+	env = append(env, tailnettest.Knobs...)
+	keyFile := filepath.Join(home, "authkey")
+	os.WriteFile(keyFile, []byte("tskey-test\n"), 0o600)
+	cli := func(args ...string) (int, string) {
+		cmd := exec.CommandContext(ctx, filepath.Join(binDir, "metnos-agent"), args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), string(out)
+		}
+		return 0, string(out)
+	}
+	tok, _ := srv.IssueToken("laptop", 10*time.Minute)
+	if code, out := cli("register", "--server", "http://metnos:8765", "--token", tok, "--tailnet-control-url", control, "--tailnet-authkey-file", keyFile, "--name", "laptop"); code != 0 {
+		t.Fatalf("register over the tailnet: exit %d\n%s", code, out)
+	}
+
+	// Later commands have no tailnet flag: tailnet.json says how.
+	code, out := cli("undo", "--last")
+	if code == 0 || !strings.Contains(out, "the server answers") || strings.Contains(out, "does not answer") {
+		t.Errorf("undo without --offline, the server answering over the tailnet: exit %d\n%s", code, out)
+	}
+	code, out = cli("runtime", "install", "--from-server", archive)
+	if code != 0 || !strings.Contains(out, "installed Python 3.99.1") {
+		t.Fatalf("runtime install --from-server over the tailnet: exit %d\n%s", code, out)
+	}
+	if b, err := os.ReadFile(filepath.Join(home, ".cache", "metnos", "runtime", "runtime-descriptor.json")); err != nil || !strings.Contains(string(b), archive) {
+		t.Errorf("the signed descriptor was not cached: %v %s", err, b)
+	}
+}
+
+// fakeRuntime is a runtime archive whose interpreter is a shell script
+// that prints version.
+func fakeRuntime(t *testing.T, version string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	for _, e := range []struct {
+		name, body string
+		dir        bool
+	}{
+		{name: "python/", dir: true},
+		{name: "python/bin/", dir: true},
+		{name: "python/bin/python3", body: "#!/bin/sh\necho " + version + "\n"},
+	} {
+		h := &tar.Header{Name: e.name, Mode: 0o755, Typeflag: tar.TypeReg, Size: int64(len(e.body))}
+		if e.dir {
+			h.Typeflag, h.Size = tar.TypeDir, 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte(e.body))
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }

@@ -1,0 +1,342 @@
+// Package client is the device's side of every request to the Metnos
+// server: registration, poll, heartbeat, result delivery, the executor
+// and shim bundles, the runtime descriptor and the runtime archives
+// (shared/metnos-protocol.md §4–§7).
+//
+// # What it guarantees
+//
+//   - One [Client] carries every request of a command, over one
+//     transport: the OS network, or the embedded tailnet node when the
+//     command was given its dialer. No request of the device goes
+//     around it.
+//   - No redirect is followed, by any request (including runtime
+//     downloads through [Client.HTTPClient]): a 3xx is the answer, so a
+//     proxy that turned a signed POST into a GET never passes for the
+//     server's 200.
+//   - Poll, heartbeat and result bodies are signed with the device key
+//     over the exact bytes sent ([wire.SigHeader]).
+//   - A non-2xx answer is a *[ServerError] naming the URL, with one
+//     sentence saying what happened for each error code of the protocol.
+//
+// # What it does not do
+//
+// It verifies nothing the server sends (package agent checks bundles,
+// [wire.VerifyRuntimeDescriptor] descriptors), keeps no state on disk,
+// and does not retry: the run loop and the spool decide that.
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/metnos/agent/wire"
+)
+
+// Timeouts of the protocol's requests (§5.1, Appendix C).
+const (
+	RegisterTimeout = 15 * time.Second
+	SignedTimeout   = 40 * time.Second // poll (25 s block + 15 s), heartbeat, result
+	FetchTimeout    = 30 * time.Second // executor and shim bundles, runtime descriptor
+	PollBlock       = 25 * time.Second
+)
+
+// maxResponse caps what the client reads of any server response.
+const maxResponse = 64 << 20
+
+// Dialer opens a connection to addr, as [net.Dialer.DialContext] does;
+// the embedded tailnet node provides one.
+type Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// Client speaks the device side of the Metnos HTTP protocol to one
+// server: unsigned registration and fetches, and poll, heartbeat and
+// result bodies signed with the device key over their exact bytes.
+type Client struct {
+	base     string
+	key      ed25519.PrivateKey
+	deviceID string
+	hc       *http.Client
+}
+
+// New returns a Client for the server at base (its URL; a trailing
+// slash is dropped) with the device key and, once paired, the device
+// id. Connections go through dial, or the OS network when dial is nil.
+func New(base string, key ed25519.PrivateKey, deviceID string, dial Dialer) *Client {
+	hc := &http.Client{CheckRedirect: noRedirect}
+	if dial != nil {
+		hc.Transport = &http.Transport{DialContext: dial}
+	}
+	return &Client{base: strings.TrimRight(base, "/"), key: key, deviceID: deviceID, hc: hc}
+}
+
+// noRedirect is the one redirect rule of every request of the device: a
+// 3xx is the answer (a proxy that redirected a signed POST to a GET must
+// not pass for the server's 200).
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// URL is the server's URL, without a trailing slash.
+func (c *Client) URL() string { return c.base }
+
+// DeviceID is the device id the client signs as ("" before pairing).
+func (c *Client) DeviceID() string { return c.deviceID }
+
+// HTTPClient returns the http.Client every request goes through: the
+// client's transport, no redirect followed, no overall timeout (give
+// each request a context). Package fetch downloads runtime archives
+// with it.
+func (c *Client) HTTPClient() *http.Client { return c.hc }
+
+// RuntimeURL is the URL of a runtime archive on the server, GET
+// /agent/runtime/{filename} (§7), for a ranged download.
+func (c *Client) RuntimeURL(filename string) string { return c.base + wire.PathRuntime + filename }
+
+// ServerError is a response of the server other than 2xx, with the
+// error code and message of its JSON body (§4.3) when it had one.
+type ServerError struct {
+	URL     string
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *ServerError) Error() string {
+	why := serverErrorWords[e.Code]
+	switch {
+	case why != "" && e.Message != "":
+		return fmt.Sprintf("%s: %s (%s: %s)", e.URL, why, e.Code, e.Message)
+	case why != "":
+		return fmt.Sprintf("%s: %s (%s)", e.URL, why, e.Code)
+	case e.Code != "":
+		return fmt.Sprintf("%s: the server answered %d %s: %s", e.URL, e.Status, e.Code, e.Message)
+	case e.Status == http.StatusRequestEntityTooLarge:
+		return fmt.Sprintf("%s: the server refused the body as too large (413, its limit is 4 MiB)", e.URL)
+	}
+	return fmt.Sprintf("%s: the server answered %d %s", e.URL, e.Status, strings.TrimSpace(e.Message))
+}
+
+// serverErrorWords says, for each error code of the protocol, what
+// happened in one sentence and what to do.
+var serverErrorWords = map[string]string{
+	wire.CodeInvalidToken:       "the server refused the pairing token (mistyped, expired or never issued): ask the Metnos admin page for a new one",
+	wire.CodeTokenAlreadyUsed:   "this pairing token was already used by another device: ask the Metnos admin page for a new one",
+	wire.CodeMissingField:       "the server says the request lacks a field it needs (is this a Metnos server?)",
+	wire.CodeInvalidJSON:        "the server could not read the request as JSON (is this a Metnos server?)",
+	wire.CodeMissingSignature:   "the server wants a device signature the request did not carry",
+	wire.CodeUnknownDevice:      "the server does not know this device, or it was revoked: pair again with `metnos-agent register`",
+	wire.CodeBadSignature:       "the server did not accept this device's signature (revoked, re-paired with another key, or the body was changed on the way): pair again if it persists",
+	wire.CodeInvalidResult:      "the server does not know the invocation this result is for",
+	wire.CodeInvalidName:        "the server refused the executor name",
+	wire.CodeUnknownExecutor:    "the server has no executor of that name",
+	wire.CodeUnverifiedExecutor: "the server could not verify that executor's own signature",
+	wire.CodeInternal:           "the server failed while handling the request; see its log",
+}
+
+// Retryable reports whether a result delivery that failed with status
+// may succeed later (§5.5): 408, 423, 425, 429 and every 5xx, and also
+// every 3xx (a proxy in the way, which the protocol never sends).
+func Retryable(status int) bool {
+	switch status {
+	case 408, 423, 425, 429:
+		return true
+	}
+	// A redirect is a misconfigured proxy, not the server's refusal:
+	// keep the result rather than lose it.
+	return status >= 500 || (status >= 300 && status < 400)
+}
+
+// StatusOf returns the HTTP status of a *ServerError, 0 for any other
+// error (transport, timeout).
+func StatusOf(err error) int {
+	var se *ServerError
+	if errors.As(err, &se) {
+		return se.Status
+	}
+	return 0
+}
+
+// do sends one request and reads the whole response. A non-2xx status
+// is a *ServerError.
+func (c *Client) do(ctx context.Context, method, path string, body []byte, signed bool, timeout time.Duration) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	url := c.base + path
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", url, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if signed {
+		req.Header.Set(wire.SigHeader, wire.SignBytes(c.key, body))
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading the response: %w", url, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		se := &ServerError{URL: url, Status: resp.StatusCode}
+		var eb struct {
+			Error   string `json:"error"`
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(b, &eb) == nil && eb.Error != "" {
+			se.Code, se.Message = eb.Error, eb.Message
+		} else {
+			se.Message = string(b)
+			if len(se.Message) > 200 {
+				se.Message = se.Message[:200] + "…"
+			}
+		}
+		return b, se
+	}
+	return b, nil
+}
+
+// Register pairs the device key with the server using a one-time token
+// (§4.3).
+func (c *Client) Register(ctx context.Context, token string) (wire.Registration, error) {
+	body, _ := json.Marshal(map[string]string{
+		"token":      token,
+		"public_key": wire.PublicKeyWire(c.key.Public().(ed25519.PublicKey)),
+		"os_family":  OSFamily(),
+		"os_arch":    OSArch(),
+	})
+	b, err := c.do(ctx, http.MethodPost, wire.PathRegister, body, false, RegisterTimeout)
+	if err != nil {
+		return wire.Registration{}, err
+	}
+	var r wire.Registration
+	if err := json.Unmarshal(b, &r); err != nil || r.DeviceID == "" {
+		return wire.Registration{}, fmt.Errorf("%s%s: the answer is not a registration (%v): is this a Metnos server?", c.base, wire.PathRegister, err)
+	}
+	return r, nil
+}
+
+// Poll long-polls for the next invocation after cursor ("" for none),
+// asking the server to hold the request up to block (§5.3).
+func (c *Client) Poll(ctx context.Context, cursor string, block time.Duration) (wire.PollResponse, error) {
+	var cur any
+	if cursor != "" {
+		cur = cursor
+	}
+	body, err := wire.Canonical(map[string]any{
+		"block_ms":     block.Milliseconds(),
+		"capabilities": []any{"fs", "net", "pkg"},
+		"cursor":       cur,
+		"device_id":    c.deviceID,
+	})
+	if err != nil {
+		return wire.PollResponse{}, err
+	}
+	b, err := c.do(ctx, http.MethodPost, wire.PathPoll, body, true, block+15*time.Second)
+	if err != nil {
+		return wire.PollResponse{}, err
+	}
+	v, err := wire.Decode(b)
+	m, ok := v.(map[string]any)
+	if err != nil || !ok {
+		return wire.PollResponse{}, fmt.Errorf("%s%s: the answer is not a JSON object: %v", c.base, wire.PathPoll, err)
+	}
+	r := wire.PollResponse{Invocation: m["invocation"]}
+	r.ShimSHA256, _ = m["shim_sha256"].(string)
+	r.ServerClientVersion, _ = m["server_client_version"].(string)
+	return r, nil
+}
+
+// Heartbeat sends the device profile (§5.4).
+func (c *Client) Heartbeat(ctx context.Context, profile map[string]any) error {
+	// Field order device_id, profile, as the Rust client's struct.
+	p, err := wire.Canonical(profile)
+	if err != nil {
+		return fmt.Errorf("heartbeat profile: %w", err)
+	}
+	id, _ := json.Marshal(c.deviceID)
+	body := []byte(`{"device_id":` + string(id) + `,"profile":` + string(p) + `}`)
+	_, err = c.do(ctx, http.MethodPost, wire.PathHeartbeat, body, true, SignedTimeout)
+	return err
+}
+
+// Deliver posts a spooled result body, byte for byte (§5.5).
+func (c *Client) Deliver(ctx context.Context, body []byte) error {
+	_, err := c.do(ctx, http.MethodPost, wire.PathResult, body, true, SignedTimeout)
+	return err
+}
+
+// Executor fetches an executor bundle (§5.6). It is not verified.
+func (c *Client) Executor(ctx context.Context, name string) (wire.ExecutorBundle, error) {
+	b, err := c.do(ctx, http.MethodGet, wire.PathExecutor+name, nil, false, FetchTimeout)
+	if err != nil {
+		return wire.ExecutorBundle{}, fmt.Errorf("executor %s: %w", name, err)
+	}
+	var bu wire.ExecutorBundle
+	if err := json.Unmarshal(b, &bu); err != nil {
+		return wire.ExecutorBundle{}, fmt.Errorf("executor %s: the bundle is not JSON: %w", name, err)
+	}
+	return bu, nil
+}
+
+// Shim fetches the shim bundle (§5.7). It is not verified.
+func (c *Client) Shim(ctx context.Context) (wire.ShimBundle, error) {
+	b, err := c.do(ctx, http.MethodGet, wire.PathShim, nil, false, FetchTimeout)
+	if err != nil {
+		return wire.ShimBundle{}, fmt.Errorf("shim: %w", err)
+	}
+	var sb wire.ShimBundle
+	if err := json.Unmarshal(b, &sb); err != nil {
+		return wire.ShimBundle{}, fmt.Errorf("shim: the bundle is not JSON: %w", err)
+	}
+	return sb, nil
+}
+
+// RuntimeDescriptor fetches the signed descriptor envelope of a runtime
+// archive (§7), as the server sent it: check it with
+// [wire.VerifyRuntimeDescriptor].
+func (c *Client) RuntimeDescriptor(ctx context.Context, filename string) ([]byte, error) {
+	if !wire.ValidRuntimeName(filename) {
+		return nil, fmt.Errorf("runtime: %q is not a runtime archive name (…tar.gz)", filename)
+	}
+	b, err := c.do(ctx, http.MethodGet, wire.PathRuntimeDescriptor+filename, nil, false, FetchTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("runtime descriptor: %w", err)
+	}
+	return b, nil
+}
+
+// OSFamily is this machine's os_family word of the protocol: linux,
+// windows, macos (Rust's std::env::consts::OS).
+func OSFamily() string {
+	if runtime.GOOS == "darwin" {
+		return "macos"
+	}
+	return runtime.GOOS
+}
+
+// OSArch is this machine's os_arch word: x86_64, aarch64.
+func OSArch() string {
+	switch runtime.GOARCH {
+	case "amd64":
+		return "x86_64"
+	case "arm64":
+		return "aarch64"
+	}
+	return runtime.GOARCH
+}

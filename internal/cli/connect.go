@@ -1,0 +1,112 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"time"
+
+	"github.com/metnos/agent/agent"
+	"github.com/metnos/agent/client"
+	"github.com/metnos/agent/pairing"
+	"github.com/metnos/agent/tailnet"
+)
+
+// connectOptions say how a command reaches the server.
+type connectOptions struct {
+	// server is the server's URL: register's --server (there is no
+	// pairing yet), or run's --server over the paired one ("": the
+	// paired one).
+	server string
+	// unpaired is set by register: no pairing is applied, and the
+	// client has no device id.
+	unpaired bool
+	// name names the tailnet node when neither the flags nor
+	// tailnet.json do ("": the paired device's name).
+	name string
+	// tailnet are the command's tailnet flags (the zero value:
+	// tailnet.json alone decides).
+	tailnet tailnetFlags
+	// wait bounds the joining of the tailnet (0: 5 minutes).
+	wait time.Duration
+}
+
+// connect is the one step by which every command that talks to the
+// server reaches it. It applies the pairing (state.json: the server's
+// URL and the device id, with the device key) and the tailnet (the
+// flags or tailnet.json: it starts the embedded node, and the client
+// dials through it). node is nil on the OS network; otherwise close it
+// when done.
+func connect(ctx context.Context, data string, o connectOptions, log *slog.Logger) (c *client.Client, node *tailnet.Node, err error) {
+	key, err := pairing.LoadOrCreateKey(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	server, deviceID, name := o.server, "", o.name
+	if !o.unpaired {
+		st, err := pairing.LoadState(data)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !st.Paired() {
+			return nil, nil, agent.ErrNotPaired
+		}
+		deviceID = *st.DeviceID
+		if server == "" && st.ServerURL != nil {
+			server = *st.ServerURL
+		}
+		if name == "" && st.DeviceName != nil {
+			name = *st.DeviceName
+		}
+	}
+	if server == "" {
+		return nil, nil, errors.New("no server URL: pass --server, or pair again")
+	}
+	tc, useTailnet, err := o.tailnet.config(data, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !useTailnet {
+		return client.New(server, key, deviceID, nil), nil, nil
+	}
+	node, err = joinTailnet(ctx, data, tc, o.wait, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return client.New(server, key, deviceID, node.Dial), node, nil
+}
+
+// joinTailnet starts the embedded node, within wait (0: 5 minutes), and
+// records its configuration in tailnet.json.
+func joinTailnet(ctx context.Context, dataDir string, c tailnet.Config, wait time.Duration, log *slog.Logger) (*tailnet.Node, error) {
+	if wait == 0 {
+		wait = 5 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	// From here on, this process and everything it starts, executors
+	// included, may not listen(2): the agent serves nothing, and the
+	// embedded node would otherwise open a kernel listener for its peer
+	// API. It is process-wide and for good, and only ever done here,
+	// when a tailnet is configured (see tailnet.DenyListen).
+	if err := tailnet.DenyListen(); err != nil {
+		return nil, err
+	}
+	// The node's buffers make the heap grow in bursts; a soft limit lets
+	// the collector give the memory back while the agent idles.
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(24 << 20)
+	}
+	n, err := tailnet.Start(ctx, dataDir, c, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := tailnet.SaveConfig(dataDir, c); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("%s: %w", dataDir, err)
+	}
+	return n, nil
+}
