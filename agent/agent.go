@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"github.com/metnos/agent/fetch"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -15,6 +14,9 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/metnos/agent/fetch"
+	"github.com/metnos/agent/policy"
 
 	"github.com/metnos/agent/audit"
 	"github.com/metnos/agent/pairing"
@@ -38,7 +40,7 @@ type Config struct {
 	Version string
 	// MinSandbox is the weakest sandbox this device accepts for any
 	// executor, on top of each manifest's own minimum.
-	MinSandbox sandbox.Level
+	MinSandbox policy.Level
 	// Block is the long-poll time (25 s), HeartbeatEvery the heartbeat
 	// period (30 s).
 	Block, HeartbeatEvery time.Duration
@@ -64,7 +66,7 @@ type Agent struct {
 	server  ed25519.PublicKey
 	spool   *Spool
 	state   pairing.State
-	host    sandbox.Host
+	host    policy.Host
 	python  Python
 	pyErr   error
 	best    string
@@ -117,7 +119,7 @@ func New(cfg Config) (*Agent, error) {
 	if url == "" {
 		return nil, errors.New("no server URL: pass --server, or pair again")
 	}
-	host, err := sandbox.HostFromEnv()
+	host, err := policy.HostFromEnv()
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +158,7 @@ func New(cfg Config) (*Agent, error) {
 	} else {
 		a.log.Info("python", "path", a.python.Path, "source", a.python.Source, "note", a.python.Note)
 	}
-	a.best = sandbox.PlanFor(sandbox.Policy{}, sandbox.LevelNone).Best
+	a.best = sandbox.PlanFor(policy.Policy{}, policy.LevelNone).Best
 	return a, nil
 }
 

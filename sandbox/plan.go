@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox/shim"
 )
 
@@ -33,7 +34,7 @@ type bind struct {
 }
 
 // viewBinds lists the mounts bwrapArgs makes, shallowest first.
-func viewBinds(p Policy) []bind {
+func viewBinds(p policy.Policy) []bind {
 	var bs []bind
 	switch {
 	case p.RootWritable:
@@ -51,7 +52,7 @@ func viewBinds(p Policy) []bind {
 	bs = append(bs, bind{"/proc", false, false})
 	bs = append(bs, bind{"/tmp", true, false})
 	for _, g := range p.Grants {
-		bs = append(bs, bind{g.Path, g.Access == Write, true})
+		bs = append(bs, bind{g.Path, g.Access == policy.Write, true})
 	}
 	sort.SliceStable(bs, func(i, j int) bool { return len(bs[i].path) < len(bs[j].path) })
 	return bs
@@ -90,7 +91,7 @@ type placeholder struct {
 // grantFDs, when it has a grant's path, names the descriptor (as bwrap
 // will see it) of that grant, opened when the run started: bwrap then
 // binds that very directory, whatever the path has become since.
-func bwrapArgs(p Policy, shimExe, dir string, grantFDs map[string]int) ([]string, []placeholder, error) {
+func bwrapArgs(p layout, shimExe, dir string, grantFDs map[string]int) ([]string, []placeholder, error) {
 	a := []string{"--unshare-user", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"}
 	if !p.SharePID {
 		a = append(a, "--unshare-pid")
@@ -125,15 +126,15 @@ func bwrapArgs(p Policy, shimExe, dir string, grantFDs map[string]int) ([]string
 	// holds the user's live session sockets (tmux, ssh-agent, editors),
 	// and one of them is a way out of any sandbox.
 	a = append(a, "--tmpfs", "/tmp")
-	binds := viewBinds(p)
-	bindGrant := func(a []string, g Grant) []string {
+	binds := viewBinds(p.Policy)
+	bindGrant := func(a []string, g policy.Grant) []string {
 		fd, byFD := grantFDs[g.Path]
 		switch {
-		case byFD && g.Access == Write:
+		case byFD && g.Access == policy.Write:
 			a = append(a, "--bind-fd", strconv.Itoa(fd), g.Path)
 		case byFD:
 			a = append(a, "--ro-bind-fd", strconv.Itoa(fd), g.Path)
-		case g.Access == Write:
+		case g.Access == policy.Write:
 			a = append(a, "--bind", g.Path, g.Path)
 		default:
 			a = append(a, "--ro-bind", g.Path, g.Path)
@@ -142,12 +143,12 @@ func bwrapArgs(p Policy, shimExe, dir string, grantFDs map[string]int) ([]string
 	}
 	// The agent's own folders inside a mask are mounted after it (see
 	// below); every other grant now.
-	var through []Grant
+	var through []policy.Grant
 	for _, g := range p.Grants {
-		if g.inParent {
+		if p.inParent[g.Path] {
 			continue // inside its parent's bind: not a mount point
 		}
-		if _, masked := CoveredByMask(g.Path, p.Masks); g.Own && masked {
+		if _, masked := policy.CoveredByMask(g.Path, p.Masks); g.Own && masked {
 			through = append(through, g)
 			continue
 		}
@@ -192,7 +193,7 @@ func bwrapArgs(p Policy, shimExe, dir string, grantFDs map[string]int) ([]string
 			masks = append(masks, "--ro-bind", "/dev/null", m.Path)
 		case wr && creatable(m.Path):
 			phs = append(phs, placeholder{Path: m.Path, Created: missingComponents(m.Path)})
-			if m.Kind == MaskFile {
+			if m.Kind == policy.MaskFile {
 				masks = append(masks, "--ro-bind", "/dev/null", m.Path)
 			} else {
 				masks, remounts = tmpfsMask(masks, remounts, m.Path, through)
@@ -289,7 +290,7 @@ func ancestorsBelow(path, root string) []string {
 	return out
 }
 
-func coveredByEarlier(ms []Mask, path string) bool {
+func coveredByEarlier(ms []policy.Mask, path string) bool {
 	for _, m := range ms {
 		if within(path, m.Path) {
 			return true
@@ -355,7 +356,7 @@ var devFiles = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/
 // right at all (it cannot be listed, and nothing can be created directly
 // in it). tmpDir is the run's private temporary directory (landlock-only
 // mode).
-func landlockRules(p Policy, inBwrap bool, tmpDir string) []shim.Rule {
+func landlockRules(p layout, inBwrap bool, tmpDir string) []shim.Rule {
 	var rules []shim.Rule
 	switch {
 	case p.RootWritable:
@@ -379,11 +380,11 @@ func landlockRules(p Policy, inBwrap bool, tmpDir string) []shim.Rule {
 		}
 	}
 	for _, g := range p.Grants {
-		if g.parentOf {
+		if p.parentOf[g.Path] {
 			rules = append(rules, shim.Rule{Path: g.Path, RemoveDir: true})
 			continue
 		}
-		rules = append(rules, shim.Rule{Path: g.Path, Write: g.Access == Write, File: isFile(g.Path)})
+		rules = append(rules, shim.Rule{Path: g.Path, Write: g.Access == policy.Write, File: isFile(g.Path)})
 	}
 	if inBwrap {
 		// A nucleus entry that is itself a symbolic link cannot be
@@ -420,7 +421,7 @@ func landlockRules(p Policy, inBwrap bool, tmpDir string) []shim.Rule {
 		masks = append(masks, m.Path)
 	}
 	for _, g := range p.Grants {
-		if g.Access == Read {
+		if g.Access == policy.Read {
 			readOnly = append(readOnly, g.Path)
 		}
 	}
@@ -430,7 +431,7 @@ func landlockRules(p Policy, inBwrap bool, tmpDir string) []shim.Rule {
 		if r.Write {
 			excl = append(excl, beneath(readOnly, r.Path)...)
 		}
-		if coveredByEarlier(p.Masks, r.Path) && !ownGrant(p, r.Path) {
+		if coveredByEarlier(p.Masks, r.Path) && !ownGrant(p.Policy, r.Path) {
 			continue
 		}
 		if len(excl) == 0 || r.File || r.RemoveDir {
@@ -497,14 +498,14 @@ func splitRule(out []shim.Rule, r shim.Rule, excl []string) []shim.Rule {
 // path, a grant or the root of a root profile) and outside every mask.
 // The private /tmp, /dev and /proc hide the host's, except where a grant
 // opens a path beneath them.
-func Visible(p Policy, path string) bool {
+func Visible(p policy.Policy, path string) bool {
 	path = filepath.Clean(path)
 	for _, g := range p.Grants {
 		if g.Own && within(path, g.Path) {
 			return true
 		}
 	}
-	if _, masked := CoveredByMask(path, p.Masks); masked {
+	if _, masked := policy.CoveredByMask(path, p.Masks); masked {
 		return false
 	}
 	for _, g := range p.Grants {
@@ -517,7 +518,7 @@ func Visible(p Policy, path string) bool {
 }
 
 // ownGrant reports whether path is the path of one of p's own grants.
-func ownGrant(p Policy, path string) bool {
+func ownGrant(p policy.Policy, path string) bool {
 	for _, g := range p.Grants {
 		if g.Own && g.Path == path {
 			return true
@@ -529,7 +530,7 @@ func ownGrant(p Policy, path string) bool {
 // tmpfsMask hides the directory path behind an empty tmpfs made
 // read-only. When one of the agent's own folders lies beneath it, the
 // tmpfs is made read-only only after that folder is bound (remounts).
-func tmpfsMask(masks, remounts []string, path string, through []Grant) ([]string, []string) {
+func tmpfsMask(masks, remounts []string, path string, through []policy.Grant) ([]string, []string) {
 	masks = append(masks, "--tmpfs", path)
 	for _, g := range through {
 		if within(g.Path, path) {
@@ -539,7 +540,21 @@ func tmpfsMask(masks, remounts []string, path string, through []Grant) ([]string
 	return append(masks, "--remount-ro", path), remounts
 }
 
-// withRemovableParents returns p with the parent of every Removable
+// layout is a Policy as one run mounts it: the Policy's grants, plus the
+// parents that withRemovableParents mounts in place of removable grants.
+// The zero maps mount every grant as it is.
+type layout struct {
+	policy.Policy
+	// parentOf holds the paths of the grants made at run time for the
+	// parent of a Removable grant: bound writable, but their Landlock
+	// rule only allows removing empty directories.
+	parentOf map[string]bool
+	// inParent holds the paths of the writable grants left to the mount
+	// of the writable grant around them: they are not bound.
+	inParent map[string]bool
+}
+
+// withRemovableParents returns p laid out with the parent of every Removable
 // grant mounted in its stead, where that is safe: Landlock applies
 // (the parent's mount is writable, and only Landlock keeps it to
 // removing empty directories), the parent is not "/" nor masked nor
@@ -550,8 +565,9 @@ func tmpfsMask(masks, remounts []string, path string, through []Grant) ([]string
 // left to that grant's mount rather than mounted again (the view is
 // the same), so that the command can remove it: a mount point cannot
 // be removed (EBUSY, protocol §12.15).
-func withRemovableParents(p Policy, inBwrap bool) Policy {
-	grants := append([]Grant(nil), p.Grants...)
+func withRemovableParents(p policy.Policy, inBwrap bool) layout {
+	l := layout{parentOf: map[string]bool{}, inParent: map[string]bool{}}
+	grants := append([]policy.Grant(nil), p.Grants...)
 	hasMaskIn := func(dir string) bool {
 		for _, m := range p.Masks {
 			if within(m.Path, dir) {
@@ -560,16 +576,15 @@ func withRemovableParents(p Policy, inBwrap bool) Policy {
 		}
 		return false
 	}
-	byParent := map[string]bool{}
 	for _, g := range grants {
-		if !g.Removable || g.Access != Write || g.Own || g.Via != "" || hasMaskIn(g.Path) {
+		if !g.Removable || g.Access != policy.Write || g.Own || g.Via != "" || hasMaskIn(g.Path) {
 			continue
 		}
 		a := filepath.Dir(g.Path)
-		if a == "/" || a == g.Path || byParent[a] || (inBwrap && (within(a, "/tmp") || within(a, "/dev"))) || systemParent(a) {
+		if a == "/" || a == g.Path || l.parentOf[a] || (inBwrap && (within(a, "/tmp") || within(a, "/dev"))) || systemParent(a) {
 			continue
 		}
-		if _, masked := CoveredByMask(a, p.Masks); masked {
+		if _, masked := policy.CoveredByMask(a, p.Masks); masked {
 			continue
 		}
 		ok := true
@@ -585,65 +600,51 @@ func withRemovableParents(p Policy, inBwrap bool) Policy {
 			switch {
 			case within(a, o.Path) || (filepath.Dir(o.Path) == a && !o.Removable):
 				ok = false // already inside a grant, or a sibling grant
-			case !inBwrap && o.Access != Write && within(o.Path, a):
+			case !inBwrap && o.Access != policy.Write && within(o.Path, a):
 				// Without bwrap a read-only grant beneath is no mount
 				// point: its empty directories would be removable.
 				ok = false
 			}
 		}
 		if ok {
-			byParent[a] = true
-			grants = append(grants, Grant{Path: a, Access: Write, Why: "parent of removable " + g.Path, parentOf: true})
+			l.parentOf[a] = true
+			grants = append(grants, policy.Grant{Path: a, Access: policy.Write, Why: "parent of removable " + g.Path})
 		}
 	}
-	for i, g := range grants {
-		if g.Access != Write || g.Own || g.Via != "" || g.parentOf || hasMaskIn(g.Path) {
+	for _, g := range grants {
+		if g.Access != policy.Write || g.Own || g.Via != "" || l.parentOf[g.Path] || hasMaskIn(g.Path) {
 			continue
 		}
 		// Only into the innermost grant around it, and only when that
 		// one is writable: a read-only grant in between must stay
 		// mounted over it.
-		var h *Grant
+		var h *policy.Grant
 		for j := range grants {
 			if grants[j].Path != g.Path && within(g.Path, grants[j].Path) && (h == nil || len(grants[j].Path) > len(h.Path)) {
 				h = &grants[j]
 			}
 		}
-		if h != nil && h.Access == Write && h.Via == "" && !h.Own {
-			grants[i].inParent = true
+		if h != nil && h.Access == policy.Write && h.Via == "" && !h.Own {
+			l.inParent[g.Path] = true
 		}
 	}
 	sort.SliceStable(grants, func(i, j int) bool { return grants[i].Path < grants[j].Path })
 	p.Grants = grants
-	return p
+	l.Policy = p
+	return l
 }
 
 // systemParent reports whether dir is a system path or a shared root
-// (protected as in Derive): never mounted writable as the parent of a
+// ([policy.Protected]): never mounted writable as the parent of a
 // removable grant.
 func systemParent(dir string) bool {
-	if slices.Contains(sharedRoots, dir) {
+	if policy.Protected(dir) {
 		return true
 	}
 	// A sticky, world-writable directory (/tmp, /var/tmp) holds
 	// everyone's files too.
 	if fi, err := os.Stat(dir); err == nil && fi.Mode()&os.ModeSticky != 0 && fi.Mode().Perm()&0o002 != 0 {
 		return true
-	}
-	for _, p := range protectedPaths {
-		if within(dir, p) || within(p, dir) {
-			return true
-		}
-	}
-	return false
-}
-
-// hasParentOf reports whether p mounts the parent of a removable grant.
-func hasParentOf(p Policy) bool {
-	for _, g := range p.Grants {
-		if g.parentOf {
-			return true
-		}
 	}
 	return false
 }

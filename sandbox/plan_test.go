@@ -2,17 +2,22 @@ package sandbox
 
 import (
 	"encoding/json"
+	"flag"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/metnos/agent/policy"
 )
 
 // planFixture lays out a small host tree under a temp dir: a home with
 // a present and an absent nucleus entry, a grant, a read-only grant
 // beneath it and a system dir. It returns the root and a Policy over it.
-func planFixture(t *testing.T) (string, Policy) {
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+func planFixture(t *testing.T) (string, policy.Policy) {
 	t.Helper()
 	root := t.TempDir()
 	for _, d := range []string{"usr/bin", "etc", "home/u/.ssh", "home/u/work/ro", "home/u/docs"} {
@@ -33,21 +38,21 @@ func planFixture(t *testing.T) (string, Policy) {
 		t.Fatal(err)
 	}
 	r := func(p string) string { return filepath.Join(root, p) }
-	p := Policy{
-		Profile: ProfileSupervised,
+	p := policy.Policy{
+		Profile: policy.ProfileSupervised,
 		System:  []string{r("bin"), r("usr"), r("etc")},
-		Grants: []Grant{
-			{Path: r("home/u"), Access: Write},
-			{Path: r("home/u/work/ro"), Access: Read},
-			{Path: r("home/u/docs"), Access: Read, Via: r("docs-link")},
+		Grants: []policy.Grant{
+			{Path: r("home/u"), Access: policy.Write},
+			{Path: r("home/u/work/ro"), Access: policy.Read},
+			{Path: r("home/u/docs"), Access: policy.Read, Via: r("docs-link")},
 		},
-		Masks: []Mask{
-			{Path: r("etc/shadow"), Kind: MaskFile},
-			{Path: r("home/u/.ssh"), Kind: MaskDir},
-			{Path: r("home/u/.netrc"), Kind: MaskFile},
-			{Path: r("home/u/.kube"), Kind: MaskDir},
-			{Path: r("home/u/.config/gh"), Kind: MaskDir},
-			{Path: r("run/user/1000"), Kind: MaskDir},
+		Masks: []policy.Mask{
+			{Path: r("etc/shadow"), Kind: policy.MaskFile},
+			{Path: r("home/u/.ssh"), Kind: policy.MaskDir},
+			{Path: r("home/u/.netrc"), Kind: policy.MaskFile},
+			{Path: r("home/u/.kube"), Kind: policy.MaskDir},
+			{Path: r("home/u/.config/gh"), Kind: policy.MaskDir},
+			{Path: r("run/user/1000"), Kind: policy.MaskDir},
 		},
 	}
 	p.Normalize()
@@ -81,12 +86,12 @@ func checkPlanGolden(t *testing.T, name, root string, got any) {
 
 func TestBwrapArgsGolden(t *testing.T) {
 	root, p := planFixture(t)
-	args, phs, _ := bwrapArgs(p, "/opt/metnos/metnos-shim", filepath.Join(root, "home/u/work"), map[string]int{filepath.Join(root, "home/u/work/ro"): 7})
+	args, phs, _ := bwrapArgs(layout{Policy: p}, "/opt/metnos/metnos-shim", filepath.Join(root, "home/u/work"), map[string]int{filepath.Join(root, "home/u/work/ro"): 7})
 	checkPlanGolden(t, "bwrap_supervised", root, map[string]any{"args": args, "placeholders": phs})
 
 	p.Network = true
 	p.RootWritable, p.RealDev, p.SharePID = true, true, true
-	args, _, _ = bwrapArgs(p, "/opt/metnos/metnos-shim", "/", nil)
+	args, _, _ = bwrapArgs(layout{Policy: p}, "/opt/metnos/metnos-shim", "/", nil)
 	// With the root writable, the directories above the fixture are
 	// pinned too; they depend on where the temporary directory is.
 	var kept []string
@@ -102,22 +107,22 @@ func TestBwrapArgsGolden(t *testing.T) {
 
 func TestLandlockRulesGolden(t *testing.T) {
 	root, p := planFixture(t)
-	checkPlanGolden(t, "landlock_bwrap", root, landlockRules(p, true, ""))
+	checkPlanGolden(t, "landlock_bwrap", root, landlockRules(layout{Policy: p}, true, ""))
 	// Without bwrap the home grant is split around .ssh, .netrc, the
 	// absent .kube and .config/gh, and the read-only work/ro.
-	checkPlanGolden(t, "landlock_only", root, landlockRules(p, false, filepath.Join(root, "tmp")))
+	checkPlanGolden(t, "landlock_only", root, landlockRules(layout{Policy: p}, false, filepath.Join(root, "tmp")))
 }
 
 func TestLandlockOnlyNeverGrantsMasked(t *testing.T) {
 	_, p := planFixture(t)
-	for _, r := range landlockRules(p, false, "") {
+	for _, r := range landlockRules(layout{Policy: p}, false, "") {
 		for _, m := range p.Masks {
 			if within(m.Path, r.Path) {
 				t.Errorf("rule %+v covers masked %s", r, m.Path)
 			}
 		}
 		for _, g := range p.Grants {
-			if g.Access == Read && r.Write && within(g.Path, r.Path) {
+			if g.Access == policy.Read && r.Write && within(g.Path, r.Path) {
 				t.Errorf("writable rule %+v covers read-only grant %s", r, g.Path)
 			}
 		}
@@ -139,10 +144,10 @@ func TestWithin(t *testing.T) {
 }
 
 func TestVisible(t *testing.T) {
-	p := Policy{
+	p := policy.Policy{
 		System: []string{"/usr"},
-		Grants: []Grant{{Path: "/data/x", Access: Read, Via: "/home/u/x"}},
-		Masks:  []Mask{{Path: "/data/x/.ssh"}},
+		Grants: []policy.Grant{{Path: "/data/x", Access: policy.Read, Via: "/home/u/x"}},
+		Masks:  []policy.Mask{{Path: "/data/x/.ssh"}},
 	}
 	for path, want := range map[string]bool{
 		"/usr":           true,
@@ -166,7 +171,7 @@ func TestVisible(t *testing.T) {
 	if Visible(p, "/tmp/w") || Visible(p, "/tmp") {
 		t.Errorf("readonly profile: want the host's /tmp hidden")
 	}
-	p.Grants = append(p.Grants, Grant{Path: "/tmp/w", Access: Write})
+	p.Grants = append(p.Grants, policy.Grant{Path: "/tmp/w", Access: policy.Write})
 	if !Visible(p, "/tmp/w/a") || Visible(p, "/tmp/v") {
 		t.Errorf("readonly profile: want a /tmp grant visible, and only it")
 	}
@@ -176,47 +181,63 @@ func TestVisible(t *testing.T) {
 	}
 }
 
+// TestVisibleOwnGrantThroughMask: the agent's own folder shows through
+// the mask of its data directory, and nothing else of that directory
+// does (the Policy is what policy.Derive makes of such an Own grant).
+func TestVisibleOwnGrantThroughMask(t *testing.T) {
+	home := "/home/u"
+	p := policy.Policy{
+		Grants: []policy.Grant{{Path: home + "/.config/metnos/shimdata", Access: policy.Write, Why: "user data", Own: true}},
+		Masks:  []policy.Mask{{Path: home + "/.config/metnos", Kind: policy.MaskDir}},
+	}
+	if !Visible(p, home+"/.config/metnos/shimdata/x") || Visible(p, home+"/.config/metnos/key") {
+		t.Errorf("Visible: the own folder must show through the mask, and nothing else of it")
+	}
+}
+
 // TestRemovableParents: which removable grants get their parent mounted
 // in their stead, and which writable grants are left to the grant
 // around them.
 func TestRemovableParents(t *testing.T) {
-	w := func(p string, removable bool) Grant { return Grant{Path: p, Access: Write, Removable: removable} }
-	r := func(p string) Grant { return Grant{Path: p, Access: Read} }
+	w := func(p string, removable bool) policy.Grant {
+		return policy.Grant{Path: p, Access: policy.Write, Removable: removable}
+	}
+	r := func(p string) policy.Grant { return policy.Grant{Path: p, Access: policy.Read} }
 	type want struct{ parents, folded []string }
 	for _, tc := range []struct {
 		name    string
-		grants  []Grant
+		grants  []policy.Grant
 		masks   []string
 		inBwrap bool
 		want    want
 	}{
-		{"plain", []Grant{w("/data/album/2023", true)}, nil, true, want{parents: []string{"/data/album"}, folded: []string{"/data/album/2023"}}},
-		{"system or shared parent", []Grant{w("/home/bob", true), w("/srv/x", true), w("/usr/local/x", true), w("/var/lib/x", true)}, nil, true, want{}},
-		{"private tmp in bwrap", []Grant{w("/tmp/x/y", true)}, nil, true, want{}},
-		{"private tmp without bwrap", []Grant{w("/tmp/x/y", true)}, nil, false, want{parents: []string{"/tmp/x"}, folded: []string{"/tmp/x/y"}}},
-		{"mask directly in the parent", []Grant{w("/h/u/Old", true)}, []string{"/h/u/.ssh"}, true, want{}},
-		{"mask deeper, bwrap", []Grant{w("/h/u/Old", true)}, []string{"/h/u/x/.ssh"}, true, want{parents: []string{"/h/u"}, folded: []string{"/h/u/Old"}}},
-		{"mask deeper, no bwrap", []Grant{w("/h/u/Old", true)}, []string{"/h/u/x/.ssh"}, false, want{}},
-		{"sibling grant", []Grant{w("/d/a", true), r("/d/b")}, nil, true, want{}},
-		{"nested removables", []Grant{w("/d/p/2023", true), w("/d/p/2023/05", true)}, nil, true, want{parents: []string{"/d/p"}, folded: []string{"/d/p/2023", "/d/p/2023/05"}}},
-		{"write in read in write", []Grant{w("/p", false), r("/p/ro"), w("/p/ro/w", false)}, nil, true, want{}},
-		{"write in write", []Grant{w("/p", false), w("/p/a/b", false)}, nil, true, want{folded: []string{"/p/a/b"}}},
-		{"read-only grant beneath, bwrap", []Grant{w("/d/p/x", true), r("/d/p/y/z")}, nil, true, want{parents: []string{"/d/p"}, folded: []string{"/d/p/x"}}},
-		{"read-only grant beneath, no bwrap", []Grant{w("/d/p/x", true), r("/d/p/y/z")}, nil, false, want{}},
-		{"sticky world-writable parent", []Grant{w("/var/tmp/x", true)}, nil, false, want{}},
+		{"plain", []policy.Grant{w("/data/album/2023", true)}, nil, true, want{parents: []string{"/data/album"}, folded: []string{"/data/album/2023"}}},
+		{"system or shared parent", []policy.Grant{w("/home/bob", true), w("/srv/x", true), w("/usr/local/x", true), w("/var/lib/x", true)}, nil, true, want{}},
+		{"private tmp in bwrap", []policy.Grant{w("/tmp/x/y", true)}, nil, true, want{}},
+		{"private tmp without bwrap", []policy.Grant{w("/tmp/x/y", true)}, nil, false, want{parents: []string{"/tmp/x"}, folded: []string{"/tmp/x/y"}}},
+		{"mask directly in the parent", []policy.Grant{w("/h/u/Old", true)}, []string{"/h/u/.ssh"}, true, want{}},
+		{"mask deeper, bwrap", []policy.Grant{w("/h/u/Old", true)}, []string{"/h/u/x/.ssh"}, true, want{parents: []string{"/h/u"}, folded: []string{"/h/u/Old"}}},
+		{"mask deeper, no bwrap", []policy.Grant{w("/h/u/Old", true)}, []string{"/h/u/x/.ssh"}, false, want{}},
+		{"sibling grant", []policy.Grant{w("/d/a", true), r("/d/b")}, nil, true, want{}},
+		{"nested removables", []policy.Grant{w("/d/p/2023", true), w("/d/p/2023/05", true)}, nil, true, want{parents: []string{"/d/p"}, folded: []string{"/d/p/2023", "/d/p/2023/05"}}},
+		{"write in read in write", []policy.Grant{w("/p", false), r("/p/ro"), w("/p/ro/w", false)}, nil, true, want{}},
+		{"write in write", []policy.Grant{w("/p", false), w("/p/a/b", false)}, nil, true, want{folded: []string{"/p/a/b"}}},
+		{"read-only grant beneath, bwrap", []policy.Grant{w("/d/p/x", true), r("/d/p/y/z")}, nil, true, want{parents: []string{"/d/p"}, folded: []string{"/d/p/x"}}},
+		{"read-only grant beneath, no bwrap", []policy.Grant{w("/d/p/x", true), r("/d/p/y/z")}, nil, false, want{}},
+		{"sticky world-writable parent", []policy.Grant{w("/var/tmp/x", true)}, nil, false, want{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := Policy{Grants: tc.grants}
+			p := policy.Policy{Grants: tc.grants}
 			for _, m := range tc.masks {
-				p.Masks = append(p.Masks, Mask{Path: m, Kind: MaskDir})
+				p.Masks = append(p.Masks, policy.Mask{Path: m, Kind: policy.MaskDir})
 			}
 			q := withRemovableParents(p, tc.inBwrap)
 			var got want
 			for _, g := range q.Grants {
-				if g.parentOf {
+				if q.parentOf[g.Path] {
 					got.parents = append(got.parents, g.Path)
 				}
-				if g.inParent {
+				if q.inParent[g.Path] {
 					got.folded = append(got.folded, g.Path)
 				}
 			}

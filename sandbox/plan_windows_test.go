@@ -9,8 +9,10 @@ import (
 	"testing"
 	"unicode/utf16"
 
-	"github.com/metnos/agent/internal/winetest"
 	"golang.org/x/sys/windows"
+
+	"github.com/metnos/agent/internal/winetest"
+	"github.com/metnos/agent/policy"
 )
 
 func TestWindowsPlanFor(t *testing.T) {
@@ -18,19 +20,19 @@ func TestWindowsPlanFor(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		c       Caps
-		p       Policy
-		min     Level
+		p       policy.Policy
+		min     policy.Level
 		sandbox string
 		refused string
 	}{
-		{"default", on, Policy{}, LevelNone, "job-object", ""},
-		{"contained", on, Policy{MinSandbox: LevelContained}, LevelNone, "job-object", ""},
-		{"agent contained", on, Policy{}, LevelContained, "job-object", ""},
-		{"appcontainer", on, Policy{MinSandbox: LevelIsolated}, LevelNone, "job-object", `minimum sandbox "isolated" not met`},
-		{"agent full", on, Policy{}, LevelFull, "job-object", `minimum sandbox "full" not met`},
-		{"no fallback", on, Policy{Profile: ProfileFullFSNoNet, NoFallback: true, Network: false}, LevelNone, "job-object", "will not fall back"},
-		{"off", off, Policy{}, LevelNone, "none", ""},
-		{"off contained", off, Policy{}, LevelContained, "none", `minimum sandbox "contained" not met`},
+		{"default", on, policy.Policy{}, policy.LevelNone, "job-object", ""},
+		{"contained", on, policy.Policy{MinSandbox: policy.LevelContained}, policy.LevelNone, "job-object", ""},
+		{"agent contained", on, policy.Policy{}, policy.LevelContained, "job-object", ""},
+		{"appcontainer", on, policy.Policy{MinSandbox: policy.LevelIsolated}, policy.LevelNone, "job-object", `minimum sandbox "isolated" not met`},
+		{"agent full", on, policy.Policy{}, policy.LevelFull, "job-object", `minimum sandbox "full" not met`},
+		{"no fallback", on, policy.Policy{Profile: policy.ProfileFullFSNoNet, NoFallback: true, Network: false}, policy.LevelNone, "job-object", "will not fall back"},
+		{"off", off, policy.Policy{}, policy.LevelNone, "none", ""},
+		{"off contained", off, policy.Policy{}, policy.LevelContained, "none", `minimum sandbox "contained" not met`},
 	} {
 		pl := planFor(tc.c, tc.p, tc.min)
 		if pl.Sandbox != tc.sandbox || pl.Best != "job-object" {
@@ -46,16 +48,16 @@ func TestWindowsPlanFor(t *testing.T) {
 }
 
 func TestWindowsDowngradeReason(t *testing.T) {
-	r := downgradeReason(Caps{}, Policy{Network: false, Masks: []Mask{{Path: `C:\x`}}})
+	r := downgradeReason(Caps{}, policy.Policy{Network: false, Masks: []policy.Mask{{Path: `C:\x`}}})
 	for _, want := range []string{"job-object", "file and network isolation are not applied", "AppContainer", "network cut", "grants and masks"} {
 		if !strings.Contains(r, want) {
 			t.Errorf("reason %q lacks %q", r, want)
 		}
 	}
-	if r := downgradeReason(Caps{}, Policy{Network: true, RootWritable: true}); strings.Contains(r, "not enforced") {
+	if r := downgradeReason(Caps{}, policy.Policy{Network: true, RootWritable: true}); strings.Contains(r, "not enforced") {
 		t.Errorf("a full policy: reason %q names something not enforced", r)
 	}
-	if r := downgradeReason(Caps{Disabled: "disabled by METNOS_SANDBOX=0"}, Policy{}); !strings.HasPrefix(r, "disabled by METNOS_SANDBOX=0") {
+	if r := downgradeReason(Caps{Disabled: "disabled by METNOS_SANDBOX=0"}, policy.Policy{}); !strings.HasPrefix(r, "disabled by METNOS_SANDBOX=0") {
 		t.Errorf("disabled: reason %q", r)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/metnos/agent/policy"
 )
 
 // Limits bound a run. Zero fields take the defaults in [DefaultLimits].
@@ -71,12 +73,12 @@ type Request struct {
 	// Empty means "/" (or the first grant, when there is one).
 	Dir string
 	// Policy says what the command may touch.
-	Policy Policy
+	Policy policy.Policy
 	// Limits bound the run.
 	Limits Limits
 	// MinSandbox is the agent-wide minimum; the stronger of it and
 	// Policy.MinSandbox applies.
-	MinSandbox Level
+	MinSandbox policy.Level
 }
 
 // Output is what a run produced and how it was isolated.

@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/metnos/agent/policy"
 )
 
 // sandboxExec is the only sandbox-exec the backend uses; one found on
@@ -54,7 +56,7 @@ type Plan struct {
 
 // PlanFor returns how Run would sandbox p (with the agent-wide minimum
 // min) on this machine, without running anything.
-func PlanFor(p Policy, min Level) Plan {
+func PlanFor(p policy.Policy, min policy.Level) Plan {
 	_, err := os.Stat(sandboxExec)
 	s, b, r, ref := seatbeltPlan(err == nil, disabledBy(os.Getenv), p, min)
 	return Plan{Sandbox: s, Best: b, Reason: r, Refused: ref}
@@ -75,9 +77,9 @@ func run(ctx context.Context, req Request) (Output, error) {
 	// The agent's own binary runs outside the sandbox next time: no grant
 	// may reach it.
 	if self, err := os.Executable(); err == nil {
-		p.Masks = append(append([]Mask(nil), p.Masks...), Mask{Path: self, Kind: MaskFile, Why: "the agent's binary"})
+		p.Masks = append(append([]policy.Mask(nil), p.Masks...), policy.Mask{Path: self, Kind: policy.MaskFile, Why: "the agent's binary"})
 		if r, err := filepath.EvalSymlinks(self); err == nil && r != self {
-			p.Masks = append(p.Masks, Mask{Path: r, Kind: MaskFile, Why: "the agent's binary"})
+			p.Masks = append(p.Masks, policy.Mask{Path: r, Kind: policy.MaskFile, Why: "the agent's binary"})
 		}
 		p.Normalize()
 	}

@@ -19,9 +19,11 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox/internal/filter"
 	"github.com/metnos/agent/sandbox/shim"
-	"golang.org/x/sys/unix"
 )
 
 // layers is one choice of isolation layers.
@@ -44,16 +46,16 @@ func (l layers) word() string {
 	return strings.Join(w, "+")
 }
 
-func (l layers) level() Level {
+func (l layers) level() policy.Level {
 	switch {
 	case l.bwrap && l.landlock && l.seccomp:
-		return LevelFull
+		return policy.LevelFull
 	case l.bwrap || l.landlock:
-		return LevelIsolated
+		return policy.LevelIsolated
 	case l.seccomp:
-		return LevelContained
+		return policy.LevelContained
 	}
-	return LevelNone
+	return policy.LevelNone
 }
 
 // Plan is how Run would sandbox a Policy on this machine: the layers and
@@ -74,9 +76,9 @@ type Plan struct {
 
 // PlanFor returns how Run would sandbox p (with the agent-wide minimum
 // min) on this machine, without running anything.
-func PlanFor(p Policy, min Level) Plan { return planFor(Probe(), p, min) }
+func PlanFor(p policy.Policy, min policy.Level) Plan { return planFor(Probe(), p, min) }
 
-func planFor(c Caps, p Policy, min Level) Plan {
+func planFor(c Caps, p policy.Policy, min policy.Level) Plan {
 	best := layers{bwrap: c.BwrapUsable, landlock: c.LandlockABI > 0, seccomp: c.Seccomp}
 	use := best
 	var why []string
@@ -149,20 +151,22 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 	// The agent's own binary and the shim run outside the sandbox on the
 	// next invocation: no grant may reach them. Inside bwrap the shim is
 	// a read-only mount already; everywhere else both are masked.
-	p.Masks = append([]Mask(nil), p.Masks...)
+	p.Masks = append([]policy.Mask(nil), p.Masks...)
 	if self, err := os.Executable(); err == nil && (self != exe || !use.bwrap) {
-		p.Masks = append(p.Masks, Mask{Path: self, Kind: MaskFile, Why: "the agent's binary"})
+		p.Masks = append(p.Masks, policy.Mask{Path: self, Kind: policy.MaskFile, Why: "the agent's binary"})
 	}
 	if !use.bwrap {
-		p.Masks = append(p.Masks, Mask{Path: exe, Kind: MaskFile, Why: "the sandbox shim"})
+		p.Masks = append(p.Masks, policy.Mask{Path: exe, Kind: policy.MaskFile, Why: "the sandbox shim"})
 	}
 	p.Normalize()
 	// Landlock confines truncate(2) from ABI 3 on; below, a parent
 	// mounted writable would not hold.
 	// Seccomp keeps mode, owner, time and xattr changes off the
 	// parent's other entries (Landlock does not confine them).
+	l := layout{Policy: p}
 	if use.landlock && use.seccomp && c.LandlockABI >= 3 {
-		p = withRemovableParents(p, use.bwrap)
+		l = withRemovableParents(p, use.bwrap)
+		p = l.Policy
 	}
 	env := append([]string(nil), req.Env...)
 	if !hasEnv(env, "PATH") {
@@ -189,7 +193,7 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 		// chown, utimes and xattrs off masked files: they are denied. So
 		// they are when the parent of a removable grant is mounted
 		// writable, for its other entries.
-		if spec.Filters, err = filter.Programs(spec.NetCut, spec.Unix, use.bwrap && !hasParentOf(p)); err != nil {
+		if spec.Filters, err = filter.Programs(spec.NetCut, spec.Unix, use.bwrap && len(l.parentOf) == 0); err != nil {
 			return out, false, err
 		}
 	}
@@ -217,7 +221,7 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 		if cg == nil || !cg.pids {
 			spec.Rlimits["nproc"] = uint64(lim.MaxProcs)
 		}
-		spec.Rules = landlockRules(p, true, "")
+		spec.Rules = landlockRules(l, true, "")
 		spec.Supervise = p.SharePID
 		locks, err := placeholderLocks(p)
 		if err != nil {
@@ -234,7 +238,7 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 		defer closeFiles(grantFiles)
 		extra = append(extra, grantFiles...)
 		var bargs []string
-		bargs, phs, err = bwrapArgs(p, exe, dir, grantFDs)
+		bargs, phs, err = bwrapArgs(l, exe, dir, grantFDs)
 		if err != nil {
 			return out, false, err
 		}
@@ -261,7 +265,7 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 		}
 		defer os.RemoveAll(tmp)
 		env = setEnv(env, "TMPDIR", tmp)
-		spec.Rules = landlockRules(p, false, tmp)
+		spec.Rules = landlockRules(l, false, tmp)
 		spec.Supervise = true
 		spec.Dir = dir
 		argv = []string{exe}
@@ -480,7 +484,7 @@ func hasEnv(env []string, key string) bool {
 // having seen it, is about to mount over it. A run that creates
 // placeholders records them in their lock files; whichever run is last
 // out (it can take a lock exclusively) removes them, when still empty.
-func placeholderLocks(p Policy) (map[string]*os.File, error) {
+func placeholderLocks(p policy.Policy) (map[string]*os.File, error) {
 	binds := viewBinds(p)
 	var paths []string
 	for i, m := range p.Masks {
@@ -616,7 +620,7 @@ func removeStaleTemps() {
 // changed since the Policy was made) and returns the descriptor numbers
 // they will have in the child, counting from first. Where openat2 is
 // missing (Linux < 5.6) it returns nothing and bwrap binds by path.
-func openGrants(p Policy, first int) (map[string]int, []*os.File, error) {
+func openGrants(p policy.Policy, first int) (map[string]int, []*os.File, error) {
 	fds := map[string]int{}
 	var files []*os.File
 	for _, g := range p.Grants {

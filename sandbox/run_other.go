@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+
+	"github.com/metnos/agent/policy"
 )
 
 // Probe reports what this machine offers; only Linux has a backend yet.
@@ -25,7 +27,7 @@ type Plan struct {
 }
 
 // PlanFor returns how Run would sandbox p on this machine.
-func PlanFor(p Policy, min Level) Plan {
+func PlanFor(p policy.Policy, min policy.Level) Plan {
 	why := fmt.Sprintf("no sandbox backend for %s yet", runtime.GOOS)
 	return Plan{Sandbox: "none", Best: "none", Reason: why, Refused: why}
 }

@@ -71,6 +71,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/windows"
+
+	"github.com/metnos/agent/policy"
 )
 
 // Probe reports what this machine offers: on Windows a job object,
@@ -93,16 +95,16 @@ type Plan struct {
 
 // PlanFor returns how Run would sandbox p (with the agent-wide minimum
 // min) on this machine, without running anything.
-func PlanFor(p Policy, min Level) Plan { return planFor(Probe(), p, min) }
+func PlanFor(p policy.Policy, min policy.Level) Plan { return planFor(Probe(), p, min) }
 
 // wordJobObject is the sandbox word of the Windows backend.
 const wordJobObject = "job-object"
 
-func planFor(c Caps, p Policy, min Level) Plan {
+func planFor(c Caps, p policy.Policy, min policy.Level) Plan {
 	pl := Plan{Sandbox: wordJobObject, Best: wordJobObject, Reason: downgradeReason(c, p)}
-	have := LevelContained
+	have := policy.LevelContained
 	if c.Disabled != "" {
-		pl.Sandbox, have = "none", LevelNone
+		pl.Sandbox, have = "none", policy.LevelNone
 	}
 	need := max(p.MinSandbox, min)
 	switch {
@@ -116,7 +118,7 @@ func planFor(c Caps, p Policy, min Level) Plan {
 
 // downgradeReason says what a run on this machine does not isolate. It
 // becomes the result's sandbox_downgrade_reason.
-func downgradeReason(c Caps, p Policy) string {
+func downgradeReason(c Caps, p policy.Policy) string {
 	if c.Disabled != "" {
 		return c.Disabled + ": no job object, only the direct child is killed at the deadline, and files and network are not isolated"
 	}

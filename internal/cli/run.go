@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/metnos/agent/fetch"
-	"github.com/metnos/agent/pairing"
-	"github.com/metnos/agent/tailnet"
 	"log/slog"
 	"net/http"
 	"os"
@@ -16,9 +13,13 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/metnos/agent/fetch"
+	"github.com/metnos/agent/pairing"
+	"github.com/metnos/agent/policy"
+	"github.com/metnos/agent/tailnet"
+
 	"github.com/metnos/agent/agent"
 	"github.com/metnos/agent/platform"
-	"github.com/metnos/agent/sandbox"
 )
 
 // exitLocked is the status when another agent already runs (§9.2).
@@ -97,7 +98,7 @@ func runRun(std stdio, args []string) int {
 		}
 	},
 		DataDir: data, CacheDir: cache, ServerURL: *server, Logger: log,
-		Version: version(), MinSandbox: sandbox.Level(minSandbox),
+		Version: version(), MinSandbox: policy.Level(minSandbox),
 	})
 	if err != nil {
 		log.Error("cannot start", "err", err)

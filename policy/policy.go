@@ -1,4 +1,4 @@
-package sandbox
+package policy
 
 import (
 	"crypto/sha256"
@@ -72,12 +72,6 @@ type Grant struct {
 	// removed), and lets the parent do nothing but have empty
 	// directories removed.
 	Removable bool `json:"removable,omitempty"`
-
-	// parentOf is set on the synthetic grant of a Removable grant's
-	// parent, made at run time: bound writable, but its Landlock rule
-	// only allows removing empty directories. inParent marks a
-	// Removable grant whose parent is so mounted: it is not bound.
-	parentOf, inParent bool
 }
 
 // MaskKind says how a masked path is hidden.
