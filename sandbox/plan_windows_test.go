@@ -71,35 +71,7 @@ func TestWindowsSandboxDisabled(t *testing.T) {
 	}
 }
 
-func TestWindowsJobLimitsFor(t *testing.T) {
-	env := func(v string) func(string) string {
-		return func(k string) string {
-			if k == "METNOS_EXEC_MEM_MB" {
-				return v
-			}
-			return ""
-		}
-	}
-	d := Limits{}.withDefaults()
-	for _, tc := range []struct {
-		name  string
-		l     Limits
-		env   string
-		mem   uint64
-		procs uint32
-	}{
-		{"defaults", d, "", 512 << 20, 8},
-		{"env", d, "300", 300 << 20, 8},
-		{"env junk", d, "lots", 512 << 20, 8},
-		{"env zero", d, "0", 512 << 20, 8},
-		{"request wins", Limits{MemoryBytes: 100 << 20, MaxProcs: 64}, "300", 100 << 20, 8},
-		{"fewer procs", Limits{MemoryBytes: d.MemoryBytes, MaxProcs: 3}, "", 512 << 20, 3},
-	} {
-		jl := jobLimitsFor(tc.l, env(tc.env))
-		if jl.memory != tc.mem || jl.processes != tc.procs {
-			t.Errorf("%s: %+v, want memory %d processes %d", tc.name, jl, tc.mem, tc.procs)
-		}
-	}
+func TestWindowsJobExtendedLimits(t *testing.T) {
 	info := jobLimits{memory: 64 << 20, processes: 8}.extendedLimits()
 	b := info.BasicLimitInformation
 	const want = windows.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE | windows.JOB_OBJECT_LIMIT_PROCESS_MEMORY | windows.JOB_OBJECT_LIMIT_ACTIVE_PROCESS

@@ -16,7 +16,7 @@
 //     KILL_ON_JOB_CLOSE: if the agent dies, Windows closes its handle and
 //     kills the tree.
 //   - Each process may commit at most Limits.MemoryBytes (when set, else
-//     METNOS_EXEC_MEM_MB MiB, else 512 MiB); at most 8 processes (or
+//     512 MiB); at most 8 processes (or
 //     Limits.MaxProcs, if lower) are alive at once; an unhandled
 //     exception ends a process instead of waiting on an error dialog.
 //     Output.LimitsBy is "job-object".
@@ -175,7 +175,7 @@ func run(ctx context.Context, req Request) (Output, error) {
 	}
 	var j *job
 	if c.Disabled == "" {
-		if j, err = newJob(jobLimitsFor(req.Limits, os.Getenv)); err != nil {
+		if j, err = newJob(jobLimitsFor(req.Limits)); err != nil {
 			return out, err
 		}
 		defer j.close()

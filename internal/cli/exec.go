@@ -63,19 +63,25 @@ type execFlags struct {
 func runExec(std stdio, args []string) int {
 	fs := newFlagSet("exec", std.err, execHelp)
 	var f execFlags
-	f.memory = byteSize(sandbox.DefaultLimits.MemoryBytes)
 	fs.Var(&f.read, "read", "grant read access beneath `PATH` (repeatable)")
 	fs.Var(&f.write, "write", "grant write access beneath `PATH` (repeatable)")
 	fs.BoolVar(&f.net, "net", false, "let the command use the network")
 	fs.StringVar(&f.profile, "profile", string(policy.ProfileSupervised), "policy `NAME`: supervised, readonly, full or full-fs-no-net")
-	fs.DurationVar(&f.timeout, "timeout", sandbox.DefaultLimits.Timeout, "kill the command after `DUR`")
-	fs.Var(&f.memory, "memory", "cap memory at `BYTES` (suffixes K, M, G, T: powers of 1024)")
-	fs.IntVar(&f.maxProcs, "max-procs", sandbox.DefaultLimits.MaxProcs, "cap processes and threads at `N`")
+	fs.DurationVar(&f.timeout, "timeout", sandbox.DefaultLimits().Timeout, "kill the command after `DUR`")
+	fs.Var(&f.memory, "memory", "cap memory at `BYTES` (suffixes K, M, G, T: powers of 1024; default $METNOS_EXEC_MEM_MB MiB, else 1G, on Windows 512M per process)")
+	fs.IntVar(&f.maxProcs, "max-procs", sandbox.DefaultLimits().MaxProcs, "cap processes and threads at `N`")
 	fs.Var(&f.minSandbox, "min-sandbox", "refuse to run in a sandbox weaker than `LEVEL`: none, contained, isolated or full")
 	fs.BoolVar(&f.json, "json", false, "print the result as one JSON object instead of the command's output")
 	fs.StringVar(&f.cwd, "cwd", "", "run the command in `DIR` (default: the current directory if visible, else /)")
 	if code, done := parseFlags(fs, args); done {
 		return code
+	}
+	if f.memory == 0 {
+		// Unset: the agent's variable, else the sandbox's default for
+		// this system (the backends read no environment).
+		if mb, err := strconv.ParseInt(strings.TrimSpace(os.Getenv("METNOS_EXEC_MEM_MB")), 10, 32); err == nil && mb > 0 {
+			f.memory = byteSize(mb << 20)
+		}
 	}
 	argv := fs.Args()
 	if len(argv) == 0 || argv[0] == "" {
@@ -197,7 +203,7 @@ func execute(ctx context.Context, std stdio, f execFlags, argv []string) int {
 		std.out.Write(out.Stdout)
 		std.err.Write(out.Stderr)
 		if out.StdoutTruncated || out.StderrTruncated {
-			fmt.Fprintf(std.err, "metnos-agent: output truncated at %d bytes per stream\n", sandbox.DefaultLimits.OutputBytes)
+			fmt.Fprintf(std.err, "metnos-agent: output truncated at %d bytes per stream\n", sandbox.DefaultLimits().OutputBytes)
 		}
 	}
 	switch {
