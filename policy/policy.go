@@ -148,8 +148,11 @@ const (
 	ProfileFullFSNoNet Profile = "full-fs-no-net"
 )
 
-// Profiles lists every profile name in a stable order.
-var Profiles = []Profile{ProfileManifest, ProfileReadonly, ProfileSupervised, ProfileFull, ProfileFullFSNoNet}
+// Profiles returns every profile name in a stable order, in a fresh
+// slice.
+func Profiles() []Profile {
+	return []Profile{ProfileManifest, ProfileReadonly, ProfileSupervised, ProfileFull, ProfileFullFSNoNet}
+}
 
 // Level orders sandbox strength for minimums (manifest min_sandbox and
 // the agent-wide minimum). Words from the Metnos manifests map onto it:

@@ -126,7 +126,7 @@ func TestSeatbeltGolden(t *testing.T) {
 			compareGolden(t, filepath.Join("testdata", "sbpl", c.name+".golden"), b.String())
 		})
 	}
-	for _, prof := range policy.Profiles {
+	for _, prof := range policy.Profiles() {
 		if !seen[prof] {
 			t.Errorf("no seatbelt golden case for profile %s", prof)
 		}
