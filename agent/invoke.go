@@ -351,6 +351,7 @@ func (a *Agent) Request(inv wire.Invocation, ex Executor, shimDir string, limit 
 		Policy:     pol,
 		Limits:     sandbox.Limits{Timeout: limit, MemoryBytes: a.cfg.MemoryBytes},
 		MinSandbox: a.cfg.MinSandbox,
+		Logger:     a.log,
 	}, nil
 }
 

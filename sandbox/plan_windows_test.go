@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -177,7 +178,7 @@ func TestWindowsStaleScratchRemoved(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = winetest.RemoveTree(stale) })
 	staleScratchOnce = sync.Once{}
-	removeStaleScratch()
+	removeStaleScratch(slog.New(slog.DiscardHandler))
 	if _, err := os.Lstat(stale); !os.IsNotExist(err) {
 		t.Errorf("stale scratch %s left: %v", stale, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"time"
 
@@ -33,6 +34,11 @@ type Request struct {
 	// MinSandbox is the agent-wide minimum; the stronger of it and
 	// Policy.MinSandbox applies.
 	MinSandbox policy.Level
+	// Logger receives what the caller should know of the run that is
+	// not in its Output: a fall back to a weaker sandbox and why, what
+	// could not be cleaned up. Nil discards it. The sandbox logs
+	// nowhere else.
+	Logger *slog.Logger
 }
 
 // Output is what a run produced and how it was isolated.
@@ -102,5 +108,8 @@ func Run(ctx context.Context, req Request) (Output, error) {
 	}
 	req.Limits = limitsFor(runtime.GOOS, req.Limits)
 	req.Policy.Normalize()
+	if req.Logger == nil {
+		req.Logger = slog.New(slog.DiscardHandler)
+	}
 	return run(ctx, req)
 }

@@ -126,7 +126,7 @@ func run(ctx context.Context, req Request) (Output, error) {
 		// its namespaces here at all, plan again without it; nothing
 		// has run yet, so nothing runs twice.
 		if c := Probe(); !c.BwrapUsable {
-			slog.Warn("sandbox: bubblewrap is not usable here; falling back", "reason", c.BwrapError)
+			req.Logger.Warn("sandbox: bubblewrap is not usable here; falling back", "reason", c.BwrapError)
 			out, _, err = runWith(ctx, req, c)
 		}
 	}
@@ -227,7 +227,7 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 		if err != nil {
 			return out, false, err
 		}
-		defer releasePlaceholders(locks)
+		defer releasePlaceholders(locks, req.Logger)
 		// Each grant is opened now, without following any symbolic
 		// link, and bwrap binds the descriptor: a path swapped for a
 		// link since the Policy was made cannot redirect the bind.
@@ -536,7 +536,8 @@ func closeLocks(locks map[string]*os.File) {
 
 // releasePlaceholders removes the recorded placeholders whose lock no
 // other run holds (when they are still empty), then releases every lock.
-func releasePlaceholders(locks map[string]*os.File) {
+// What it must leave in place it says to log.
+func releasePlaceholders(locks map[string]*os.File, log *slog.Logger) {
 	defer closeLocks(locks)
 	for mask, f := range locks {
 		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
@@ -564,7 +565,7 @@ func releasePlaceholders(locks map[string]*os.File) {
 				break
 			}
 			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-				slog.Debug("sandbox: placeholder left in place", "path", p, "err", err)
+				log.Debug("sandbox: placeholder left in place", "path", p, "err", err)
 				break
 			}
 		}

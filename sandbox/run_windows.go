@@ -62,7 +62,6 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -158,14 +157,14 @@ func run(ctx context.Context, req Request) (Output, error) {
 		// the command line no quoting makes safe ("BatBadBut").
 		return out, fmt.Errorf("sandbox: %s is a batch file, which cmd.exe would run with arguments it parses unsafely: run the program it starts instead", exe)
 	}
-	removeStaleScratch()
+	removeStaleScratch(req.Logger)
 	scratch, err := newScratch()
 	if err != nil {
 		return out, err
 	}
 	defer func() {
 		if err := removeTree(scratch); err != nil {
-			slog.Warn("sandbox: scratch folder left behind", "err", err)
+			req.Logger.Warn("sandbox: scratch folder left behind", "err", err)
 		}
 	}()
 	env := withEnv(withEnv(req.Env, "TEMP", scratch), "TMP", scratch)

@@ -182,6 +182,7 @@ func execute(ctx context.Context, std stdio, f execFlags, argv []string) int {
 			MaxProcs:    f.maxProcs,
 		},
 		MinSandbox: policy.Level(f.minSandbox),
+		Logger:     slog.Default(),
 	}
 	slog.Debug("exec", "argv", req.Argv, "dir", req.Dir, "policy", pol.Fingerprint(), "profile", pol.Profile)
 
