@@ -26,58 +26,9 @@ import (
 	"github.com/metnos/agent/sandbox/shim"
 )
 
-// layers is one choice of isolation layers.
-type layers struct{ bwrap, landlock, seccomp bool }
-
-func (l layers) word() string {
-	var w []string
-	if l.bwrap {
-		w = append(w, "bwrap")
-	}
-	if l.landlock {
-		w = append(w, "landlock")
-	}
-	if l.seccomp {
-		w = append(w, "seccomp")
-	}
-	if len(w) == 0 {
-		return "none"
-	}
-	return strings.Join(w, "+")
-}
-
-func (l layers) level() policy.Level {
-	switch {
-	case l.bwrap && l.landlock && l.seccomp:
-		return policy.LevelFull
-	case l.bwrap || l.landlock:
-		return policy.LevelIsolated
-	case l.seccomp:
-		return policy.LevelContained
-	}
-	return policy.LevelNone
-}
-
-// Plan is how Run would sandbox a Policy on this machine: the layers and
-// why not more. Doctor prints it for each profile.
-type Plan struct {
-	// Sandbox is the word Run would report.
-	Sandbox string `json:"sandbox"`
-	// Best is the word this machine could give with every layer it has.
-	Best string `json:"best"`
-	// Reason says why Sandbox is weaker than the full set of layers
-	// (bwrap+landlock+seccomp), whether the machine lacks a layer or the
-	// agent was told not to use it.
-	Reason string `json:"reason,omitempty"`
-	// Refused is set when Run would refuse this Policy here.
-	Refused string `json:"refused,omitempty"`
-	lay     layers
-}
-
-// PlanFor returns how Run would sandbox p (with the agent-wide minimum
-// min) on this machine, without running anything.
-func PlanFor(p policy.Policy, min policy.Level) Plan { return planFor(Probe(), p, min) }
-
+// planFor is the Linux planner: the layers c offers, fewer when the
+// sandbox is disabled, and whether p (with the agent-wide minimum min)
+// is refused with them.
 func planFor(c Caps, p policy.Policy, min policy.Level) Plan {
 	best := layers{bwrap: c.BwrapUsable, landlock: c.LandlockABI > 0, seccomp: c.Seccomp}
 	use := best

@@ -78,27 +78,12 @@ import (
 // unless METNOS_SANDBOX turns it off.
 func Probe() Caps { return Caps{OS: runtime.GOOS, Disabled: disabledBy(os.Getenv)} }
 
-// Plan is how Run would sandbox a Policy on this machine. Doctor prints
-// it for each profile.
-type Plan struct {
-	// Sandbox is the word Run would report.
-	Sandbox string `json:"sandbox"`
-	// Best is the word this machine could give: "job-object".
-	Best string `json:"best"`
-	// Reason says why Sandbox is weaker than full isolation; on Windows
-	// it is always set, as files and network are not isolated.
-	Reason string `json:"reason,omitempty"`
-	// Refused is set when Run would refuse this Policy here.
-	Refused string `json:"refused,omitempty"`
-}
-
-// PlanFor returns how Run would sandbox p (with the agent-wide minimum
-// min) on this machine, without running anything.
-func PlanFor(p policy.Policy, min policy.Level) Plan { return planFor(Probe(), p, min) }
-
 // wordJobObject is the sandbox word of the Windows backend.
 const wordJobObject = "job-object"
 
+// planFor is the Windows planner: a job object, unless c says the
+// sandbox is disabled; Reason is always set, as files and network are
+// not isolated.
 func planFor(c Caps, p policy.Policy, min policy.Level) Plan {
 	pl := Plan{Sandbox: wordJobObject, Best: wordJobObject, Reason: downgradeReason(c, p)}
 	have := policy.LevelContained
