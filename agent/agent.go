@@ -18,6 +18,7 @@ import (
 	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/fetch"
 	"github.com/metnos/agent/pairing"
+	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/undo"
 )
@@ -38,7 +39,7 @@ type Config struct {
 	Version string
 	// MinSandbox is the weakest sandbox this device accepts for any
 	// executor, on top of each manifest's own minimum.
-	MinSandbox sandbox.Level
+	MinSandbox policy.Level
 	// Block is the long-poll time (25 s), HeartbeatEvery the heartbeat
 	// period (30 s).
 	Block, HeartbeatEvery time.Duration
@@ -64,7 +65,7 @@ type Agent struct {
 	server  ed25519.PublicKey
 	spool   *Spool
 	state   pairing.State
-	host    sandbox.Host
+	host    policy.Host
 	python  Python
 	pyErr   error
 	best    string
@@ -109,7 +110,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Client == nil || cfg.Client.DeviceID() != *st.DeviceID {
 		return nil, errors.New("agent: the server client is not the paired device's")
 	}
-	host, err := sandbox.HostFromEnv()
+	host, err := policy.HostFromEnv()
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +147,7 @@ func New(cfg Config) (*Agent, error) {
 	} else {
 		a.log.Info("python", "path", a.python.Path, "source", a.python.Source, "note", a.python.Note)
 	}
-	a.best = sandbox.PlanFor(sandbox.Policy{}, sandbox.LevelNone).Best
+	a.best = sandbox.PlanFor(policy.Policy{}, policy.LevelNone).Best
 	return a, nil
 }
 

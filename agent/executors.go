@@ -17,7 +17,7 @@ import (
 
 	toml "github.com/pelletier/go-toml/v2"
 
-	"github.com/metnos/agent/sandbox"
+	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/wire"
 )
 
@@ -29,7 +29,7 @@ type Manifest struct {
 		Files  []string `toml:"files"`
 		Digest string   `toml:"digest"`
 	} `toml:"code"`
-	Capabilities []sandbox.Capability `toml:"capabilities"`
+	Capabilities []policy.Capability `toml:"capabilities"`
 	Placement    struct {
 		MinSandbox string `toml:"min_sandbox"`
 	} `toml:"placement"`
@@ -37,6 +37,10 @@ type Manifest struct {
 	// ReversePattern is one pattern name or a list of them (§6.7);
 	// see [Manifest.Reverse].
 	ReversePattern any `toml:"reverse_pattern"`
+
+	// Facts are the capabilities and min_sandbox above as the sandbox
+	// policy reads them, parsed once when the manifest is verified.
+	Facts policy.Manifest `toml:"-"`
 }
 
 // Reverse is the manifest's reverse_pattern as a list: Metnos's
@@ -124,9 +128,11 @@ func verify(name, manifestSHA, codeSHA string, manifest, sig []byte, code func(s
 	if len(m.Dependencies) > 0 {
 		return Manifest{}, fmt.Errorf("executor %s needs dependencies (%d), which this agent does not install yet: it can only run stdlib executors", name, len(m.Dependencies))
 	}
-	if _, err := sandbox.ParseLevel(m.Placement.MinSandbox); err != nil {
+	facts, err := policy.ParseManifest(m.Capabilities, m.Placement.MinSandbox)
+	if err != nil {
 		return Manifest{}, fmt.Errorf("executor %s: [placement] min_sandbox: %w", name, err)
 	}
+	m.Facts = facts
 	return m, nil
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/metnos/agent/audit"
 	"github.com/metnos/agent/internal/fspath"
+	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/undo"
 	"github.com/metnos/agent/wire"
@@ -19,15 +20,15 @@ import (
 // server says it is reversible.
 func journaled(inv wire.Invocation, m Manifest) bool {
 	r := inv.Reversibility
-	return canWrite(m) || len(m.Reverse()) > 0 || (r != "" && r != "read_only")
+	return m.Facts.Writes() || len(m.Reverse()) > 0 || (r != "" && r != "read_only")
 }
 
 // writeRoots are the folders and files a run's sandbox lets it write,
 // but the agent's own.
-func writeRoots(p sandbox.Policy) []string {
+func writeRoots(p policy.Policy) []string {
 	var roots []string
 	for _, g := range p.Grants {
-		if g.Access == sandbox.Write && !g.Own {
+		if g.Access == policy.Write && !g.Own {
 			roots = append(roots, g.Path)
 		}
 	}

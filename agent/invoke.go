@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/metnos/agent/internal/fspath"
+	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/wire"
 )
@@ -120,7 +121,7 @@ func (a *Agent) execute(ctx context.Context, inv wire.Invocation) (Result, bool)
 	}
 	// The marker comes after the executor is known: whether it can
 	// write decides what a crash means (§12.6).
-	if err := a.spool.Start(inv.ID, inv.Reversibility, canWrite(ex.Manifest)); err != nil {
+	if err := a.spool.Start(inv.ID, inv.Reversibility, ex.Manifest.Facts.Writes()); err != nil {
 		return DeviceError(fmt.Errorf("writing the STARTED marker: %w", err)), true
 	}
 	if err := a.beginJournal(inv, ex, req); err != nil {
@@ -139,24 +140,6 @@ func (a *Agent) execute(ctx context.Context, inv wire.Invocation) (Result, bool)
 	// A started run is not cut short when the agent is asked to stop: it
 	// ends by itself or at its deadline, and its result is spooled.
 	return a.run(context.WithoutCancel(ctx), inv, ex, req, shimDir, limit), true
-}
-
-// canWrite reports whether a manifest declares fs:write.
-func canWrite(m Manifest) bool {
-	for _, c := range m.Capabilities {
-		name := c.Name
-		family, mode := name, ""
-		if i := strings.IndexAny(name, ":."); i >= 0 {
-			family = name[:i]
-		}
-		if i := strings.IndexByte(name, ':'); i >= 0 {
-			mode = name[i+1:]
-		}
-		if family == "fs" && mode == "write" {
-			return true
-		}
-	}
-	return false
 }
 
 // executor returns the verified executor, from the cache or fetched.
@@ -332,19 +315,18 @@ func (a *Agent) Request(inv wire.Invocation, ex Executor, shimDir string, limit 
 			return sandbox.Request{}, fmt.Errorf("user data folder: %w", err)
 		}
 	}
-	extra := []sandbox.Grant{
-		{Path: ex.Dir, Access: sandbox.Read, Own: true, Why: "executor " + ex.Name},
-		{Path: shimDir, Access: sandbox.Read, Own: true, Why: "shim"},
-		{Path: data, Access: sandbox.Write, Own: true, Why: "METNOS_USER_DATA"},
+	extra := []policy.Grant{
+		{Path: ex.Dir, Access: policy.Read, Own: true, Why: "executor " + ex.Name},
+		{Path: shimDir, Access: policy.Read, Own: true, Why: "shim"},
+		{Path: data, Access: policy.Write, Own: true, Why: "METNOS_USER_DATA"},
 	}
-	in := sandbox.DeriveInput{
-		Capabilities: ex.Manifest.Capabilities,
-		Args:         inv.Args,
-		MinSandbox:   ex.Manifest.Placement.MinSandbox,
-		Extra:        extra,
-		Host:         a.host,
+	in := policy.DeriveInput{
+		Manifest: ex.Manifest.Facts,
+		Args:     inv.Args,
+		Extra:    extra,
+		Host:     a.host,
 	}
-	pol, err := sandbox.Derive(in)
+	pol, err := policy.Derive(in)
 	if err != nil {
 		return sandbox.Request{}, fmt.Errorf("executor %s: %w", ex.Name, err)
 	}
@@ -352,8 +334,8 @@ func (a *Agent) Request(inv wire.Invocation, ex Executor, shimDir string, limit 
 		if a.python.Prefix == "/" || fspath.Within(a.host.Home, a.python.Prefix) {
 			return sandbox.Request{}, fmt.Errorf("python %s: its installation would be %s, which the sandbox would have to show whole; set METNOS_PYTHON to an interpreter installed in a folder of its own", a.python.Path, a.python.Prefix)
 		}
-		in.Extra = append(in.Extra, sandbox.Grant{Path: a.python.Prefix, Access: sandbox.Read, Own: fspath.Within(a.python.Prefix, a.cfg.CacheDir), Why: "python " + a.python.Source})
-		if pol, err = sandbox.Derive(in); err != nil {
+		in.Extra = append(in.Extra, policy.Grant{Path: a.python.Prefix, Access: policy.Read, Own: fspath.Within(a.python.Prefix, a.cfg.CacheDir), Why: "python " + a.python.Source})
+		if pol, err = policy.Derive(in); err != nil {
 			return sandbox.Request{}, fmt.Errorf("executor %s: %w", ex.Name, err)
 		}
 	}
@@ -369,6 +351,7 @@ func (a *Agent) Request(inv wire.Invocation, ex Executor, shimDir string, limit 
 		Policy:     pol,
 		Limits:     sandbox.Limits{Timeout: limit, MemoryBytes: a.cfg.MemoryBytes},
 		MinSandbox: a.cfg.MinSandbox,
+		Logger:     a.log,
 	}, nil
 }
 

@@ -9,8 +9,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"github.com/metnos/agent/internal/lockfile"
-	"github.com/metnos/agent/internal/pbstest"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,6 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/metnos/agent/internal/lockfile"
+	"github.com/metnos/agent/internal/pbstest"
+	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 )
 
@@ -71,12 +72,12 @@ func TestRuntimeFromSystemPython(t *testing.T) {
 	// An executor, run with it in the sandbox.
 	exDir := t.TempDir()
 	os.WriteFile(filepath.Join(exDir, "echo.py"), []byte("import json, sys\nargs = json.load(sys.stdin)\nprint(json.dumps({'ok': True, 'prefix': sys.prefix, 'echo': args}))\n"), 0o644)
-	host, err := sandbox.HostFromEnv()
+	host, err := policy.HostFromEnv()
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := sandbox.Derive(sandbox.DeriveInput{Host: host, Extra: []sandbox.Grant{
-		{Path: rt.Dir, Access: sandbox.Read, Own: true}, {Path: exDir, Access: sandbox.Read, Own: true}}})
+	pol, err := policy.Derive(policy.DeriveInput{Host: host, Extra: []policy.Grant{
+		{Path: rt.Dir, Access: policy.Read, Own: true}, {Path: exDir, Access: policy.Read, Own: true}}})
 	if err != nil {
 		t.Fatal(err)
 	}

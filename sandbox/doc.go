@@ -1,10 +1,11 @@
-// Package sandbox runs a command confined to a [Policy], in the strongest
-// sandbox the operating system offers, and says honestly which one that
-// was.
+// Package sandbox runs a command confined to a [policy.Policy], in the
+// strongest sandbox the operating system offers, and says honestly which
+// one that was.
 //
-// There is one entry point, [Run]. A [Policy] is plain data derived in one
-// portable place ([Derive] from an executor's manifest and arguments,
-// [ForProfile] for the named profiles); backends only translate it.
+// There is one entry point, [Run]. A Policy is plain data derived in one
+// portable place, package policy ([policy.Derive] from an executor's
+// manifest and arguments, [policy.ForProfile] for the named profiles);
+// the backends here only translate it.
 //
 // # What Run guarantees on Linux
 //
@@ -13,10 +14,10 @@
 //   - The command sees a mount view built by bubblewrap: the system
 //     directories read-only, a private /proc, /dev and /tmp (and so
 //     /dev/shm), and only the granted paths, read-only or writable as
-//     granted. Every path of the device nucleus ([Nucleus]: SSH and GPG
+//     granted. Every path of the device nucleus ([policy.Nucleus]: SSH and GPG
 //     keys, cloud and cluster credentials, password stores, browser
 //     profiles, the agent's own key and state, /etc/shadow...) and every
-//     session IPC endpoint ([SessionIPC]) that would be visible is covered
+//     session IPC endpoint ([policy.SessionIPC]) that would be visible is covered
 //     by an empty read-only mount, whether or not it exists; an absent one
 //     under a writable grant is masked by a placeholder that bwrap creates
 //     and Run removes afterwards, so it cannot be created either.

@@ -3,20 +3,12 @@ package sandbox
 import (
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/windows"
 )
 
 const (
-	// jobProcessLimit is the most processes a run may have alive at
-	// once on Windows (protocol §8.3, Appendix C).
-	jobProcessLimit = 8
-	// jobDefaultMemory is the per-process memory limit when neither the
-	// Request nor METNOS_EXEC_MEM_MB sets one (protocol §8.3).
-	jobDefaultMemory = 512 << 20
 	// jobKilledExitCode is the exit status TerminateJobObject gives the
 	// processes of a run killed at its deadline (protocol §8.3).
 	jobKilledExitCode = 137
@@ -28,35 +20,6 @@ const (
 		windows.JOB_OBJECT_LIMIT_ACTIVE_PROCESS |
 		windows.JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION
 )
-
-// jobLimits are the limits a run's job object enforces.
-type jobLimits struct {
-	// memory bounds the committed memory of each process, in bytes.
-	memory uint64
-	// processes bounds how many processes are alive at once.
-	processes uint32
-}
-
-// jobLimitsFor picks the job's limits from the Request's. Run fills zero
-// Limits from DefaultLimits before a backend sees them, so a MemoryBytes
-// equal to DefaultLimits.MemoryBytes counts as unset: then
-// METNOS_EXEC_MEM_MB (read with getenv) applies, else 512 MiB. The
-// process limit is 8, or MaxProcs when that is lower.
-func jobLimitsFor(l Limits, getenv func(string) string) jobLimits {
-	jl := jobLimits{memory: jobDefaultMemory, processes: jobProcessLimit}
-	switch {
-	case l.MemoryBytes > 0 && l.MemoryBytes != DefaultLimits.MemoryBytes:
-		jl.memory = uint64(l.MemoryBytes)
-	default:
-		if mb, err := strconv.ParseUint(strings.TrimSpace(getenv("METNOS_EXEC_MEM_MB")), 10, 32); err == nil && mb > 0 {
-			jl.memory = mb << 20
-		}
-	}
-	if l.MaxProcs > 0 && l.MaxProcs < jobProcessLimit {
-		jl.processes = uint32(l.MaxProcs)
-	}
-	return jl
-}
 
 // extendedLimits is the JOBOBJECT_EXTENDED_LIMIT_INFORMATION that sets l.
 func (l jobLimits) extendedLimits() windows.JOBOBJECT_EXTENDED_LIMIT_INFORMATION {

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,8 +10,10 @@ import (
 	"testing"
 	"unicode/utf16"
 
-	"github.com/metnos/agent/internal/winetest"
 	"golang.org/x/sys/windows"
+
+	"github.com/metnos/agent/internal/winetest"
+	"github.com/metnos/agent/policy"
 )
 
 func TestWindowsPlanFor(t *testing.T) {
@@ -18,19 +21,19 @@ func TestWindowsPlanFor(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		c       Caps
-		p       Policy
-		min     Level
+		p       policy.Policy
+		min     policy.Level
 		sandbox string
 		refused string
 	}{
-		{"default", on, Policy{}, LevelNone, "job-object", ""},
-		{"contained", on, Policy{MinSandbox: LevelContained}, LevelNone, "job-object", ""},
-		{"agent contained", on, Policy{}, LevelContained, "job-object", ""},
-		{"appcontainer", on, Policy{MinSandbox: LevelIsolated}, LevelNone, "job-object", `minimum sandbox "isolated" not met`},
-		{"agent full", on, Policy{}, LevelFull, "job-object", `minimum sandbox "full" not met`},
-		{"no fallback", on, Policy{Profile: ProfileFullFSNoNet, NoFallback: true, Network: false}, LevelNone, "job-object", "will not fall back"},
-		{"off", off, Policy{}, LevelNone, "none", ""},
-		{"off contained", off, Policy{}, LevelContained, "none", `minimum sandbox "contained" not met`},
+		{"default", on, policy.Policy{}, policy.LevelNone, "job-object", ""},
+		{"contained", on, policy.Policy{MinSandbox: policy.LevelContained}, policy.LevelNone, "job-object", ""},
+		{"agent contained", on, policy.Policy{}, policy.LevelContained, "job-object", ""},
+		{"appcontainer", on, policy.Policy{MinSandbox: policy.LevelIsolated}, policy.LevelNone, "job-object", `minimum sandbox "isolated" not met`},
+		{"agent full", on, policy.Policy{}, policy.LevelFull, "job-object", `minimum sandbox "full" not met`},
+		{"no fallback", on, policy.Policy{Profile: policy.ProfileFullFSNoNet, NoFallback: true, Network: false}, policy.LevelNone, "job-object", "will not fall back"},
+		{"off", off, policy.Policy{}, policy.LevelNone, "none", ""},
+		{"off contained", off, policy.Policy{}, policy.LevelContained, "none", `minimum sandbox "contained" not met`},
 	} {
 		pl := planFor(tc.c, tc.p, tc.min)
 		if pl.Sandbox != tc.sandbox || pl.Best != "job-object" {
@@ -46,16 +49,16 @@ func TestWindowsPlanFor(t *testing.T) {
 }
 
 func TestWindowsDowngradeReason(t *testing.T) {
-	r := downgradeReason(Caps{}, Policy{Network: false, Masks: []Mask{{Path: `C:\x`}}})
+	r := downgradeReason(Caps{}, policy.Policy{Network: false, Masks: []policy.Mask{{Path: `C:\x`}}})
 	for _, want := range []string{"job-object", "file and network isolation are not applied", "AppContainer", "network cut", "grants and masks"} {
 		if !strings.Contains(r, want) {
 			t.Errorf("reason %q lacks %q", r, want)
 		}
 	}
-	if r := downgradeReason(Caps{}, Policy{Network: true, RootWritable: true}); strings.Contains(r, "not enforced") {
+	if r := downgradeReason(Caps{}, policy.Policy{Network: true, RootWritable: true}); strings.Contains(r, "not enforced") {
 		t.Errorf("a full policy: reason %q names something not enforced", r)
 	}
-	if r := downgradeReason(Caps{Disabled: "disabled by METNOS_SANDBOX=0"}, Policy{}); !strings.HasPrefix(r, "disabled by METNOS_SANDBOX=0") {
+	if r := downgradeReason(Caps{Disabled: "disabled by METNOS_SANDBOX=0"}, policy.Policy{}); !strings.HasPrefix(r, "disabled by METNOS_SANDBOX=0") {
 		t.Errorf("disabled: reason %q", r)
 	}
 }
@@ -69,35 +72,7 @@ func TestWindowsSandboxDisabled(t *testing.T) {
 	}
 }
 
-func TestWindowsJobLimitsFor(t *testing.T) {
-	env := func(v string) func(string) string {
-		return func(k string) string {
-			if k == "METNOS_EXEC_MEM_MB" {
-				return v
-			}
-			return ""
-		}
-	}
-	d := Limits{}.withDefaults()
-	for _, tc := range []struct {
-		name  string
-		l     Limits
-		env   string
-		mem   uint64
-		procs uint32
-	}{
-		{"defaults", d, "", 512 << 20, 8},
-		{"env", d, "300", 300 << 20, 8},
-		{"env junk", d, "lots", 512 << 20, 8},
-		{"env zero", d, "0", 512 << 20, 8},
-		{"request wins", Limits{MemoryBytes: 100 << 20, MaxProcs: 64}, "300", 100 << 20, 8},
-		{"fewer procs", Limits{MemoryBytes: d.MemoryBytes, MaxProcs: 3}, "", 512 << 20, 3},
-	} {
-		jl := jobLimitsFor(tc.l, env(tc.env))
-		if jl.memory != tc.mem || jl.processes != tc.procs {
-			t.Errorf("%s: %+v, want memory %d processes %d", tc.name, jl, tc.mem, tc.procs)
-		}
-	}
+func TestWindowsJobExtendedLimits(t *testing.T) {
 	info := jobLimits{memory: 64 << 20, processes: 8}.extendedLimits()
 	b := info.BasicLimitInformation
 	const want = windows.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE | windows.JOB_OBJECT_LIMIT_PROCESS_MEMORY | windows.JOB_OBJECT_LIMIT_ACTIVE_PROCESS
@@ -203,7 +178,7 @@ func TestWindowsStaleScratchRemoved(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = winetest.RemoveTree(stale) })
 	staleScratchOnce = sync.Once{}
-	removeStaleScratch()
+	removeStaleScratch(slog.New(slog.DiscardHandler))
 	if _, err := os.Lstat(stale); !os.IsNotExist(err) {
 		t.Errorf("stale scratch %s left: %v", stale, err)
 	}

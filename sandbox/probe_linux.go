@@ -154,7 +154,7 @@ func probeBwrap(bw string) (version string, ok bool, why string) {
 // probeCgroup tries what Run does: make a cgroup for a run (then removes
 // it) and says which limits it would enforce.
 func probeCgroup() (string, string) {
-	cg := newRunCgroup(DefaultLimits.MaxProcs, DefaultLimits.MemoryBytes)
+	cg := newRunCgroup(DefaultLimits().MaxProcs, DefaultLimits().MemoryBytes)
 	if cg == nil {
 		return "", "no cgroup this process may create with the pids and memory controllers (a delegated cgroup v2, or v1 hierarchies as root); limits use rlimits"
 	}

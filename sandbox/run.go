@@ -4,56 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"runtime"
 	"time"
+
+	"github.com/metnos/agent/policy"
 )
-
-// Limits bound a run. Zero fields take the defaults in [DefaultLimits].
-type Limits struct {
-	// Timeout is the wall-clock deadline; the whole process tree is
-	// killed when it passes.
-	Timeout time.Duration `json:"timeout"`
-	// MemoryBytes caps memory (address space under rlimits, memory.max
-	// under a cgroup).
-	MemoryBytes int64 `json:"memory_bytes"`
-	// MaxProcs caps how many processes and threads the command may run
-	// at once, itself included.
-	MaxProcs int `json:"max_procs"`
-	// OutputBytes caps stdout and stderr, each; the rest is drained
-	// and dropped and the Output says it was truncated.
-	OutputBytes int `json:"output_bytes"`
-	// FileBytes caps the size of any single file the command writes.
-	FileBytes int64 `json:"file_bytes"`
-}
-
-// DefaultLimits are the limits used for zero fields: sensible for a
-// small Python executor.
-var DefaultLimits = Limits{
-	Timeout:     60 * time.Second,
-	MemoryBytes: 1 << 30,
-	MaxProcs:    64,
-	OutputBytes: 8 << 20,
-	FileBytes:   4 << 30,
-}
-
-func (l Limits) withDefaults() Limits {
-	d := DefaultLimits
-	if l.Timeout > 0 {
-		d.Timeout = l.Timeout
-	}
-	if l.MemoryBytes > 0 {
-		d.MemoryBytes = l.MemoryBytes
-	}
-	if l.MaxProcs > 0 {
-		d.MaxProcs = l.MaxProcs
-	}
-	if l.OutputBytes > 0 {
-		d.OutputBytes = l.OutputBytes
-	}
-	if l.FileBytes > 0 {
-		d.FileBytes = l.FileBytes
-	}
-	return d
-}
 
 // Request is one command to run in a sandbox.
 type Request struct {
@@ -71,12 +27,18 @@ type Request struct {
 	// Empty means "/" (or the first grant, when there is one).
 	Dir string
 	// Policy says what the command may touch.
-	Policy Policy
-	// Limits bound the run.
+	Policy policy.Policy
+	// Limits bound the run; zero fields take this system's defaults
+	// (see [Limits]).
 	Limits Limits
 	// MinSandbox is the agent-wide minimum; the stronger of it and
 	// Policy.MinSandbox applies.
-	MinSandbox Level
+	MinSandbox policy.Level
+	// Logger receives what the caller should know of the run that is
+	// not in its Output: a fall back to a weaker sandbox and why, what
+	// could not be cleaned up. Nil discards it. The sandbox logs
+	// nowhere else.
+	Logger *slog.Logger
 }
 
 // Output is what a run produced and how it was isolated.
@@ -144,7 +106,10 @@ func Run(ctx context.Context, req Request) (Output, error) {
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		return Output{}, errors.New("sandbox: empty command")
 	}
-	req.Limits = req.Limits.withDefaults()
+	req.Limits = limitsFor(runtime.GOOS, req.Limits)
 	req.Policy.Normalize()
+	if req.Logger == nil {
+		req.Logger = slog.New(slog.DiscardHandler)
+	}
 	return run(ctx, req)
 }

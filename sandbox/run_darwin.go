@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/metnos/agent/policy"
 )
 
 // sandboxExec is the only sandbox-exec the backend uses; one found on
@@ -39,24 +41,11 @@ func Probe() Caps {
 	return Caps{OS: runtime.GOOS, Disabled: disabledBy(os.Getenv)}
 }
 
-// Plan is how Run would sandbox a Policy on this machine.
-type Plan struct {
-	// Sandbox is the word Run would report: "seatbelt" or "none".
-	Sandbox string `json:"sandbox"`
-	// Best is the word this machine could give: "seatbelt" when
-	// /usr/bin/sandbox-exec exists.
-	Best string `json:"best"`
-	// Reason says what the run does not apply (see [Output.Reason]).
-	Reason string `json:"reason,omitempty"`
-	// Refused is set when Run would refuse this Policy here.
-	Refused string `json:"refused,omitempty"`
-}
-
-// PlanFor returns how Run would sandbox p (with the agent-wide minimum
-// min) on this machine, without running anything.
-func PlanFor(p Policy, min Level) Plan {
+// planFor is the macOS planner: seatbelt when /usr/bin/sandbox-exec
+// exists and c does not say the sandbox is disabled (see seatbeltPlan).
+func planFor(c Caps, p policy.Policy, min policy.Level) Plan {
 	_, err := os.Stat(sandboxExec)
-	s, b, r, ref := seatbeltPlan(err == nil, disabledBy(os.Getenv), p, min)
+	s, b, r, ref := seatbeltPlan(err == nil, c.Disabled, p, min)
 	return Plan{Sandbox: s, Best: b, Reason: r, Refused: ref}
 }
 
@@ -67,7 +56,7 @@ func PlanFor(p Policy, min Level) Plan {
 // kills, as it kills whatever the command leaves behind when it exits.
 func run(ctx context.Context, req Request) (Output, error) {
 	p := req.Policy
-	pl := PlanFor(p, req.MinSandbox)
+	pl := planFor(Probe(), p, req.MinSandbox)
 	out := Output{Policy: p.Fingerprint(), Sandbox: "none", LimitsBy: "rlimit"}
 	if pl.Refused != "" {
 		return out, &RefusedError{Have: pl.Sandbox, Why: pl.Refused}
@@ -75,9 +64,9 @@ func run(ctx context.Context, req Request) (Output, error) {
 	// The agent's own binary runs outside the sandbox next time: no grant
 	// may reach it.
 	if self, err := os.Executable(); err == nil {
-		p.Masks = append(append([]Mask(nil), p.Masks...), Mask{Path: self, Kind: MaskFile, Why: "the agent's binary"})
+		p.Masks = append(append([]policy.Mask(nil), p.Masks...), policy.Mask{Path: self, Kind: policy.MaskFile, Why: "the agent's binary"})
 		if r, err := filepath.EvalSymlinks(self); err == nil && r != self {
-			p.Masks = append(p.Masks, Mask{Path: r, Kind: MaskFile, Why: "the agent's binary"})
+			p.Masks = append(p.Masks, policy.Mask{Path: r, Kind: policy.MaskFile, Why: "the agent's binary"})
 		}
 		p.Normalize()
 	}

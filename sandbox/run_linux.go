@@ -19,64 +19,17 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox/internal/filter"
 	"github.com/metnos/agent/sandbox/shim"
-	"golang.org/x/sys/unix"
 )
 
-// layers is one choice of isolation layers.
-type layers struct{ bwrap, landlock, seccomp bool }
-
-func (l layers) word() string {
-	var w []string
-	if l.bwrap {
-		w = append(w, "bwrap")
-	}
-	if l.landlock {
-		w = append(w, "landlock")
-	}
-	if l.seccomp {
-		w = append(w, "seccomp")
-	}
-	if len(w) == 0 {
-		return "none"
-	}
-	return strings.Join(w, "+")
-}
-
-func (l layers) level() Level {
-	switch {
-	case l.bwrap && l.landlock && l.seccomp:
-		return LevelFull
-	case l.bwrap || l.landlock:
-		return LevelIsolated
-	case l.seccomp:
-		return LevelContained
-	}
-	return LevelNone
-}
-
-// Plan is how Run would sandbox a Policy on this machine: the layers and
-// why not more. Doctor prints it for each profile.
-type Plan struct {
-	// Sandbox is the word Run would report.
-	Sandbox string `json:"sandbox"`
-	// Best is the word this machine could give with every layer it has.
-	Best string `json:"best"`
-	// Reason says why Sandbox is weaker than the full set of layers
-	// (bwrap+landlock+seccomp), whether the machine lacks a layer or the
-	// agent was told not to use it.
-	Reason string `json:"reason,omitempty"`
-	// Refused is set when Run would refuse this Policy here.
-	Refused string `json:"refused,omitempty"`
-	lay     layers
-}
-
-// PlanFor returns how Run would sandbox p (with the agent-wide minimum
-// min) on this machine, without running anything.
-func PlanFor(p Policy, min Level) Plan { return planFor(Probe(), p, min) }
-
-func planFor(c Caps, p Policy, min Level) Plan {
+// planFor is the Linux planner: the layers c offers, fewer when the
+// sandbox is disabled, and whether p (with the agent-wide minimum min)
+// is refused with them.
+func planFor(c Caps, p policy.Policy, min policy.Level) Plan {
 	best := layers{bwrap: c.BwrapUsable, landlock: c.LandlockABI > 0, seccomp: c.Seccomp}
 	use := best
 	var why []string
@@ -124,7 +77,7 @@ func run(ctx context.Context, req Request) (Output, error) {
 		// its namespaces here at all, plan again without it; nothing
 		// has run yet, so nothing runs twice.
 		if c := Probe(); !c.BwrapUsable {
-			slog.Warn("sandbox: bubblewrap is not usable here; falling back", "reason", c.BwrapError)
+			req.Logger.Warn("sandbox: bubblewrap is not usable here; falling back", "reason", c.BwrapError)
 			out, _, err = runWith(ctx, req, c)
 		}
 	}
@@ -132,52 +85,71 @@ func run(ctx context.Context, req Request) (Output, error) {
 }
 
 // runWith runs req with the layers c offers. The bool reports that bwrap
-// itself failed before the shim started the command.
+// itself failed before the shim started the command. Its steps: plan,
+// lay the Policy out for this run (runLayout), say what the shim applies
+// (shimSpec), set the launch up with bwrap or without it (newLaunch),
+// run it (execute), and read how it went (outcome).
 func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
-	p := req.Policy
-	pl := planFor(c, p, req.MinSandbox)
-	out := Output{Policy: p.Fingerprint(), Sandbox: "none"}
+	pl := planFor(c, req.Policy, req.MinSandbox)
+	out := Output{Policy: req.Policy.Fingerprint(), Sandbox: "none"}
 	if pl.Refused != "" {
 		return out, false, &RefusedError{Have: pl.Sandbox, Why: pl.Refused}
 	}
-	use := pl.lay
-
 	exe, err := shimExecutable()
 	if err != nil {
 		return out, false, err
 	}
-	// The agent's own binary and the shim run outside the sandbox on the
-	// next invocation: no grant may reach them. Inside bwrap the shim is
-	// a read-only mount already; everywhere else both are masked.
-	p.Masks = append([]Mask(nil), p.Masks...)
+	l := runLayout(req.Policy, pl.lay, c, exe)
+	spec, err := shimSpec(l, pl.lay, req.Limits)
+	if err != nil {
+		return out, false, err
+	}
+	ln, err := newLaunch(req, c, pl.lay, l, spec, exe)
+	defer ln.cleanup()
+	if err != nil {
+		return out, false, err
+	}
+	out.LimitsBy = ln.cg.by()
+	ex, err := ln.execute(ctx, req.Stdin, req.Limits)
+	if err != nil {
+		return out, false, err
+	}
+	if pl.lay.bwrap {
+		out.Sandbox = "bwrap" // until the shim says what it applied
+	}
+	return outcome(out, pl, ln, ex, req.Argv[0])
+}
+
+// runLayout is p as this run mounts it. The agent's own binary and the
+// shim run outside the sandbox on the next invocation: no grant may
+// reach them. Inside bwrap the shim is a read-only mount already;
+// everywhere else both are masked. Where Landlock (ABI 3 or later,
+// which confines truncate) and seccomp (which keeps mode, owner, time
+// and xattr changes off the parent's other entries) apply, removable
+// grants get their parent mounted in their stead.
+func runLayout(p policy.Policy, use layers, c Caps, exe string) layout {
+	p.Masks = append([]policy.Mask(nil), p.Masks...)
 	if self, err := os.Executable(); err == nil && (self != exe || !use.bwrap) {
-		p.Masks = append(p.Masks, Mask{Path: self, Kind: MaskFile, Why: "the agent's binary"})
+		p.Masks = append(p.Masks, policy.Mask{Path: self, Kind: policy.MaskFile, Why: "the agent's binary"})
 	}
 	if !use.bwrap {
-		p.Masks = append(p.Masks, Mask{Path: exe, Kind: MaskFile, Why: "the sandbox shim"})
+		p.Masks = append(p.Masks, policy.Mask{Path: exe, Kind: policy.MaskFile, Why: "the sandbox shim"})
 	}
 	p.Normalize()
-	// Landlock confines truncate(2) from ABI 3 on; below, a parent
-	// mounted writable would not hold.
-	// Seccomp keeps mode, owner, time and xattr changes off the
-	// parent's other entries (Landlock does not confine them).
 	if use.landlock && use.seccomp && c.LandlockABI >= 3 {
-		p = withRemovableParents(p, use.bwrap)
+		return withRemovableParents(p, use.bwrap)
 	}
-	env := append([]string(nil), req.Env...)
-	if !hasEnv(env, "PATH") {
-		env = append(env, "PATH=/usr/local/bin:/usr/bin:/bin")
-	}
-	dir := req.Dir
-	if dir == "" {
-		dir = "/"
-	}
-	lim := req.Limits
+	return layout{Policy: p}
+}
+
+// shimSpec is what the shim applies for l with the layers use, before
+// the launch adds its rules, descriptors and process limit.
+func shimSpec(l layout, use layers, lim Limits) (shim.Spec, error) {
 	spec := shim.Spec{
 		Landlock: use.landlock,
 		Seccomp:  use.seccomp,
-		NetCut:   !p.Network,
-		Unix:     p.UnixSockets,
+		NetCut:   !l.Network,
+		Unix:     l.UnixSockets,
 		Rlimits: map[string]uint64{
 			"as":    uint64(lim.MemoryBytes),
 			"fsize": uint64(lim.FileBytes),
@@ -189,167 +161,254 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 		// chown, utimes and xattrs off masked files: they are denied. So
 		// they are when the parent of a removable grant is mounted
 		// writable, for its other entries.
-		if spec.Filters, err = filter.Programs(spec.NetCut, spec.Unix, use.bwrap && !hasParentOf(p)); err != nil {
-			return out, false, err
+		var err error
+		if spec.Filters, err = filter.Programs(spec.NetCut, spec.Unix, use.bwrap && len(l.parentOf) == 0); err != nil {
+			return spec, err
 		}
 	}
+	return spec, nil
+}
+
+// fdTable is the descriptors the child inherits after stdin, stdout
+// and stderr, in order: the child sees the i-th as descriptor 3+i. The
+// shim's status pipe comes first, as shim.StatusFD.
+type fdTable struct{ files []*os.File }
+
+// add appends f and returns the descriptor the child will see it as.
+func (t *fdTable) add(f *os.File) int {
+	t.files = append(t.files, f)
+	return 3 + len(t.files) - 1
+}
+
+// launch is one run set up: the command line that starts it (bwrap or
+// the shim), the descriptors it inherits, its cgroup, its environment,
+// and what must be undone once it is over.
+type launch struct {
+	argv      []string
+	env       []string
+	fds       fdTable
+	statusR   *os.File
+	statusW   *os.File
+	cg        *runCgroup
+	bwrap     bool
+	supervise bool
+	log       *slog.Logger
+	undo      []func()
+}
+
+// cleanup undoes, last first, what the launch set up.
+func (ln *launch) cleanup() {
+	for i := len(ln.undo) - 1; i >= 0; i-- {
+		ln.undo[i]()
+	}
+}
+
+// newLaunch sets the run up: the status pipe, the cgroup, then the
+// bwrap view (viaBwrap) or the shim alone (alone), then the environment
+// and the shim's arguments. The returned launch is never nil; its
+// cleanup undoes what was done, also on error.
+func newLaunch(req Request, c Caps, use layers, l layout, spec shim.Spec, exe string) (*launch, error) {
+	ln := &launch{bwrap: use.bwrap, log: req.Logger}
+	var err error
+	if ln.statusR, ln.statusW, err = os.Pipe(); err != nil {
+		return ln, fmt.Errorf("sandbox: status pipe: %w", err)
+	}
+	ln.undo = append(ln.undo, func() { ln.statusR.Close(); ln.statusW.Close() })
+	if fd := ln.fds.add(ln.statusW); fd != shim.StatusFD {
+		return ln, fmt.Errorf("sandbox: the status pipe would be descriptor %d, not %d", fd, shim.StatusFD)
+	}
+	ln.env = append([]string(nil), req.Env...)
+	if !hasEnv(ln.env, "PATH") {
+		ln.env = append(ln.env, "PATH=/usr/local/bin:/usr/bin:/bin")
+	}
+	dir := req.Dir
+	if dir == "" {
+		dir = "/"
+	}
+	lim := req.Limits
 	// A cgroup, where this process may make one, bounds the whole tree
 	// (RLIMIT_NPROC does not hold for root at all, and RLIMIT_AS bounds
 	// each process alone); the rlimits it replaces are not set.
-	cg := newRunCgroup(lim.MaxProcs, lim.MemoryBytes)
-	defer cg.remove()
-	out.LimitsBy = cg.by()
-	extra := []*os.File{nil} // fd 3, the status pipe, set below
-	if cg != nil {
-		for _, f := range cg.procs {
-			spec.CgroupFDs = append(spec.CgroupFDs, 3+len(extra))
-			extra = append(extra, f)
+	ln.cg = newRunCgroup(lim.MaxProcs, lim.MemoryBytes)
+	ln.undo = append(ln.undo, ln.cg.remove)
+	if ln.cg != nil {
+		for _, f := range ln.cg.procs {
+			spec.CgroupFDs = append(spec.CgroupFDs, ln.fds.add(f))
 		}
-		if cg.memory {
+		if ln.cg.memory {
 			delete(spec.Rlimits, "as")
 		}
 	}
-	var argv []string
-	var phs []placeholder
 	if use.bwrap {
-		// A new user namespace counts its own processes, so the limit
-		// is exact there.
-		if cg == nil || !cg.pids {
-			spec.Rlimits["nproc"] = uint64(lim.MaxProcs)
-		}
-		spec.Rules = landlockRules(p, true, "")
-		spec.Supervise = p.SharePID
-		locks, err := placeholderLocks(p)
-		if err != nil {
-			return out, false, err
-		}
-		defer releasePlaceholders(locks)
-		// Each grant is opened now, without following any symbolic
-		// link, and bwrap binds the descriptor: a path swapped for a
-		// link since the Policy was made cannot redirect the bind.
-		grantFDs, grantFiles, err := openGrants(p, 3+len(extra))
-		if err != nil {
-			return out, false, err
-		}
-		defer closeFiles(grantFiles)
-		extra = append(extra, grantFiles...)
-		var bargs []string
-		bargs, phs, err = bwrapArgs(p, exe, dir, grantFDs)
-		if err != nil {
-			return out, false, err
-		}
-		recordPlaceholders(locks, phs)
-		// bwrap resolves every bind source before it mounts anything, so
-		// the directories above a placeholder, which it binds onto
-		// themselves, must exist beforehand.
-		for _, ph := range phs {
-			if err := os.MkdirAll(filepath.Dir(ph.Path), 0o755); err != nil {
-				return out, false, fmt.Errorf("sandbox: placeholder for %s: %w", ph.Path, err)
-			}
-		}
-		argv = append([]string{c.Bwrap}, bargs...)
+		err = ln.viaBwrap(&spec, c, l, exe, dir, lim)
 	} else {
-		// Without a user namespace RLIMIT_NPROC counts every process of
-		// this uid, so the limit is what already runs plus MaxProcs.
-		if cg == nil || !cg.pids {
-			spec.Rlimits["nproc"] = uint64(countTasks(os.Getuid()) + lim.MaxProcs)
-		}
-		removeStaleTemps()
-		tmp, err := os.MkdirTemp("", fmt.Sprintf("metnos-run-%d-", os.Getpid()))
-		if err != nil {
-			return out, false, fmt.Errorf("sandbox: private temporary directory: %w", err)
-		}
-		defer os.RemoveAll(tmp)
-		env = setEnv(env, "TMPDIR", tmp)
-		spec.Rules = landlockRules(p, false, tmp)
-		spec.Supervise = true
-		spec.Dir = dir
-		argv = []string{exe}
+		err = ln.alone(&spec, l, exe, dir, lim)
 	}
+	if err != nil {
+		return ln, err
+	}
+	ln.supervise = spec.Supervise
 	// The command's environment goes to the shim in a sealed memfd;
 	// bwrap (a host program, not confined) and the shim start with none,
 	// and it is in no command line.
-	envFile, err := envMemfd(env)
+	envFile, err := envMemfd(ln.env)
 	if err != nil {
-		return out, false, err
+		return ln, err
 	}
-	defer envFile.Close()
-	spec.EnvFD = 3 + len(extra)
-	extra = append(extra, envFile)
+	ln.undo = append(ln.undo, func() { envFile.Close() })
+	spec.EnvFD = ln.fds.add(envFile)
 	sargs, err := shim.EncodeArgs(spec, req.Argv)
 	if err != nil {
-		return out, false, err
+		return ln, err
 	}
-	argv = append(argv, sargs...)
+	ln.argv = append(ln.argv, sargs...)
+	return ln, nil
+}
 
-	statusR, statusW, err := os.Pipe()
-	if err != nil {
-		return out, false, fmt.Errorf("sandbox: status pipe: %w", err)
+// viaBwrap sets up a run inside bwrap: the shim's rules mirror the
+// mounts, each grant is opened now and bound by descriptor, and the
+// masks' placeholders are locked and prepared.
+func (ln *launch) viaBwrap(spec *shim.Spec, c Caps, l layout, exe, dir string, lim Limits) error {
+	// A new user namespace counts its own processes, so the limit is
+	// exact there.
+	if ln.cg == nil || !ln.cg.pids {
+		spec.Rlimits["nproc"] = uint64(lim.MaxProcs)
 	}
-	defer statusR.Close()
-	stdout := &capped{limit: lim.OutputBytes}
-	stderr := &capped{limit: lim.OutputBytes}
-	cmd := &exec.Cmd{Path: argv[0], Args: argv, Env: []string{}, Dir: "/"}
-	cmd.Stdin = strings.NewReader(string(req.Stdin))
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	extra[0] = statusW
-	cmd.ExtraFiles = extra
+	spec.Rules = landlockRules(l, true, "")
+	spec.Supervise = l.SharePID
+	locks, err := placeholderLocks(l.Policy)
+	if err != nil {
+		return err
+	}
+	ln.undo = append(ln.undo, func() { releasePlaceholders(locks, ln.log) })
+	// Each grant is opened now, without following any symbolic link,
+	// and bwrap binds the descriptor: a path swapped for a link since
+	// the Policy was made cannot redirect the bind.
+	grantFDs, grantFiles, err := openGrants(l.Policy, &ln.fds)
+	if err != nil {
+		return err
+	}
+	ln.undo = append(ln.undo, func() { closeFiles(grantFiles) })
+	bargs, phs, err := bwrapArgs(l, exe, dir, grantFDs)
+	if err != nil {
+		return err
+	}
+	recordPlaceholders(locks, phs)
+	// bwrap resolves every bind source before it mounts anything, so the
+	// directories above a placeholder, which it binds onto themselves,
+	// must exist beforehand.
+	for _, ph := range phs {
+		if err := os.MkdirAll(filepath.Dir(ph.Path), 0o755); err != nil {
+			return fmt.Errorf("sandbox: placeholder for %s: %w", ph.Path, err)
+		}
+	}
+	ln.argv = append([]string{c.Bwrap}, bargs...)
+	return nil
+}
+
+// alone sets up a run of the shim without bwrap: a private temporary
+// directory, rules that split around every mask, and a supervising
+// shim that kills the tree.
+func (ln *launch) alone(spec *shim.Spec, l layout, exe, dir string, lim Limits) error {
+	// Without a user namespace RLIMIT_NPROC counts every process of this
+	// uid, so the limit is what already runs plus MaxProcs.
+	if ln.cg == nil || !ln.cg.pids {
+		spec.Rlimits["nproc"] = uint64(countTasks(os.Getuid()) + lim.MaxProcs)
+	}
+	removeStaleTemps()
+	tmp, err := os.MkdirTemp("", fmt.Sprintf("metnos-run-%d-", os.Getpid()))
+	if err != nil {
+		return fmt.Errorf("sandbox: private temporary directory: %w", err)
+	}
+	ln.undo = append(ln.undo, func() { os.RemoveAll(tmp) })
+	ln.env = setEnv(ln.env, "TMPDIR", tmp)
+	spec.Rules = landlockRules(l, false, tmp)
+	spec.Supervise = true
+	spec.Dir = dir
+	ln.argv = []string{exe}
+	return nil
+}
+
+// executed is how the launched process ended.
+type executed struct {
+	stdout, stderr *capped
+	statuses       []shim.Status
+	state          *os.ProcessState
+	werr, ctxErr   error
+	timedOut       bool
+	wall           time.Duration
+}
+
+// execute starts the launch and waits for it until it exits, the
+// deadline passes or ctx is done; then it kills the whole tree.
+func (ln *launch) execute(ctx context.Context, stdin []byte, lim Limits) (executed, error) {
+	ex := executed{stdout: &capped{limit: lim.OutputBytes}, stderr: &capped{limit: lim.OutputBytes}}
+	cmd := &exec.Cmd{Path: ln.argv[0], Args: ln.argv, Env: []string{}, Dir: "/"}
+	cmd.Stdin = strings.NewReader(string(stdin))
+	cmd.Stdout, cmd.Stderr = ex.stdout, ex.stderr
+	cmd.ExtraFiles = ln.fds.files
 	cmd.WaitDelay = 2 * time.Second
 	sig := syscall.SIGKILL
-	if spec.Supervise {
+	if ln.supervise {
 		sig = syscall.SIGTERM
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: sig}
 
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		statusW.Close()
-		return out, false, fmt.Errorf("sandbox: starting %s: %w", argv[0], err)
-	}
-	statusW.Close()
-	if use.bwrap {
-		out.Sandbox = "bwrap"
+	err := cmd.Start()
+	ln.statusW.Close()
+	if err != nil {
+		return ex, fmt.Errorf("sandbox: starting %s: %w", ln.argv[0], err)
 	}
 	statusc := make(chan []shim.Status, 1)
-	go func() { statusc <- readStatus(statusR) }()
+	go func() { statusc <- readStatus(ln.statusR) }()
 	waitc := make(chan error, 1)
 	go func() { waitc <- cmd.Wait() }()
 
 	timer := time.NewTimer(lim.Timeout)
 	defer timer.Stop()
-	var werr, ctxErr error
 	select {
-	case werr = <-waitc:
+	case ex.werr = <-waitc:
 	case <-timer.C:
-		out.TimedOut = true
-		werr = killTree(cmd, spec.Supervise, waitc)
+		ex.timedOut = true
+		ex.werr = killTree(cmd, ln.supervise, waitc)
 	case <-ctx.Done():
-		ctxErr = ctx.Err()
-		werr = killTree(cmd, spec.Supervise, waitc)
+		ex.ctxErr = ctx.Err()
+		ex.werr = killTree(cmd, ln.supervise, waitc)
 	}
-	out.Wall = time.Since(start)
-	sts := <-statusc
-	out.Stdout, out.StdoutTruncated = stdout.buf, stdout.dropped
-	out.Stderr, out.StderrTruncated = stderr.buf, stderr.dropped
+	ex.wall = time.Since(start)
+	ex.statuses = <-statusc
+	ex.state = cmd.ProcessState
+	return ex, nil
+}
+
+// outcome reads how the run went into out: the layers the shim reported
+// applying, the exit status, the kills. The bool reports that bwrap
+// failed before the shim started the command.
+func outcome(out Output, pl Plan, ln *launch, ex executed, name string) (Output, bool, error) {
+	out.Wall = ex.wall
+	out.TimedOut = ex.timedOut
+	out.Stdout, out.StdoutTruncated = ex.stdout.buf, ex.stdout.dropped
+	out.Stderr, out.StderrTruncated = ex.stderr.buf, ex.stderr.dropped
 
 	var ready, final *shim.Status
-	for i := range sts {
-		switch {
-		case sts[i].Ready:
-			ready = &sts[i]
-		case sts[i].Exited:
-			final = &sts[i]
-		case sts[i].Error != "" && ready == nil:
-			return out, false, fmt.Errorf("sandbox: could not start %s: %s", req.Argv[0], sts[i].Error)
+	for i := range ex.statuses {
+		switch s := &ex.statuses[i]; {
+		case s.Ready:
+			ready = s
+		case s.Exited:
+			final = s
+		case s.Error != "" && ready == nil:
+			return out, false, fmt.Errorf("sandbox: could not start %s: %s", name, s.Error)
 		}
 	}
 	if ready == nil {
-		if out.TimedOut || ctxErr != nil {
-			return out, false, ctxErr
+		if out.TimedOut || ex.ctxErr != nil {
+			return out, false, ex.ctxErr
 		}
-		return out, use.bwrap, fmt.Errorf("sandbox: the sandbox for %s failed before the command started: %s", req.Argv[0], firstLine(stderr.buf, werr))
+		return out, ln.bwrap, fmt.Errorf("sandbox: the sandbox for %s failed before the command started: %s", name, firstLine(ex.stderr.buf, ex.werr))
 	}
-	out.Sandbox = layers{bwrap: use.bwrap, landlock: ready.Landlock, seccomp: ready.Seccomp}.word()
+	out.Sandbox = layers{bwrap: ln.bwrap, landlock: ready.Landlock, seccomp: ready.Seccomp}.word()
 	if out.Sandbox != (layers{true, true, true}).word() {
 		out.Reason = pl.Reason
 		if want := pl.lay.word(); out.Sandbox != want {
@@ -360,13 +419,13 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 	case final != nil:
 		out.ExitCode, out.Signal = final.ExitCode, final.Signal
 	default:
-		out.ExitCode, out.Signal = exitStatus(cmd.ProcessState, use.bwrap)
+		out.ExitCode, out.Signal = exitStatus(ex.state, ln.bwrap)
 	}
-	out.OOMKilled = cg.oomKilled()
+	out.OOMKilled = ln.cg.oomKilled()
 	if out.TimedOut {
 		out.ExitCode, out.Signal = -1, "SIGKILL"
 	}
-	return out, false, ctxErr
+	return out, false, ex.ctxErr
 }
 
 // killTree ends the run's whole process tree: inside bwrap's PID
@@ -480,7 +539,7 @@ func hasEnv(env []string, key string) bool {
 // having seen it, is about to mount over it. A run that creates
 // placeholders records them in their lock files; whichever run is last
 // out (it can take a lock exclusively) removes them, when still empty.
-func placeholderLocks(p Policy) (map[string]*os.File, error) {
+func placeholderLocks(p policy.Policy) (map[string]*os.File, error) {
 	binds := viewBinds(p)
 	var paths []string
 	for i, m := range p.Masks {
@@ -532,7 +591,8 @@ func closeLocks(locks map[string]*os.File) {
 
 // releasePlaceholders removes the recorded placeholders whose lock no
 // other run holds (when they are still empty), then releases every lock.
-func releasePlaceholders(locks map[string]*os.File) {
+// What it must leave in place it says to log.
+func releasePlaceholders(locks map[string]*os.File, log *slog.Logger) {
 	defer closeLocks(locks)
 	for mask, f := range locks {
 		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
@@ -560,7 +620,7 @@ func releasePlaceholders(locks map[string]*os.File) {
 				break
 			}
 			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-				slog.Debug("sandbox: placeholder left in place", "path", p, "err", err)
+				log.Debug("sandbox: placeholder left in place", "path", p, "err", err)
 				break
 			}
 		}
@@ -613,11 +673,11 @@ func removeStaleTemps() {
 
 // openGrants opens every grant of p with O_PATH and RESOLVE_NO_SYMLINKS
 // (the paths are canonical, so a symbolic link anywhere in one means it
-// changed since the Policy was made) and returns the descriptor numbers
-// they will have in the child, counting from first. Where openat2 is
-// missing (Linux < 5.6) it returns nothing and bwrap binds by path.
-func openGrants(p Policy, first int) (map[string]int, []*os.File, error) {
-	fds := map[string]int{}
+// changed since the Policy was made), adds them to the child's
+// descriptors t and returns the descriptor each has there, by grant
+// path. Where openat2 is missing (Linux < 5.6) it returns nothing and
+// bwrap binds by path.
+func openGrants(p policy.Policy, t *fdTable) (map[string]int, []*os.File, error) {
 	var files []*os.File
 	for _, g := range p.Grants {
 		fd, err := unix.Openat2(unix.AT_FDCWD, g.Path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
@@ -629,8 +689,11 @@ func openGrants(p Policy, first int) (map[string]int, []*os.File, error) {
 			closeFiles(files)
 			return nil, nil, fmt.Errorf("sandbox: grant %s changed since the policy was made (it is now a symbolic link or gone): %w", g.Path, err)
 		}
-		fds[g.Path] = first + len(files)
 		files = append(files, os.NewFile(uintptr(fd), g.Path))
+	}
+	fds := map[string]int{}
+	for _, f := range files {
+		fds[f.Name()] = t.add(f)
 	}
 	return fds, files, nil
 }

@@ -16,7 +16,7 @@
 //     KILL_ON_JOB_CLOSE: if the agent dies, Windows closes its handle and
 //     kills the tree.
 //   - Each process may commit at most Limits.MemoryBytes (when set, else
-//     METNOS_EXEC_MEM_MB MiB, else 512 MiB); at most 8 processes (or
+//     512 MiB); at most 8 processes (or
 //     Limits.MaxProcs, if lower) are alive at once; an unhandled
 //     exception ends a process instead of waiting on an error dialog.
 //     Output.LimitsBy is "job-object".
@@ -62,7 +62,6 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -71,38 +70,25 @@ import (
 	"time"
 
 	"golang.org/x/sys/windows"
+
+	"github.com/metnos/agent/policy"
 )
 
 // Probe reports what this machine offers: on Windows a job object,
 // unless METNOS_SANDBOX turns it off.
 func Probe() Caps { return Caps{OS: runtime.GOOS, Disabled: disabledBy(os.Getenv)} }
 
-// Plan is how Run would sandbox a Policy on this machine. Doctor prints
-// it for each profile.
-type Plan struct {
-	// Sandbox is the word Run would report.
-	Sandbox string `json:"sandbox"`
-	// Best is the word this machine could give: "job-object".
-	Best string `json:"best"`
-	// Reason says why Sandbox is weaker than full isolation; on Windows
-	// it is always set, as files and network are not isolated.
-	Reason string `json:"reason,omitempty"`
-	// Refused is set when Run would refuse this Policy here.
-	Refused string `json:"refused,omitempty"`
-}
-
-// PlanFor returns how Run would sandbox p (with the agent-wide minimum
-// min) on this machine, without running anything.
-func PlanFor(p Policy, min Level) Plan { return planFor(Probe(), p, min) }
-
 // wordJobObject is the sandbox word of the Windows backend.
 const wordJobObject = "job-object"
 
-func planFor(c Caps, p Policy, min Level) Plan {
+// planFor is the Windows planner: a job object, unless c says the
+// sandbox is disabled; Reason is always set, as files and network are
+// not isolated.
+func planFor(c Caps, p policy.Policy, min policy.Level) Plan {
 	pl := Plan{Sandbox: wordJobObject, Best: wordJobObject, Reason: downgradeReason(c, p)}
-	have := LevelContained
+	have := policy.LevelContained
 	if c.Disabled != "" {
-		pl.Sandbox, have = "none", LevelNone
+		pl.Sandbox, have = "none", policy.LevelNone
 	}
 	need := max(p.MinSandbox, min)
 	switch {
@@ -116,7 +102,7 @@ func planFor(c Caps, p Policy, min Level) Plan {
 
 // downgradeReason says what a run on this machine does not isolate. It
 // becomes the result's sandbox_downgrade_reason.
-func downgradeReason(c Caps, p Policy) string {
+func downgradeReason(c Caps, p policy.Policy) string {
 	if c.Disabled != "" {
 		return c.Disabled + ": no job object, only the direct child is killed at the deadline, and files and network are not isolated"
 	}
@@ -156,14 +142,14 @@ func run(ctx context.Context, req Request) (Output, error) {
 		// the command line no quoting makes safe ("BatBadBut").
 		return out, fmt.Errorf("sandbox: %s is a batch file, which cmd.exe would run with arguments it parses unsafely: run the program it starts instead", exe)
 	}
-	removeStaleScratch()
+	removeStaleScratch(req.Logger)
 	scratch, err := newScratch()
 	if err != nil {
 		return out, err
 	}
 	defer func() {
 		if err := removeTree(scratch); err != nil {
-			slog.Warn("sandbox: scratch folder left behind", "err", err)
+			req.Logger.Warn("sandbox: scratch folder left behind", "err", err)
 		}
 	}()
 	env := withEnv(withEnv(req.Env, "TEMP", scratch), "TMP", scratch)
@@ -173,7 +159,7 @@ func run(ctx context.Context, req Request) (Output, error) {
 	}
 	var j *job
 	if c.Disabled == "" {
-		if j, err = newJob(jobLimitsFor(req.Limits, os.Getenv)); err != nil {
+		if j, err = newJob(jobLimitsFor(req.Limits)); err != nil {
 			return out, err
 		}
 		defer j.close()

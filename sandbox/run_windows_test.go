@@ -16,8 +16,10 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/metnos/agent/internal/winetest"
 	"golang.org/x/sys/windows"
+
+	"github.com/metnos/agent/internal/winetest"
+	"github.com/metnos/agent/policy"
 )
 
 // helperEnv, when set in a process of this test binary, makes it a
@@ -407,9 +409,9 @@ func TestWindowsMinSandboxRefused(t *testing.T) {
 	dir := winetest.TempDir(t)
 	marker := filepath.Join(dir, "marker")
 	for name, mod := range map[string]func(*Request){
-		"request appcontainer": func(r *Request) { r.MinSandbox = LevelIsolated },
-		"policy full":          func(r *Request) { r.Policy.MinSandbox = LevelFull },
-		"full-fs-no-net":       func(r *Request) { r.Policy.Profile, r.Policy.NoFallback = ProfileFullFSNoNet, true },
+		"request appcontainer": func(r *Request) { r.MinSandbox = policy.LevelIsolated },
+		"policy full":          func(r *Request) { r.Policy.MinSandbox = policy.LevelFull },
+		"full-fs-no-net":       func(r *Request) { r.Policy.Profile, r.Policy.NoFallback = policy.ProfileFullFSNoNet, true },
 	} {
 		req := helper(t, "marker", marker)
 		mod(&req)
@@ -427,7 +429,7 @@ func TestWindowsMinSandboxRefused(t *testing.T) {
 		}
 	}
 	req := helper(t, "marker", marker)
-	req.MinSandbox = LevelContained
+	req.MinSandbox = policy.LevelContained
 	if out := mustRun(t, req); out.ExitCode != 0 {
 		t.Errorf("min contained: exit %d", out.ExitCode)
 	}

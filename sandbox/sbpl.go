@@ -9,6 +9,9 @@ import (
 	"strings"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/metnos/agent/internal/fspath"
+	"github.com/metnos/agent/policy"
 )
 
 // This file generates the Seatbelt (SBPL) profile that the macOS backend
@@ -50,7 +53,7 @@ import (
 // seatbeltInput is what the profile is generated from.
 type seatbeltInput struct {
 	// Policy is the normalized Policy of the run.
-	Policy Policy
+	Policy policy.Policy
 	// Scratch is the run's private temporary folder (TMPDIR), canonical;
 	// empty for none.
 	Scratch string
@@ -175,7 +178,7 @@ func seatbeltRules(in seatbeltInput) (string, []seatbeltParam, error) {
 	var reads, writes, own []string
 	for _, gr := range p.Grants {
 		for _, f := range seatbeltForms(gr.Path, false) {
-			if gr.Access == Write {
+			if gr.Access == policy.Write {
 				writes = append(writes, f)
 			} else {
 				reads = append(reads, f)
@@ -240,7 +243,7 @@ func seatbeltRules(in seatbeltInput) (string, []seatbeltParam, error) {
 	for _, m := range p.Masks {
 		forms := seatbeltForms(m.Path, true)
 		masks = append(masks, forms...)
-		if slices.ContainsFunc(own, func(o string) bool { return m.Path != o && pathWithin(m.Path, o) }) {
+		if slices.ContainsFunc(own, func(o string) bool { return m.Path != o && fspath.Within(m.Path, o) }) {
 			inner = append(inner, forms...)
 		}
 	}
@@ -280,7 +283,7 @@ func seatbeltRules(in seatbeltInput) (string, []seatbeltParam, error) {
 		if !gr.Own {
 			continue
 		}
-		if _, ok := CoveredByMask(gr.Path, p.Masks); ok {
+		if _, ok := policy.CoveredByMask(gr.Path, p.Masks); ok {
 			through = append(through, seatbeltForms(gr.Path, false)...)
 		}
 	}
@@ -289,11 +292,11 @@ func seatbeltRules(in seatbeltInput) (string, []seatbeltParam, error) {
 		g.line("; The agent's own folders, opened through its masked directories.")
 		var ro, rw, anc []string
 		for _, gr := range p.Grants {
-			if _, ok := CoveredByMask(gr.Path, p.Masks); !ok || !gr.Own {
+			if _, ok := policy.CoveredByMask(gr.Path, p.Masks); !ok || !gr.Own {
 				continue
 			}
 			forms := seatbeltForms(gr.Path, false)
-			if gr.Access == Write {
+			if gr.Access == policy.Write {
 				rw = append(rw, forms...)
 			} else {
 				ro = append(ro, forms...)
@@ -313,7 +316,7 @@ func seatbeltRules(in seatbeltInput) (string, []seatbeltParam, error) {
 		var ownAbove []string
 		for _, m := range inner {
 			for _, a := range sbplAncestors(m) {
-				if slices.ContainsFunc(rw, func(o string) bool { return pathWithin(a, o) }) {
+				if slices.ContainsFunc(rw, func(o string) bool { return fspath.Within(a, o) }) {
 					ownAbove = append(ownAbove, a)
 				}
 			}
@@ -419,7 +422,7 @@ func seatbeltForms(p string, hostile bool) []string {
 		add(norm.NFD.String(s))
 	}
 	for _, s := range slices.Clone(out) {
-		if s != "/" && !pathWithin(s, "/System") {
+		if s != "/" && !fspath.Within(s, "/System") {
 			add(seatbeltDataVolume + s)
 		}
 	}
@@ -444,16 +447,16 @@ func sbplAncestors(p string) []string {
 
 // seatbeltWritable reports whether the directory dir may be renamed or
 // removed by the command: it lies strictly inside a writable region.
-func seatbeltWritable(p Policy, writes []string, scratch, dir string) bool {
+func seatbeltWritable(p policy.Policy, writes []string, scratch, dir string) bool {
 	if p.RootWritable {
 		return dir != "/"
 	}
 	for _, w := range writes {
-		if dir != w && pathWithin(dir, w) {
+		if dir != w && fspath.Within(dir, w) {
 			return true
 		}
 	}
-	return scratch != "" && dir != scratch && pathWithin(dir, scratch)
+	return scratch != "" && dir != scratch && fspath.Within(dir, scratch)
 }
 
 // sbplDedupe returns s without repeated strings, in first-seen order.

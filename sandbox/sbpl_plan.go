@@ -3,6 +3,8 @@ package sandbox
 import (
 	"fmt"
 	"strings"
+
+	"github.com/metnos/agent/policy"
 )
 
 // seatbeltWord is the sandbox word of the macOS backend.
@@ -28,7 +30,7 @@ const seatbeltWeaker = "seatbelt (sandbox-exec) confines files, network and IPC,
 // the sandbox off, a Policy runs unconfined ("none") only where Linux
 // would too: with the network, without unix sockets beside masks, and
 // without a minimum.
-func seatbeltPlan(have bool, disabled string, p Policy, min Level) (sandbox, best, reason, refused string) {
+func seatbeltPlan(have bool, disabled string, p policy.Policy, min policy.Level) (sandbox, best, reason, refused string) {
 	need := p.MinSandbox
 	if min > need {
 		need = min
@@ -49,13 +51,13 @@ func seatbeltPlan(have bool, disabled string, p Policy, min Level) (sandbox, bes
 	switch {
 	case p.NoFallback:
 		refused = fmt.Sprintf("profile %s needs Linux namespaces (bubblewrap) and will not fall back to %s", p.Profile, sandbox)
-	case need > LevelIsolated:
+	case need > policy.LevelIsolated:
 		refused = fmt.Sprintf("minimum sandbox %q needs namespaces, Landlock and seccomp together (Linux); macOS gives %s at most", need, best)
 	case sandbox == "none" && !p.Network:
 		refused = "the policy cuts the network, and with the sandbox off nothing can enforce the cut: " + reason
 	case sandbox == "none" && p.UnixSockets && len(p.Masks) > 0:
 		refused = "the policy allows unix sockets, and with the sandbox off nothing keeps the masked session sockets out of reach: " + reason
-	case sandbox == "none" && need > LevelNone:
+	case sandbox == "none" && need > policy.LevelNone:
 		refused = fmt.Sprintf("minimum sandbox %q not met: %s", need, reason)
 	}
 	return sandbox, best, strings.TrimSpace(reason), refused

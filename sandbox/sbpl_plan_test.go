@@ -3,31 +3,33 @@ package sandbox
 import (
 	"strings"
 	"testing"
+
+	"github.com/metnos/agent/policy"
 )
 
 func TestSeatbeltPlan(t *testing.T) {
-	masked := []Mask{{Path: "/Users/a/.ssh", Kind: MaskDir}}
+	masked := []policy.Mask{{Path: "/Users/a/.ssh", Kind: policy.MaskDir}}
 	for _, c := range []struct {
 		name     string
 		have     bool
 		disabled string
-		p        Policy
-		min      Level
+		p        policy.Policy
+		min      policy.Level
 		sandbox  string
 		refused  string // a substring; "" when it runs
 	}{
-		{"manifest", true, "", Policy{Profile: ProfileManifest, Masks: masked}, LevelNone, "seatbelt", ""},
-		{"isolated minimum", true, "", Policy{MinSandbox: LevelIsolated}, LevelNone, "seatbelt", ""},
-		{"agent minimum isolated", true, "", Policy{}, LevelIsolated, "seatbelt", ""},
-		{"full minimum", true, "", Policy{MinSandbox: LevelFull}, LevelNone, "seatbelt", `minimum sandbox "full"`},
-		{"agent full minimum", true, "", Policy{Network: true}, LevelFull, "seatbelt", `minimum sandbox "full"`},
-		{"full-fs-no-net", true, "", Policy{Profile: ProfileFullFSNoNet, NoFallback: true, MinSandbox: LevelFull}, LevelNone, "seatbelt", "will not fall back"},
-		{"no sandbox-exec", false, "", Policy{Network: true, RootWritable: true}, LevelNone, "none", "/usr/bin/sandbox-exec is missing"},
-		{"no sandbox-exec, manifest", false, "", Policy{Masks: masked}, LevelNone, "none", "/usr/bin/sandbox-exec is missing"},
-		{"disabled, network", true, "disabled by METNOS_SANDBOX=off", Policy{Network: true, Masks: masked}, LevelNone, "none", ""},
-		{"disabled, cut", true, "disabled by METNOS_SANDBOX=off", Policy{}, LevelNone, "none", "cuts the network"},
-		{"disabled, unix", true, "disabled by METNOS_SANDBOX=off", Policy{Network: true, UnixSockets: true, Masks: masked}, LevelNone, "none", "unix sockets"},
-		{"disabled, minimum", true, "disabled by METNOS_SANDBOX=off", Policy{Network: true}, LevelContained, "none", `minimum sandbox "contained"`},
+		{"manifest", true, "", policy.Policy{Profile: policy.ProfileManifest, Masks: masked}, policy.LevelNone, "seatbelt", ""},
+		{"isolated minimum", true, "", policy.Policy{MinSandbox: policy.LevelIsolated}, policy.LevelNone, "seatbelt", ""},
+		{"agent minimum isolated", true, "", policy.Policy{}, policy.LevelIsolated, "seatbelt", ""},
+		{"full minimum", true, "", policy.Policy{MinSandbox: policy.LevelFull}, policy.LevelNone, "seatbelt", `minimum sandbox "full"`},
+		{"agent full minimum", true, "", policy.Policy{Network: true}, policy.LevelFull, "seatbelt", `minimum sandbox "full"`},
+		{"full-fs-no-net", true, "", policy.Policy{Profile: policy.ProfileFullFSNoNet, NoFallback: true, MinSandbox: policy.LevelFull}, policy.LevelNone, "seatbelt", "will not fall back"},
+		{"no sandbox-exec", false, "", policy.Policy{Network: true, RootWritable: true}, policy.LevelNone, "none", "/usr/bin/sandbox-exec is missing"},
+		{"no sandbox-exec, manifest", false, "", policy.Policy{Masks: masked}, policy.LevelNone, "none", "/usr/bin/sandbox-exec is missing"},
+		{"disabled, network", true, "disabled by METNOS_SANDBOX=off", policy.Policy{Network: true, Masks: masked}, policy.LevelNone, "none", ""},
+		{"disabled, cut", true, "disabled by METNOS_SANDBOX=off", policy.Policy{}, policy.LevelNone, "none", "cuts the network"},
+		{"disabled, unix", true, "disabled by METNOS_SANDBOX=off", policy.Policy{Network: true, UnixSockets: true, Masks: masked}, policy.LevelNone, "none", "unix sockets"},
+		{"disabled, minimum", true, "disabled by METNOS_SANDBOX=off", policy.Policy{Network: true}, policy.LevelContained, "none", `minimum sandbox "contained"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s, best, reason, refused := seatbeltPlan(c.have, c.disabled, c.p, c.min)

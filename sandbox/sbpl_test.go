@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/metnos/agent/policy"
 )
 
 // sbplScratch is the TMPDIR the golden profiles are generated with.
@@ -18,14 +20,15 @@ const sbplScratch = "/private/var/folders/zz/abc123/T/metnos-run-42-x"
 // sbplPolicyFromDerive reads a derive golden file as a Policy on a macOS
 // layout: the test system paths become /etc and /usr, the home
 // /Users/alice, the rest of the test tree /opt/metnos.
-func sbplPolicyFromDerive(t *testing.T, name string) Policy {
+func sbplPolicyFromDerive(t *testing.T, name string) policy.Policy {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "derive", name+".golden"))
+	// The derive golden files are package policy's.
+	b, err := os.ReadFile(filepath.Join("..", "policy", "testdata", "derive", name+".golden"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := strings.NewReplacer("$ROOT/sys", "", "$ROOT/home", "/Users/alice", "$ROOT", "/opt/metnos").Replace(string(b))
-	var p Policy
+	var p policy.Policy
 	if err := json.Unmarshal([]byte(s), &p); err != nil {
 		t.Fatal(err)
 	}
@@ -47,37 +50,37 @@ var sbplTricky = []string{
 	`/Users/alice/#"regex"`,
 }
 
-func sbplTrickyPolicy() Policy {
-	p := Policy{Profile: ProfileSupervised, System: []string{"/usr", "/etc"}}
+func sbplTrickyPolicy() policy.Policy {
+	p := policy.Policy{Profile: policy.ProfileSupervised, System: []string{"/usr", "/etc"}}
 	for i, s := range sbplTricky {
-		a := Read
+		a := policy.Read
 		if i%2 == 1 {
-			a = Write
+			a = policy.Write
 		}
-		p.Grants = append(p.Grants, Grant{Path: s, Access: a})
-		p.Masks = append(p.Masks, Mask{Path: s + "/.ssh", Kind: MaskDir})
+		p.Grants = append(p.Grants, policy.Grant{Path: s, Access: a})
+		p.Masks = append(p.Masks, policy.Mask{Path: s + "/.ssh", Kind: policy.MaskDir})
 	}
-	p.Masks = append(p.Masks, Mask{Path: "/Users/j\u00f6rg/.ssh", Kind: MaskDir})
+	p.Masks = append(p.Masks, policy.Mask{Path: "/Users/j\u00f6rg/.ssh", Kind: policy.MaskDir})
 	p.Normalize()
 	return p
 }
 
 // sbplOwnPolicy has the agent's own folders inside its masked data
 // directory, with a mask beneath one of them.
-func sbplOwnPolicy() Policy {
-	p := Policy{
-		Profile: ProfileManifest,
+func sbplOwnPolicy() policy.Policy {
+	p := policy.Policy{
+		Profile: policy.ProfileManifest,
 		System:  []string{"/usr", "/bin", "/etc"},
-		Grants: []Grant{
-			{Path: "/Users/alice/.local/share/metnos/executors/cal", Access: Read, Own: true},
-			{Path: "/Users/alice/.local/share/metnos/userdata/cal", Access: Write, Own: true},
-			{Path: "/Users/alice/Documents", Access: Write},
+		Grants: []policy.Grant{
+			{Path: "/Users/alice/.local/share/metnos/executors/cal", Access: policy.Read, Own: true},
+			{Path: "/Users/alice/.local/share/metnos/userdata/cal", Access: policy.Write, Own: true},
+			{Path: "/Users/alice/Documents", Access: policy.Write},
 		},
-		Masks: []Mask{
-			{Path: "/Users/alice/.local/share/metnos", Kind: MaskDir},
-			{Path: "/Users/alice/.local/share/metnos/userdata/cal/key", Kind: MaskFile},
-			{Path: "/Users/alice/Documents/.ssh", Kind: MaskDir},
-			{Path: "/private/tmp/com.apple.launchd.x/Listeners", Kind: MaskFile},
+		Masks: []policy.Mask{
+			{Path: "/Users/alice/.local/share/metnos", Kind: policy.MaskDir},
+			{Path: "/Users/alice/.local/share/metnos/userdata/cal/key", Kind: policy.MaskFile},
+			{Path: "/Users/alice/Documents/.ssh", Kind: policy.MaskDir},
+			{Path: "/private/tmp/com.apple.launchd.x/Listeners", Kind: policy.MaskFile},
 		},
 		UnixSockets: true,
 	}
@@ -88,19 +91,19 @@ func sbplOwnPolicy() Policy {
 func TestSeatbeltGolden(t *testing.T) {
 	cases := []struct {
 		name string
-		p    func(t *testing.T) Policy
+		p    func(t *testing.T) policy.Policy
 	}{
-		{"manifest_notes", func(t *testing.T) Policy { return sbplPolicyFromDerive(t, "manifest_notes") }},
-		{"manifest_readonly", func(t *testing.T) Policy { return sbplPolicyFromDerive(t, "manifest_readonly") }},
-		{"manifest_full", func(t *testing.T) Policy { return sbplPolicyFromDerive(t, "manifest_full") }},
-		{"profile_readonly", func(t *testing.T) Policy { return sbplPolicyFromDerive(t, "profile_readonly") }},
-		{"profile_supervised", func(t *testing.T) Policy { return sbplPolicyFromDerive(t, "profile_supervised") }},
-		{"profile_full", func(t *testing.T) Policy { return sbplPolicyFromDerive(t, "profile_full") }},
-		{"profile_full_fs_no_net", func(t *testing.T) Policy { return sbplPolicyFromDerive(t, "profile_full_fs_no_net") }},
-		{"own_through_mask", func(*testing.T) Policy { return sbplOwnPolicy() }},
-		{"tricky_paths", func(*testing.T) Policy { return sbplTrickyPolicy() }},
+		{"manifest_notes", func(t *testing.T) policy.Policy { return sbplPolicyFromDerive(t, "manifest_notes") }},
+		{"manifest_readonly", func(t *testing.T) policy.Policy { return sbplPolicyFromDerive(t, "manifest_readonly") }},
+		{"manifest_full", func(t *testing.T) policy.Policy { return sbplPolicyFromDerive(t, "manifest_full") }},
+		{"profile_readonly", func(t *testing.T) policy.Policy { return sbplPolicyFromDerive(t, "profile_readonly") }},
+		{"profile_supervised", func(t *testing.T) policy.Policy { return sbplPolicyFromDerive(t, "profile_supervised") }},
+		{"profile_full", func(t *testing.T) policy.Policy { return sbplPolicyFromDerive(t, "profile_full") }},
+		{"profile_full_fs_no_net", func(t *testing.T) policy.Policy { return sbplPolicyFromDerive(t, "profile_full_fs_no_net") }},
+		{"own_through_mask", func(*testing.T) policy.Policy { return sbplOwnPolicy() }},
+		{"tricky_paths", func(*testing.T) policy.Policy { return sbplTrickyPolicy() }},
 	}
-	seen := map[Profile]bool{}
+	seen := map[policy.Profile]bool{}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			p := c.p(t)
@@ -123,7 +126,7 @@ func TestSeatbeltGolden(t *testing.T) {
 			compareGolden(t, filepath.Join("testdata", "sbpl", c.name+".golden"), b.String())
 		})
 	}
-	for _, prof := range Profiles {
+	for _, prof := range policy.Profiles() {
 		if !seen[prof] {
 			t.Errorf("no seatbelt golden case for profile %s", prof)
 		}
@@ -291,10 +294,10 @@ func TestSeatbeltForms(t *testing.T) {
 }
 
 func TestSeatbeltRefusesBadPaths(t *testing.T) {
-	for _, p := range []Policy{
-		{Grants: []Grant{{Path: "relative", Access: Read}}},
-		{Grants: []Grant{{Path: "/a\x00b", Access: Read}}},
-		{Masks: []Mask{{Path: "", Kind: MaskDir}}},
+	for _, p := range []policy.Policy{
+		{Grants: []policy.Grant{{Path: "relative", Access: policy.Read}}},
+		{Grants: []policy.Grant{{Path: "/a\x00b", Access: policy.Read}}},
+		{Masks: []policy.Mask{{Path: "", Kind: policy.MaskDir}}},
 		{System: []string{"usr"}},
 	} {
 		if _, _, err := seatbeltProfile(seatbeltInput{Policy: p}); err == nil {

@@ -59,7 +59,7 @@ var staleScratchOnce sync.Once
 
 // removeStaleScratch removes, once per process, the scratch folders of
 // runs whose agent died mid-run (named for a pid no process has now).
-func removeStaleScratch() {
+func removeStaleScratch(log *slog.Logger) {
 	staleScratchOnce.Do(func() {
 		matches, _ := filepath.Glob(filepath.Join(os.TempDir(), scratchPrefix+"*-*"))
 		for _, m := range matches {
@@ -69,7 +69,7 @@ func removeStaleScratch() {
 			}
 			if fi, err := os.Lstat(m); err == nil && fi.IsDir() {
 				if err := removeTree(m); err != nil {
-					slog.Debug("sandbox: stale scratch folder left in place", "path", m, "err", err)
+					log.Debug("sandbox: stale scratch folder left in place", "path", m, "err", err)
 				}
 			}
 		}

@@ -11,9 +11,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/sandbox/shim"
-	"github.com/rogpeppe/go-internal/testscript"
 )
 
 func TestMain(m *testing.M) {
@@ -178,14 +180,14 @@ func TestCommandEnv(t *testing.T) {
 	t.Setenv("TERM", "xterm")
 	t.Setenv("TZ", "")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "hunter2")
-	p := sandbox.Policy{System: []string{"/usr", "/bin"}}
-	got := strings.Join(commandEnv(p, sandbox.Host{Home: "/home/u"}), " ")
+	p := policy.Policy{System: []string{"/usr", "/bin"}}
+	got := strings.Join(commandEnv(p, policy.Host{Home: "/home/u"}), " ")
 	want := "PATH=/usr/bin:/bin HOME=/home/u LANG=C.UTF-8 TERM=xterm"
 	if got != want {
 		t.Errorf("commandEnv = %q, want %q", got, want)
 	}
 	t.Setenv("PATH", "/nowhere")
-	if got := commandEnv(p, sandbox.Host{Home: "/h"})[0]; got != "PATH="+defaultPath {
+	if got := commandEnv(p, policy.Host{Home: "/h"})[0]; got != "PATH="+defaultPath {
 		t.Errorf("with nothing visible: %q, want the default PATH", got)
 	}
 }

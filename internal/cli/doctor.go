@@ -3,8 +3,6 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/metnos/agent/agent"
-	"github.com/metnos/agent/fetch"
 	"io"
 	"os"
 	"os/user"
@@ -12,6 +10,10 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/metnos/agent/agent"
+	"github.com/metnos/agent/fetch"
+	"github.com/metnos/agent/policy"
 
 	"github.com/metnos/agent/sandbox"
 )
@@ -30,11 +32,11 @@ With --json it prints one JSON object: {"caps": ..., "profiles": {...}}.
 
 // doctorProfiles are the profiles doctor reports, the CLI's default
 // first.
-var doctorProfiles = []sandbox.Profile{
-	sandbox.ProfileSupervised,
-	sandbox.ProfileReadonly,
-	sandbox.ProfileFull,
-	sandbox.ProfileFullFSNoNet,
+var doctorProfiles = []policy.Profile{
+	policy.ProfileSupervised,
+	policy.ProfileReadonly,
+	policy.ProfileFull,
+	policy.ProfileFullFSNoNet,
 }
 
 // landlockFeatures says what each Landlock ABI added, by ABI.
@@ -162,7 +164,7 @@ func doctor() doctorReport {
 		}
 	}
 
-	host, herr := sandbox.HostFromEnv()
+	host, herr := policy.HostFromEnv()
 	for _, prof := range doctorProfiles {
 		var pr profileReport
 		if herr != nil {
@@ -170,9 +172,9 @@ func doctor() doctorReport {
 			r.Profiles[string(prof)] = pr
 			continue
 		}
-		pol, err := sandbox.ForProfile(sandbox.ProfileInput{
+		pol, err := policy.ForProfile(policy.ProfileInput{
 			Profile: prof,
-			Network: prof == sandbox.ProfileFull,
+			Network: prof == policy.ProfileFull,
 			Host:    host,
 		})
 		if err != nil {
@@ -180,7 +182,7 @@ func doctor() doctorReport {
 			r.Profiles[string(prof)] = pr
 			continue
 		}
-		pl := sandbox.PlanFor(pol, sandbox.LevelNone)
+		pl := sandbox.PlanFor(pol, policy.LevelNone)
 		pr = profileReport{
 			Sandbox: pl.Sandbox,
 			Best:    pl.Best,

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 )
 
@@ -62,31 +63,37 @@ type execFlags struct {
 func runExec(std stdio, args []string) int {
 	fs := newFlagSet("exec", std.err, execHelp)
 	var f execFlags
-	f.memory = byteSize(sandbox.DefaultLimits.MemoryBytes)
 	fs.Var(&f.read, "read", "grant read access beneath `PATH` (repeatable)")
 	fs.Var(&f.write, "write", "grant write access beneath `PATH` (repeatable)")
 	fs.BoolVar(&f.net, "net", false, "let the command use the network")
-	fs.StringVar(&f.profile, "profile", string(sandbox.ProfileSupervised), "policy `NAME`: supervised, readonly, full or full-fs-no-net")
-	fs.DurationVar(&f.timeout, "timeout", sandbox.DefaultLimits.Timeout, "kill the command after `DUR`")
-	fs.Var(&f.memory, "memory", "cap memory at `BYTES` (suffixes K, M, G, T: powers of 1024)")
-	fs.IntVar(&f.maxProcs, "max-procs", sandbox.DefaultLimits.MaxProcs, "cap processes and threads at `N`")
+	fs.StringVar(&f.profile, "profile", string(policy.ProfileSupervised), "policy `NAME`: supervised, readonly, full or full-fs-no-net")
+	fs.DurationVar(&f.timeout, "timeout", sandbox.DefaultLimits().Timeout, "kill the command after `DUR`")
+	fs.Var(&f.memory, "memory", "cap memory at `BYTES` (suffixes K, M, G, T: powers of 1024; default $METNOS_EXEC_MEM_MB MiB, else 1G, on Windows 512M per process)")
+	fs.IntVar(&f.maxProcs, "max-procs", sandbox.DefaultLimits().MaxProcs, "cap processes and threads at `N`")
 	fs.Var(&f.minSandbox, "min-sandbox", "refuse to run in a sandbox weaker than `LEVEL`: none, contained, isolated or full")
 	fs.BoolVar(&f.json, "json", false, "print the result as one JSON object instead of the command's output")
 	fs.StringVar(&f.cwd, "cwd", "", "run the command in `DIR` (default: the current directory if visible, else /)")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
+	if f.memory == 0 {
+		// Unset: the agent's variable, else the sandbox's default for
+		// this system (the backends read no environment).
+		if mb, err := strconv.ParseInt(strings.TrimSpace(os.Getenv("METNOS_EXEC_MEM_MB")), 10, 32); err == nil && mb > 0 {
+			f.memory = byteSize(mb << 20)
+		}
+	}
 	argv := fs.Args()
 	if len(argv) == 0 || argv[0] == "" {
 		return usageError(std.err, "exec", "exec needs a command")
 	}
-	prof := sandbox.Profile(f.profile)
+	prof := policy.Profile(f.profile)
 	switch prof {
-	case sandbox.ProfileSupervised, sandbox.ProfileReadonly, sandbox.ProfileFull, sandbox.ProfileFullFSNoNet:
+	case policy.ProfileSupervised, policy.ProfileReadonly, policy.ProfileFull, policy.ProfileFullFSNoNet:
 	default:
 		return usageError(std.err, "exec", "unknown profile %q (want supervised, readonly, full or full-fs-no-net)", f.profile)
 	}
-	if prof == sandbox.ProfileFullFSNoNet && f.net {
+	if prof == policy.ProfileFullFSNoNet && f.net {
 		return usageError(std.err, "exec", "--net contradicts --profile full-fs-no-net, which cuts the network")
 	}
 	if f.timeout <= 0 || f.maxProcs <= 0 {
@@ -108,7 +115,7 @@ func execute(ctx context.Context, std stdio, f execFlags, argv []string) int {
 		}
 		return exitAgent
 	}
-	host, err := sandbox.HostFromEnv()
+	host, err := policy.HostFromEnv()
 	if err != nil {
 		return fail(err)
 	}
@@ -122,14 +129,14 @@ func execute(ctx context.Context, std stdio, f execFlags, argv []string) int {
 			}
 		}
 	}
-	in := sandbox.ProfileInput{
-		Profile: sandbox.Profile(f.profile),
+	in := policy.ProfileInput{
+		Profile: policy.Profile(f.profile),
 		Read:    f.read,
 		Write:   f.write,
 		Network: f.net,
 		Host:    host,
 	}
-	pol, err := sandbox.ForProfile(in)
+	pol, err := policy.ForProfile(in)
 	if err != nil {
 		return fail(err)
 	}
@@ -144,7 +151,7 @@ func execute(ctx context.Context, std stdio, f execFlags, argv []string) int {
 		dir := filepath.Dir(resolved)
 		fmt.Fprintf(std.err, "metnos-agent: granting read of %s to run %s\n", dir, argv[0])
 		in.Read = append(append([]string(nil), in.Read...), dir)
-		if pol, err = sandbox.ForProfile(in); err != nil {
+		if pol, err = policy.ForProfile(in); err != nil {
 			return fail(err)
 		}
 	}
@@ -174,7 +181,8 @@ func execute(ctx context.Context, std stdio, f execFlags, argv []string) int {
 			MemoryBytes: int64(f.memory),
 			MaxProcs:    f.maxProcs,
 		},
-		MinSandbox: sandbox.Level(f.minSandbox),
+		MinSandbox: policy.Level(f.minSandbox),
+		Logger:     slog.Default(),
 	}
 	slog.Debug("exec", "argv", req.Argv, "dir", req.Dir, "policy", pol.Fingerprint(), "profile", pol.Profile)
 
@@ -196,7 +204,7 @@ func execute(ctx context.Context, std stdio, f execFlags, argv []string) int {
 		std.out.Write(out.Stdout)
 		std.err.Write(out.Stderr)
 		if out.StdoutTruncated || out.StderrTruncated {
-			fmt.Fprintf(std.err, "metnos-agent: output truncated at %d bytes per stream\n", sandbox.DefaultLimits.OutputBytes)
+			fmt.Fprintf(std.err, "metnos-agent: output truncated at %d bytes per stream\n", sandbox.DefaultLimits().OutputBytes)
 		}
 	}
 	switch {
@@ -285,7 +293,7 @@ func unwrapPathError(err error) error {
 // workDir returns the command's working directory: cwd when set (made
 // absolute), else the current directory when the policy shows it,
 // else "/".
-func workDir(p sandbox.Policy, cwd string) (string, error) {
+func workDir(p policy.Policy, cwd string) (string, error) {
 	if cwd != "" {
 		abs, err := filepath.Abs(cwd)
 		if err != nil {
@@ -320,7 +328,7 @@ const defaultPath = "/usr/local/bin:/usr/bin:/bin"
 // filtered to the directories the policy shows), HOME, LANG, and TERM
 // and TZ when set. Nothing else of the agent's environment goes in: it
 // may hold secrets.
-func commandEnv(p sandbox.Policy, h sandbox.Host) []string {
+func commandEnv(p policy.Policy, h policy.Host) []string {
 	var dirs []string
 	seen := map[string]bool{}
 	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
@@ -416,17 +424,17 @@ func (b *byteSize) Set(s string) error {
 }
 
 // levelFlag is a sandbox.Level flag.
-type levelFlag sandbox.Level
+type levelFlag policy.Level
 
 func (l *levelFlag) String() string {
 	if l == nil {
-		return sandbox.LevelNone.String()
+		return policy.LevelNone.String()
 	}
-	return sandbox.Level(*l).String()
+	return policy.Level(*l).String()
 }
 
 func (l *levelFlag) Set(s string) error {
-	v, err := sandbox.ParseLevel(s)
+	v, err := policy.ParseLevel(s)
 	if err != nil {
 		return errors.New(strings.TrimPrefix(err.Error(), "sandbox: "))
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/metnos/agent/fetch"
 	"github.com/metnos/agent/internal/lockfile"
 	"github.com/metnos/agent/pairing"
-	"github.com/metnos/agent/sandbox"
+	"github.com/metnos/agent/policy"
 )
 
 // exitLocked is the status when another agent already runs (§9.2).
@@ -84,7 +84,7 @@ func runRun(std stdio, args []string) int {
 		}
 	},
 		DataDir: data, CacheDir: cache, Logger: log,
-		Version: version(), MinSandbox: sandbox.Level(minSandbox),
+		Version: version(), MinSandbox: policy.Level(minSandbox),
 	})
 	if err != nil {
 		log.Error("cannot start", "err", err)

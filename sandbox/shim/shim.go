@@ -118,8 +118,9 @@ func EncodeArgs(spec Spec, argv []string) ([]string, error) {
 	return append([]string{Arg, string(b), "--"}, argv...), nil
 }
 
-// MainIfShim runs the shim and never returns when os.Args[1] is [Arg];
-// otherwise it returns at once. Binaries that can serve as the shim call
+// MainIfShim runs the shim when os.Args[1] is [Arg], and then never
+// returns: it ends the process with os.Exit and the status [Main]
+// returned (or the command replaced it). Otherwise it returns at once. Binaries that can serve as the shim call
 // it first thing in main (and tests in TestMain).
 func MainIfShim() {
 	if len(os.Args) > 1 && os.Args[1] == Arg {

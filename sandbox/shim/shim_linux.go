@@ -22,11 +22,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// LandlockConfig is the Landlock ABI the shim is written against (V7:
+// landlockConfig is the Landlock ABI the shim is written against (V7:
 // file access, TCP bind/connect, abstract-socket and signal scoping). On
 // an older kernel the shim applies what the kernel has and reports the
 // ABI it got; it never asks for more than V7 without a code change.
-var LandlockConfig = landlock.V7
+// applyLandlock copies it; it is unexported so that no importer can
+// weaken what every run asks for.
+var landlockConfig = landlock.V7
 
 func run(status *os.File, spec Spec, argv []string) int {
 	if spec.Supervise {
@@ -210,7 +212,7 @@ func dropCapabilities() (bool, error) {
 }
 
 func applyLandlock(spec Spec) error {
-	cfg := LandlockConfig
+	cfg := landlockConfig
 	if !spec.NetCut {
 		cfg.HandledAccessNet = 0
 	}

@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/metnos/agent/internal/testbin"
+	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 )
 
@@ -198,13 +199,13 @@ func agentSandboxWord(t *testing.T, agent string, env []string) string {
 
 // defaultPolicy is the policy the CLI's exec uses without flags: the
 // supervised profile for this host, network cut.
-func defaultPolicy(t *testing.T) sandbox.Policy {
+func defaultPolicy(t *testing.T) policy.Policy {
 	t.Helper()
-	h, err := sandbox.HostFromEnv()
+	h, err := policy.HostFromEnv()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := sandbox.ForProfile(sandbox.ProfileInput{Profile: sandbox.ProfileSupervised, Host: h})
+	p, err := policy.ForProfile(policy.ProfileInput{Profile: policy.ProfileSupervised, Host: h})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/metnos/agent/examples"
 	"github.com/metnos/agent/internal/testbin"
+	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/refserver"
 	"github.com/metnos/agent/sandbox"
 )
@@ -137,7 +138,7 @@ func requireSandbox(t *testing.T) {
 	}
 }
 
-func bestSandbox() string { return sandbox.PlanFor(sandbox.Policy{}, sandbox.LevelNone).Best }
+func bestSandbox() string { return sandbox.PlanFor(policy.Policy{}, policy.LevelNone).Best }
 
 func (w *world) env() []string {
 	var env []string

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 )
 
@@ -46,7 +47,7 @@ __attribute__((constructor)) static void mark(void) { close(open("`+mark+`", O_C
 		}
 		os.Remove(mark)
 
-		pol := fx.profile(t, sandbox.ProfileSupervised, nil, nil, false)
+		pol := fx.profile(t, policy.ProfileSupervised, nil, nil, false)
 		out, err := sandbox.Run(context.Background(), sandbox.Request{Argv: []string{"/bin/true"}, Env: env, Policy: pol, Limits: sandbox.Limits{Timeout: 20 * time.Second}})
 		if err != nil {
 			t.Fatal(err)
@@ -89,7 +90,7 @@ func TestEnvNotInCommandLines(t *testing.T) {
 
 		big := strings.Repeat("x", 100<<10)
 		env := append(fx.env(), "API_TOKEN="+tok, "BIG1="+big, "BIG2="+big)
-		pol := fx.profile(t, sandbox.ProfileSupervised, nil, nil, false)
+		pol := fx.profile(t, policy.ProfileSupervised, nil, nil, false)
 		done := make(chan sandbox.Output)
 		go func() {
 			out, err := sandbox.Run(context.Background(), sandbox.Request{

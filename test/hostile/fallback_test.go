@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 )
 
@@ -64,27 +65,27 @@ func TestRefused(t *testing.T) {
 		name     string
 		bwrap    string
 		disabled bool
-		policy   func(t *testing.T) sandbox.Policy
-		min      sandbox.Level
+		policy   func(t *testing.T) policy.Policy
+		min      policy.Level
 	}{
 		{
 			name: "network-cut-with-no-layer", bwrap: hiddenBwrap, disabled: true,
-			policy: func(t *testing.T) sandbox.Policy { return supervised(nil, []string{"{{WORK}}"})(t, fx) },
+			policy: func(t *testing.T) policy.Policy { return supervised(nil, []string{"{{WORK}}"})(t, fx) },
 		},
 		{
 			name: "full-fs-no-net-bwrap-hidden", bwrap: hiddenBwrap,
-			policy: func(t *testing.T) sandbox.Policy { return profileOnly(sandbox.ProfileFullFSNoNet)(t, fx) },
+			policy: func(t *testing.T) policy.Policy { return profileOnly(policy.ProfileFullFSNoNet)(t, fx) },
 		},
 		{
 			name: "full-fs-no-net-bwrap-broken", bwrap: "/bin/false",
-			policy: func(t *testing.T) sandbox.Policy { return profileOnly(sandbox.ProfileFullFSNoNet)(t, fx) },
+			policy: func(t *testing.T) policy.Policy { return profileOnly(policy.ProfileFullFSNoNet)(t, fx) },
 		},
 		{
 			name: "manifest-min-sandbox-full-bwrap-hidden", bwrap: hiddenBwrap,
-			policy: func(t *testing.T) sandbox.Policy {
-				p, err := sandbox.Derive(sandbox.DeriveInput{
-					Capabilities: []sandbox.Capability{{Name: "fs:write", Hints: []string{"~/work/**"}}},
-					MinSandbox:   "full", Host: fx.Host,
+			policy: func(t *testing.T) policy.Policy {
+				p, err := policy.Derive(policy.DeriveInput{
+					Manifest: manifestOf("full", []policy.Capability{{Name: "fs:write", Hints: []string{"~/work/**"}}}),
+					Host:     fx.Host,
 				})
 				if err != nil {
 					t.Fatal(err)
@@ -93,8 +94,8 @@ func TestRefused(t *testing.T) {
 			},
 		},
 		{
-			name: "agent-min-sandbox-full-bwrap-hidden", bwrap: hiddenBwrap, min: sandbox.LevelFull,
-			policy: func(t *testing.T) sandbox.Policy { return supervised(nil, []string{"{{WORK}}"})(t, fx) },
+			name: "agent-min-sandbox-full-bwrap-hidden", bwrap: hiddenBwrap, min: policy.LevelFull,
+			policy: func(t *testing.T) policy.Policy { return supervised(nil, []string{"{{WORK}}"})(t, fx) },
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -13,8 +13,10 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/metnos/agent/sandbox"
 	"golang.org/x/sys/unix"
+
+	"github.com/metnos/agent/policy"
+	"github.com/metnos/agent/sandbox"
 )
 
 // readPolicies are the policies under which the nucleus must stay
@@ -31,12 +33,12 @@ var readPolicies = []readPolicy{
 	{name: "plain", policy: supervised(nil, nil)},
 	{name: "home-read-grant", policy: supervised([]string{"{{HOME}}"}, nil)},
 	{name: "home-write-grant", policy: supervised(nil, []string{"{{HOME}}"})},
-	{name: "readonly-profile", policy: profileOnly(sandbox.ProfileReadonly)},
-	{name: "full-profile", policy: func(t *testing.T, fx *fixture) sandbox.Policy {
-		return fx.profile(t, sandbox.ProfileFull, nil, nil, true)
+	{name: "readonly-profile", policy: profileOnly(policy.ProfileReadonly)},
+	{name: "full-profile", policy: func(t *testing.T, fx *fixture) policy.Policy {
+		return fx.profile(t, policy.ProfileFull, nil, nil, true)
 	}},
 	// The one bwrap profile that shows the real /tmp, where the fixture lives.
-	{name: "full-fs-no-net-profile", policy: profileOnly(sandbox.ProfileFullFSNoNet), bwrapOnly: true},
+	{name: "full-fs-no-net-profile", policy: profileOnly(policy.ProfileFullFSNoNet), bwrapOnly: true},
 	{name: "symlink-in-read-grant", policy: supervised([]string{"{{WORK}}"}, nil), link: true},
 	{name: "symlink-in-write-grant", policy: supervised(nil, []string{"{{WORK}}"}), link: true},
 	{name: "symlink-in-home-write-grant", policy: supervised(nil, []string{"{{HOME}}"}), link: true},
@@ -90,11 +92,11 @@ func TestShadowRead(t *testing.T) {
 		}
 		pols := []readPolicy{
 			{name: "plain", policy: supervised(nil, nil)},
-			{name: "readonly-profile", policy: profileOnly(sandbox.ProfileReadonly)},
-			{name: "full-profile", policy: func(t *testing.T, fx *fixture) sandbox.Policy {
-				return fx.profile(t, sandbox.ProfileFull, nil, nil, true)
+			{name: "readonly-profile", policy: profileOnly(policy.ProfileReadonly)},
+			{name: "full-profile", policy: func(t *testing.T, fx *fixture) policy.Policy {
+				return fx.profile(t, policy.ProfileFull, nil, nil, true)
 			}},
-			{name: "full-fs-no-net-profile", policy: profileOnly(sandbox.ProfileFullFSNoNet), bwrapOnly: true},
+			{name: "full-fs-no-net-profile", policy: profileOnly(policy.ProfileFullFSNoNet), bwrapOnly: true},
 		}
 		for _, rp := range pols {
 			if rp.bwrapOnly && !m.bwrap {
@@ -156,7 +158,7 @@ func TestWriteEscape(t *testing.T) {
 			},
 			{
 				name:   "outside-grants-readonly-profile",
-				policy: profileOnly(sandbox.ProfileReadonly),
+				policy: profileOnly(policy.ProfileReadonly),
 				sh:     "echo PWNED > {{OUTSIDE}}/new.txt; echo PWNED >> {{OUTSIDE}}/target.txt; rm -f {{OUTSIDE}}/target.txt",
 			},
 			{
@@ -225,18 +227,18 @@ func TestWriteEscape(t *testing.T) {
 		}
 		attack(t, fx, m, attackCase{
 			name: "write-grant-under-readonly-profile",
-			policy: func(t *testing.T, fx *fixture) sandbox.Policy {
-				return fx.profile(t, sandbox.ProfileReadonly, nil, []string{fx.Work}, false)
+			policy: func(t *testing.T, fx *fixture) policy.Policy {
+				return fx.profile(t, policy.ProfileReadonly, nil, []string{fx.Work}, false)
 			},
 			sh:     "echo PWNED > {{WORK}}/new.txt",
 			landed: workWritten,
 		})
 		attack(t, fx, m, attackCase{
 			name: "fs:write-under-readonly-autonomy",
-			policy: func(t *testing.T, fx *fixture) sandbox.Policy {
-				p, err := sandbox.Derive(sandbox.DeriveInput{
-					Capabilities: []sandbox.Capability{{Name: "fs:write", Hints: []string{"~/work/**"}}},
-					Autonomy:     sandbox.AutonomyReadonly, Host: fx.Host,
+			policy: func(t *testing.T, fx *fixture) policy.Policy {
+				p, err := policy.Derive(policy.DeriveInput{
+					Manifest: manifestOf("", []policy.Capability{{Name: "fs:write", Hints: []string{"~/work/**"}}}),
+					Autonomy: policy.AutonomyReadonly, Host: fx.Host,
 				})
 				if err != nil {
 					t.Fatal(err)
@@ -383,28 +385,28 @@ func TestPlantedSymlinkAcrossRuns(t *testing.T) {
 				}
 			}
 		}
-		derived := func(caps []sandbox.Capability, args any) policyFunc {
-			return func(t *testing.T, fx *fixture) sandbox.Policy {
-				p, err := sandbox.Derive(sandbox.DeriveInput{Capabilities: caps, Args: fx.expandArgs(args), Host: fx.Host})
+		derived := func(caps []policy.Capability, args any) policyFunc {
+			return func(t *testing.T, fx *fixture) policy.Policy {
+				p, err := policy.Derive(policy.DeriveInput{Manifest: manifestOf("", caps), Args: fx.expandArgs(args), Host: fx.Host})
 				if err != nil {
 					t.Fatalf("Derive: %v", err)
 				}
 				return p
 			}
 		}
-		read := []sandbox.Capability{{Name: "fs:read"}}
+		read := []policy.Capability{{Name: "fs:read"}}
 		for _, c := range []struct {
 			name string
-			caps []sandbox.Capability
+			caps []policy.Capability
 			args any
 		}{
 			{"fs:read-arg-dir-link", read, map[string]any{"path": "{{WORK}}/evil"}},
 			{"fs:read-arg-file-in-dir-link", read, map[string]any{"path": "{{WORK}}/evil/id_rsa"}},
 			{"fs:read-arg-file-link", read, map[string]any{"path": "{{WORK}}/evilfile"}},
 			{"fs:read-arg-home-link", read, map[string]any{"path": "{{WORK}}/evilhome"}},
-			{"fs:read-hint-work", []sandbox.Capability{{Name: "fs:read", Hints: []string{"~/work/**"}}}, map[string]any{"path": "{{WORK}}/evil"}},
-			{"fs:read-hint-home", []sandbox.Capability{{Name: "fs:read", Hints: []string{"~/**"}}}, map[string]any{"path": "{{WORK}}/evil"}},
-			{"fs:write-arg-dir-link", []sandbox.Capability{{Name: "fs:write"}}, map[string]any{"paths": []any{"{{WORK}}/evil", "{{WORK}}"}}},
+			{"fs:read-hint-work", []policy.Capability{{Name: "fs:read", Hints: []string{"~/work/**"}}}, map[string]any{"path": "{{WORK}}/evil"}},
+			{"fs:read-hint-home", []policy.Capability{{Name: "fs:read", Hints: []string{"~/**"}}}, map[string]any{"path": "{{WORK}}/evil"}},
+			{"fs:write-arg-dir-link", []policy.Capability{{Name: "fs:write"}}, map[string]any{"paths": []any{"{{WORK}}/evil", "{{WORK}}"}}},
 		} {
 			attack(t, fx, m, attackCase{
 				name:    c.name,
@@ -453,7 +455,7 @@ func TestPrivateTmp(t *testing.T) {
 		fx.set("HOSTSHM", hostShm)
 		pols := []readPolicy{
 			{name: "supervised", policy: supervised(nil, []string{"{{WORK}}"})},
-			{name: "readonly-profile", policy: profileOnly(sandbox.ProfileReadonly)},
+			{name: "readonly-profile", policy: profileOnly(policy.ProfileReadonly)},
 		}
 		for _, rp := range pols {
 			attack(t, fx, m, attackCase{
@@ -539,7 +541,7 @@ func TestRawDisk(t *testing.T) {
 		// Not the full profiles: as root they may write what root owns
 		// (cron, /etc), which no mask can survive anyway.
 		pols := []readPolicy{
-			{name: "readonly-profile", policy: profileOnly(sandbox.ProfileReadonly)},
+			{name: "readonly-profile", policy: profileOnly(policy.ProfileReadonly)},
 			{name: "supervised", policy: supervised([]string{"{{HOME}}"}, []string{"{{WORK}}"})},
 		}
 		// Any block device the host user can read gives every file on

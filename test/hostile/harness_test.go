@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 )
 
@@ -133,7 +134,7 @@ type fixture struct {
 	Outside string // a host directory no policy grants (holds target.txt)
 	RunDir  string // the fake $XDG_RUNTIME_DIR (~/run)
 	Secrets []secret
-	Host    sandbox.Host
+	Host    policy.Host
 	vars    map[string]string
 }
 
@@ -179,7 +180,7 @@ func newFixture(t *testing.T) *fixture {
 	for _, n := range nucleusFiles {
 		fx.Secrets = append(fx.Secrets, secret{Name: n.name, Rel: n.rel, Token: token("METNOS-SECRET")})
 	}
-	fx.Host = sandbox.Host{
+	fx.Host = policy.Host{
 		Home:        home,
 		UID:         os.Getuid(),
 		RuntimeDir:  fx.RunDir,
@@ -283,27 +284,27 @@ func fileHas(p, s string) bool {
 // policies
 
 // profile builds a named profile's Policy for the fixture's host.
-func (fx *fixture) profile(t *testing.T, p sandbox.Profile, read, write []string, network bool) sandbox.Policy {
+func (fx *fixture) profile(t *testing.T, p policy.Profile, read, write []string, network bool) policy.Policy {
 	t.Helper()
-	pol, err := sandbox.ForProfile(sandbox.ProfileInput{Profile: p, Read: read, Write: write, Network: network, Host: fx.Host})
+	pol, err := policy.ForProfile(policy.ProfileInput{Profile: p, Read: read, Write: write, Network: network, Host: fx.Host})
 	if err != nil {
 		t.Fatalf("building the %s policy: %v", p, err)
 	}
 	return pol
 }
 
-type policyFunc func(t *testing.T, fx *fixture) sandbox.Policy
+type policyFunc func(t *testing.T, fx *fixture) policy.Policy
 
 // supervised is the CLI's default profile with explicit grants; the
 // paths are fixture templates ("{{WORK}}").
 func supervised(read, write []string) policyFunc {
-	return func(t *testing.T, fx *fixture) sandbox.Policy {
-		return fx.profile(t, sandbox.ProfileSupervised, fx.expandAll(read), fx.expandAll(write), false)
+	return func(t *testing.T, fx *fixture) policy.Policy {
+		return fx.profile(t, policy.ProfileSupervised, fx.expandAll(read), fx.expandAll(write), false)
 	}
 }
 
-func profileOnly(p sandbox.Profile) policyFunc {
-	return func(t *testing.T, fx *fixture) sandbox.Policy { return fx.profile(t, p, nil, nil, false) }
+func profileOnly(p policy.Profile) policyFunc {
+	return func(t *testing.T, fx *fixture) policy.Policy { return fx.profile(t, p, nil, nil, false) }
 }
 
 func (fx *fixture) expandAll(ss []string) []string {
@@ -392,7 +393,7 @@ func runOutside(t *testing.T, fx *fixture, argv []string, timeout time.Duration)
 
 // runInside runs argv through sandbox.Run and checks that it ran with
 // every layer of m and got as far as the attack.
-func runInside(t *testing.T, fx *fixture, m mode, pol sandbox.Policy, argv []string, lim sandbox.Limits) result {
+func runInside(t *testing.T, fx *fixture, m mode, pol policy.Policy, argv []string, lim sandbox.Limits) result {
 	t.Helper()
 	r, err := tryInside(fx, pol, argv, lim)
 	r.where = "inside the sandbox (" + m.name + ")"
@@ -408,7 +409,7 @@ func runInside(t *testing.T, fx *fixture, m mode, pol sandbox.Policy, argv []str
 	return r
 }
 
-func tryInside(fx *fixture, pol sandbox.Policy, argv []string, lim sandbox.Limits) (result, error) {
+func tryInside(fx *fixture, pol policy.Policy, argv []string, lim sandbox.Limits) (result, error) {
 	if lim.Timeout == 0 {
 		lim.Timeout = 20 * time.Second
 	}
@@ -569,4 +570,14 @@ func (p *hostProc) stop() {
 	}
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	<-p.done
+}
+
+// manifestOf is policy.ParseManifest(caps, min) for a test's own, valid
+// input.
+func manifestOf(min string, caps []policy.Capability) policy.Manifest {
+	m, err := policy.ParseManifest(caps, min)
+	if err != nil {
+		panic(err)
+	}
+	return m
 }

@@ -8,8 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/metnos/agent/sandbox"
 	"golang.org/x/sys/unix"
+
+	"github.com/metnos/agent/policy"
+	"github.com/metnos/agent/sandbox"
 )
 
 // probe is one syscall the seccomp filter must refuse with EPERM. Its
@@ -224,7 +226,7 @@ func TestSysctlWrite(t *testing.T) {
 			// Not the full profiles: as root they may write what root
 			// owns, by definition.
 			{name: "supervised", policy: supervised(nil, []string{"{{WORK}}"})},
-			{name: "readonly-profile", policy: profileOnly(sandbox.ProfileReadonly)},
+			{name: "readonly-profile", policy: profileOnly(policy.ProfileReadonly)},
 		} {
 			if rp.bwrapOnly && !m.bwrap {
 				continue

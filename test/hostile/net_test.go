@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metnos/agent/sandbox"
+	"github.com/metnos/agent/policy"
 )
 
 // sink is a host listener that counts what reaches it.
@@ -139,8 +139,8 @@ except OSError as e:
 // unixOpen is a hand-built Policy that lets the command create AF_UNIX
 // sockets, as full-fs-no-net does, with the home writable and the
 // session IPC masked.
-func unixOpen(t *testing.T, fx *fixture) sandbox.Policy {
-	p := fx.profile(t, sandbox.ProfileSupervised, nil, []string{fx.Home}, false)
+func unixOpen(t *testing.T, fx *fixture) policy.Policy {
+	p := fx.profile(t, policy.ProfileSupervised, nil, []string{fx.Home}, false)
 	p.UnixSockets = true
 	return p
 }
@@ -155,8 +155,8 @@ func TestNetwork(t *testing.T) {
 		udp := listenSink(t, "udp", "127.0.0.1:0")
 		noNet := []readPolicy{
 			{name: "supervised", policy: supervised(nil, []string{"{{WORK}}"})},
-			{name: "readonly-profile", policy: profileOnly(sandbox.ProfileReadonly)},
-			{name: "full-fs-no-net-profile", policy: profileOnly(sandbox.ProfileFullFSNoNet), bwrapOnly: true},
+			{name: "readonly-profile", policy: profileOnly(policy.ProfileReadonly)},
+			{name: "full-fs-no-net-profile", policy: profileOnly(policy.ProfileFullFSNoNet), bwrapOnly: true},
 		}
 		for _, rp := range noNet {
 			if rp.bwrapOnly && !m.bwrap {
@@ -193,7 +193,7 @@ func TestNetwork(t *testing.T) {
 		busPols := []readPolicy{
 			{name: "home-write-grant", policy: supervised(nil, []string{"{{HOME}}"})},
 			{name: "unix-sockets-allowed", policy: unixOpen},
-			{name: "full-fs-no-net-profile", policy: profileOnly(sandbox.ProfileFullFSNoNet), bwrapOnly: true},
+			{name: "full-fs-no-net-profile", policy: profileOnly(policy.ProfileFullFSNoNet), bwrapOnly: true},
 		}
 		for _, rp := range busPols {
 			if rp.bwrapOnly && !m.bwrap {
@@ -215,7 +215,7 @@ func TestNetwork(t *testing.T) {
 			})
 			attack(t, fx, m, attackCase{
 				name: "session-bus-at-own-path/" + rp.name,
-				policy: func(t *testing.T, fx *fixture) sandbox.Policy {
+				policy: func(t *testing.T, fx *fixture) policy.Policy {
 					saved := fx.Host
 					defer func() { fx.Host = saved }()
 					fx.Host.DBusSession = "unix:path=" + filepath.Join(fx.Home, "dbus", "bus") + ";unix:abstract=/tmp/dbus-x"
@@ -240,7 +240,7 @@ func TestNetwork(t *testing.T) {
 		for _, rp := range []readPolicy{
 			{name: "supervised", policy: supervised(nil, []string{"{{WORK}}"})},
 			{name: "unix-sockets-allowed", policy: unixOpen},
-			{name: "full-fs-no-net-profile", policy: profileOnly(sandbox.ProfileFullFSNoNet), bwrapOnly: true},
+			{name: "full-fs-no-net-profile", policy: profileOnly(policy.ProfileFullFSNoNet), bwrapOnly: true},
 		} {
 			if rp.bwrapOnly && !m.bwrap {
 				continue

@@ -6,20 +6,21 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 )
 
 // ownPolicy is the shape of an executor run: the home writable (an
 // argument named it), and the agent's own user-data folder opened
 // through the mask on the agent's data directory.
-func ownPolicy(t *testing.T, fx *fixture) sandbox.Policy {
+func ownPolicy(t *testing.T, fx *fixture) policy.Policy {
 	t.Helper()
-	pol, err := sandbox.Derive(sandbox.DeriveInput{
-		Capabilities: []sandbox.Capability{{Name: "fs:write"}},
-		Args:         map[string]any{"path": fx.Home},
-		Extra: []sandbox.Grant{
-			{Path: fx.path(".local/share/metnos/shimdata"), Access: sandbox.Write, Own: true, Why: "user data"},
-			{Path: fx.path(".cache/metnos/shim"), Access: sandbox.Read, Own: true, Why: "shim"},
+	pol, err := policy.Derive(policy.DeriveInput{
+		Manifest: manifestOf("", []policy.Capability{{Name: "fs:write"}}),
+		Args:     map[string]any{"path": fx.Home},
+		Extra: []policy.Grant{
+			{Path: fx.path(".local/share/metnos/shimdata"), Access: policy.Write, Own: true, Why: "user data"},
+			{Path: fx.path(".cache/metnos/shim"), Access: policy.Read, Own: true, Why: "shim"},
 		},
 		Host: fx.Host,
 	})

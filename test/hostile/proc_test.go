@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metnos/agent/sandbox"
 	"golang.org/x/sys/unix"
+
+	"github.com/metnos/agent/policy"
+	"github.com/metnos/agent/sandbox"
 )
 
 // TestHostProcesses: the command can neither signal, trace nor read
@@ -44,7 +46,7 @@ func TestHostProcesses(t *testing.T) {
 		pols := []readPolicy{{name: "supervised", policy: supervised(nil, []string{"{{WORK}}"})}}
 		if m.bwrap {
 			// The one profile that shares the host's PID namespace.
-			pols = append(pols, readPolicy{name: "full-fs-no-net", policy: profileOnly(sandbox.ProfileFullFSNoNet)})
+			pols = append(pols, readPolicy{name: "full-fs-no-net", policy: profileOnly(policy.ProfileFullFSNoNet)})
 		}
 		killed := func(t *testing.T, fx *fixture, r result) []string {
 			if !victim.alive() {

@@ -9,8 +9,10 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/metnos/agent/sandbox"
 	"golang.org/x/sys/unix"
+
+	"github.com/metnos/agent/policy"
+	"github.com/metnos/agent/sandbox"
 )
 
 // TestGrantSwapRace: while another process of the user's keeps swapping
@@ -50,7 +52,7 @@ func TestGrantSwapRace(t *testing.T) {
 		// runs have started, within a bound.
 		ran, tries := 0, 0
 		for ; tries < 600 && ran < 10; tries++ {
-			pol, err := sandbox.ForProfile(sandbox.ProfileInput{Profile: sandbox.ProfileSupervised, Read: []string{sub}, Host: fx.Host})
+			pol, err := policy.ForProfile(policy.ProfileInput{Profile: policy.ProfileSupervised, Read: []string{sub}, Host: fx.Host})
 			if err != nil {
 				continue // the swap made the path a link into the nucleus: refused, as it should be
 			}

@@ -7,18 +7,19 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 )
 
 // removablePolicy is delete_dirs' shape: fs:write, and arguments that
 // name ~/work/album/2023 and ~/work/album/2023/05 themselves. Their
 // parent ~/work/album holds a sibling the command must not touch.
-func removablePolicy(t *testing.T, fx *fixture) sandbox.Policy {
+func removablePolicy(t *testing.T, fx *fixture) policy.Policy {
 	t.Helper()
-	pol, err := sandbox.Derive(sandbox.DeriveInput{
-		Capabilities: []sandbox.Capability{{Name: "fs:write"}},
-		Args:         map[string]any{"paths": []any{fx.Work + "/album/2023/05", fx.Work + "/album/2023"}},
-		Host:         fx.Host,
+	pol, err := policy.Derive(policy.DeriveInput{
+		Manifest: manifestOf("", []policy.Capability{{Name: "fs:write"}}),
+		Args:     map[string]any{"paths": []any{fx.Work + "/album/2023/05", fx.Work + "/album/2023"}},
+		Host:     fx.Host,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +119,7 @@ rmdir {{ALBUM}}/2023`)), sandbox.Limits{})
 func TestRenameWithinGrant(t *testing.T) {
 	forModes(t, func(t *testing.T, m mode) {
 		fx := newFixture(t)
-		pol := fx.profile(t, sandbox.ProfileSupervised, nil, []string{fx.Work}, false)
+		pol := fx.profile(t, policy.ProfileSupervised, nil, []string{fx.Work}, false)
 		r := runInside(t, fx, m, pol, pyArgv(fx.expand(`import os
 os.makedirs("{{WORK}}/2024/07")
 open("{{WORK}}/a.jpg", "w").write("A")

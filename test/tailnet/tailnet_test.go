@@ -26,6 +26,7 @@ import (
 	"github.com/metnos/agent/examples"
 	"github.com/metnos/agent/internal/tailnettest"
 	"github.com/metnos/agent/internal/testbin"
+	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/refserver"
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/tailnet"
@@ -146,7 +147,7 @@ func TestAgentOverTailnet(t *testing.T) {
 		}
 		// Executors still get the full sandbox under an agent that may not
 		// listen (no_new_privs and the listen ban are inherited).
-		if !strings.Contains(string(info.ResultBody), `"sandbox":"`+sandbox.PlanFor(sandbox.Policy{}, sandbox.LevelNone).Best+`"`) {
+		if !strings.Contains(string(info.ResultBody), `"sandbox":"`+sandbox.PlanFor(policy.Policy{}, policy.LevelNone).Best+`"`) {
 			t.Errorf("run %d: %s", run, info.ResultBody)
 		}
 		if l := listeningTCP(t, cmd.Process.Pid); len(l) != 0 {

@@ -12,10 +12,10 @@
 //  1. the architecture check: a syscall made through a foreign ABI (i386
 //     int 0x80 on amd64) kills the process, since the other filters only
 //     know native numbers;
-//  2. the argument filter ([ArgFilter]): clone with namespace flags,
+//  2. the argument filter (argFilter): clone with namespace flags,
 //     terminal-injection ioctls, and socket families the policy does not
 //     allow, compared on the low 32 bits the kernel actually reads;
-//  3. the name filter ([NamePolicy]): the [Denied] syscalls with EPERM,
+//  3. the name filter (namePolicy): the deniedCalls syscalls with EPERM,
 //     clone3 with ENOSYS (libc then falls back to clone, whose flags
 //     filter 2 sees), x32 calls with ENOSYS.
 package filter
@@ -31,12 +31,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Denied lists the syscalls the filter always refuses with EPERM (seed
+// deniedCalls lists the syscalls the filter always refuses with EPERM (seed
 // 001 §7 and what the peers' escape tests taught): tracing other
 // processes, kernel and module control, mounts and namespaces, eBPF,
 // keyrings, io_uring, and handle-based opens that sidestep path checks.
-// Names this architecture lacks are skipped.
-var Denied = []string{
+// Names this architecture lacks are skipped. It is unexported, and read
+// only here, so that no importer can weaken the filter.
+var deniedCalls = []string{
 	"ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "process_madvise", "kcmp",
 	"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
 	"reboot", "swapon", "swapoff", "acct", "quotactl", "syslog", "uselib", "vhangup",
@@ -53,31 +54,31 @@ var Denied = []string{
 const cloneNewFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWUSER |
 	unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP
 
-// Metadata lists the calls that change a file's mode, owner, times or
+// metadataCalls lists the calls that change a file's mode, owner, times or
 // extended attributes by path. Landlock has no hook for them, so without
 // bwrap's mount view they would reach any file of the user's, masked
 // ones included (and, for a root agent, any file at all): the fallback
 // denies them. fchmod and friends on a descriptor stay allowed, since
-// opening one needs Landlock's leave.
-var Metadata = []string{
+// opening one needs Landlock's leave. Unexported, like deniedCalls.
+var metadataCalls = []string{
 	"chmod", "fchmodat", "fchmodat2", "chown", "lchown", "fchownat",
 	"utime", "utimes", "futimesat",
 	"setxattr", "lsetxattr", "removexattr", "lremovexattr", "setxattrat", "removexattrat",
 }
 
-// NamePolicy returns the name-based filter: a default-allow policy
-// denying [Denied] (and, with metadata false, [Metadata]) with EPERM and
+// namePolicy returns the name-based filter: a default-allow policy
+// denying deniedCalls (and, with metadata false, metadataCalls) with EPERM and
 // clone3 with ENOSYS (so that libc falls back to clone, whose flags
-// [ArgFilter] inspects).
-func NamePolicy(metadata bool) (seccomp.Policy, error) {
+// argFilter inspects).
+func namePolicy(metadata bool) (seccomp.Policy, error) {
 	info, err := arch.GetInfo("")
 	if err != nil {
 		return seccomp.Policy{}, fmt.Errorf("seccomp: %w (refusing to run unfiltered)", err)
 	}
 	var names []string
-	deny := Denied
+	deny := deniedCalls
 	if !metadata {
-		deny = append(append([]string(nil), Denied...), Metadata...)
+		deny = append(append([]string(nil), deniedCalls...), metadataCalls...)
 	}
 	for _, n := range deny {
 		if _, ok := info.SyscallNames[n]; ok {
@@ -116,7 +117,7 @@ func archFilter(info *arch.Info) []bpf.Instruction {
 // could be dodged by setting the high ones.
 func argLo(i uint32) bpf.LoadAbsolute { return bpf.LoadAbsolute{Off: 16 + 8*i, Size: 4} }
 
-// ArgFilter denies, with EPERM: clone(2) asking for a new namespace; the
+// argFilter denies, with EPERM: clone(2) asking for a new namespace; the
 // terminal-injection ioctls TIOCSTI and TIOCLINUX; calls that change
 // another process's limits or scheduling (prlimit64, sched_set*,
 // setpriority, ioprio_set with a target other than the caller itself,
@@ -125,7 +126,7 @@ func argLo(i uint32) bpf.LoadAbsolute { return bpf.LoadAbsolute{Off: 16 + 8*i, S
 // it open, AF_INET, AF_INET6 and AF_NETLINK (which getaddrinfo uses),
 // plus AF_UNIX when allowed. socketpair(2) stays allowed: it reaches
 // nothing outside.
-func ArgFilter(netCut, unixOK, metadata bool) []bpf.Instruction {
+func argFilter(netCut, unixOK, metadata bool) []bpf.Instruction {
 	var families []uint32
 	if !netCut {
 		families = append(families, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK)
@@ -215,7 +216,7 @@ func ArgFilter(netCut, unixOK, metadata bool) []bpf.Instruction {
 	}...)
 	if !metadata {
 		// utimensat with a path (futimens passes none) is a metadata
-		// call by path: see [Metadata].
+		// call by path: see metadataCalls.
 		blocks = append(blocks, block{unix.SYS_UTIMENSAT, []bpf.Instruction{
 			bpf.LoadAbsolute{Off: 24, Size: 4}, bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipFalse: 3},
 			bpf.LoadAbsolute{Off: 28, Size: 4}, bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipFalse: 1},
@@ -256,7 +257,7 @@ var cache sync.Map // [3]bool -> [][]byte
 // Programs returns the three filters for a run, each as raw struct
 // sock_filter bytes in native byte order, ready for seccomp(2). netCut
 // denies every socket family but AF_UNIX; unixOK allows AF_UNIX;
-// metadata false denies the [Metadata] calls (for runs without bwrap).
+// metadata false denies the metadataCalls calls (for runs without bwrap).
 // Results are cached: a long-running agent assembles each variant once.
 func Programs(netCut, unixOK, metadata bool) ([][]byte, error) {
 	key := [3]bool{netCut, unixOK, metadata}
@@ -267,7 +268,7 @@ func Programs(netCut, unixOK, metadata bool) ([][]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: %w (refusing to run unfiltered)", err)
 	}
-	pol, err := NamePolicy(metadata)
+	pol, err := namePolicy(metadata)
 	if err != nil {
 		return nil, err
 	}
@@ -276,7 +277,7 @@ func Programs(netCut, unixOK, metadata bool) ([][]byte, error) {
 		return nil, fmt.Errorf("seccomp: assembling the filter: %w", err)
 	}
 	var out [][]byte
-	for _, prog := range [][]bpf.Instruction{archFilter(info), ArgFilter(netCut, unixOK, metadata), names} {
+	for _, prog := range [][]bpf.Instruction{archFilter(info), argFilter(netCut, unixOK, metadata), names} {
 		raw, err := bpf.Assemble(prog)
 		if err != nil {
 			return nil, fmt.Errorf("seccomp: assembling: %w", err)

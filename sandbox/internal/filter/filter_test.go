@@ -91,7 +91,7 @@ func TestArgFilter(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			vm, err := bpf.NewVM(ArgFilter(c.spec.NetCut, c.spec.Unix, !c.spec.NoMeta))
+			vm, err := bpf.NewVM(argFilter(c.spec.NetCut, c.spec.Unix, !c.spec.NoMeta))
 			if err != nil {
 				t.Fatalf("filter does not load: %v", err)
 			}
@@ -107,7 +107,7 @@ func TestArgFilter(t *testing.T) {
 }
 
 func TestFilterPolicyGolden(t *testing.T) {
-	pol, err := NamePolicy(true)
+	pol, err := namePolicy(true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package sandbox
+package policy
 
 import (
 	"crypto/sha256"
@@ -72,12 +72,6 @@ type Grant struct {
 	// removed), and lets the parent do nothing but have empty
 	// directories removed.
 	Removable bool `json:"removable,omitempty"`
-
-	// parentOf is set on the synthetic grant of a Removable grant's
-	// parent, made at run time: bound writable, but its Landlock rule
-	// only allows removing empty directories. inParent marks a
-	// Removable grant whose parent is so mounted: it is not bound.
-	parentOf, inParent bool
 }
 
 // MaskKind says how a masked path is hidden.
@@ -154,8 +148,11 @@ const (
 	ProfileFullFSNoNet Profile = "full-fs-no-net"
 )
 
-// Profiles lists every profile name in a stable order.
-var Profiles = []Profile{ProfileManifest, ProfileReadonly, ProfileSupervised, ProfileFull, ProfileFullFSNoNet}
+// Profiles returns every profile name in a stable order, in a fresh
+// slice.
+func Profiles() []Profile {
+	return []Profile{ProfileManifest, ProfileReadonly, ProfileSupervised, ProfileFull, ProfileFullFSNoNet}
+}
 
 // Level orders sandbox strength for minimums (manifest min_sandbox and
 // the agent-wide minimum). Words from the Metnos manifests map onto it:

@@ -1,4 +1,4 @@
-package sandbox
+package policy
 
 import (
 	"errors"
@@ -45,6 +45,10 @@ var defaultSystemPaths = []string{
 // $DBUS_SESSION_BUS_ADDRESS from the environment, and as AgentDataDirs
 // ~/.config/metnos, ~/.local/share/metnos, ~/.cache/metnos and, when
 // set, $METNOS_DATA_DIR. SystemPaths is left empty (the default list).
+//
+// It is the only function of the package that reads the environment,
+// and it hard-codes the agent's Linux folders: it is kept whole, to be
+// replaced by the agent's layout and configuration.
 func HostFromEnv() (Host, error) {
 	home, err := os.UserHomeDir()
 	if err != nil {

@@ -1,4 +1,4 @@
-package sandbox
+package policy
 
 import (
 	"errors"
@@ -12,14 +12,6 @@ import (
 
 	"github.com/metnos/agent/wire"
 )
-
-// Capability is one [[capabilities]] entry of an executor manifest:
-// a name such as "fs:read", "fs:write" or "network:http", and the
-// glob-style hints that say where it applies ("~/notes/**").
-type Capability struct {
-	Name  string   `toml:"name" json:"name"`
-	Hints []string `toml:"hint" json:"hint"`
-}
 
 // Autonomy is the Metnos autonomy level (seed 000 §6).
 type Autonomy string
@@ -36,16 +28,14 @@ const (
 
 // DeriveInput is everything [Derive] reads.
 type DeriveInput struct {
-	// Capabilities are the executor manifest's [[capabilities]].
-	Capabilities []Capability
+	// Manifest is the executor's manifest, as [ParseManifest] read it:
+	// its capabilities and its minimum sandbox.
+	Manifest Manifest
 	// Args are the invocation arguments as decoded by encoding/json
 	// (map[string]any, []any, string, float64, ...).
 	Args any
 	// Autonomy is the autonomy level; "" means supervised.
 	Autonomy Autonomy
-	// MinSandbox is the manifest's [placement] min_sandbox, in any
-	// form [ParseLevel] accepts.
-	MinSandbox string
 	// Extra are grants the caller adds: the executor directory, the
 	// shim directory, the interpreter root, the user data directory.
 	// Their paths may be unresolved ("~" is expanded) and are resolved,
@@ -78,10 +68,6 @@ func Derive(in DeriveInput) (Policy, error) {
 	if err := checkHost(h); err != nil {
 		return Policy{}, err
 	}
-	minLevel, err := ParseLevel(in.MinSandbox)
-	if err != nil {
-		return Policy{}, err
-	}
 	switch in.Autonomy {
 	case "", AutonomyReadonly, AutonomySupervised, AutonomyFull:
 	default:
@@ -92,21 +78,18 @@ func Derive(in DeriveInput) (Policy, error) {
 		Profile:    ProfileManifest,
 		System:     systemPaths(h),
 		Masks:      masks,
-		MinSandbox: minLevel,
+		MinSandbox: in.Manifest.MinSandbox(),
 	}
 	home := filepath.Clean(h.Home)
 
 	var grants []Grant
 	hasFS, maxAccess := false, Read
-	for _, c := range in.Capabilities {
-		family, mode := capabilityFamilyMode(c.Name)
-		switch family {
-		case "net", "network":
-			p.Network = true
-		case "fs":
+	p.Network = in.Manifest.Network()
+	for _, c := range in.Manifest.caps {
+		if c.fs() {
 			hasFS = true
 			access := Read
-			if mode == "write" {
+			if c.writes() {
 				access, maxAccess = Write, Write
 			}
 			for _, hint := range c.Hints {
@@ -200,6 +183,16 @@ var protectedPaths = []string{"/bin", "/boot", "/etc", "/lib", "/lib32", "/lib64
 // is not.
 var sharedRoots = []string{"/home", "/srv", "/mnt", "/media", "/var"}
 
+// Protected reports whether dir is a system path or a shared root that
+// no grant from a manifest may make writable: "/", /home, /srv, /mnt,
+// /media, /var, or a directory that holds or lies beneath /etc, /usr,
+// /var/lib and the other system paths. It only compares paths.
+func Protected(dir string) bool {
+	return dir == "/" || slices.Contains(sharedRoots, dir) || slices.ContainsFunc(protectedPaths, func(k string) bool {
+		return pathWithin(dir, k) || pathWithin(k, dir)
+	})
+}
+
 // guardSystem drops grants of kernel interfaces and makes grants of
 // system paths read-only. It applies to what a manifest and its
 // arguments ask for, not to the agent's own Extra grants.
@@ -213,9 +206,7 @@ func guardSystem(grants []Grant) []Grant {
 		if slices.ContainsFunc(kernelPaths, func(k string) bool { return pathWithin(g.Path, k) }) {
 			continue
 		}
-		if g.Access == Write && (g.Path == "/" || slices.Contains(sharedRoots, g.Path) || slices.ContainsFunc(protectedPaths, func(k string) bool {
-			return pathWithin(g.Path, k) || pathWithin(k, g.Path)
-		})) {
+		if g.Access == Write && Protected(g.Path) {
 			g.Access = Read
 			g.Why += " (system path: read-only)"
 		}
@@ -342,20 +333,6 @@ func systemPaths(h Host) []string {
 		}
 	}
 	return out
-}
-
-// capabilityFamilyMode splits a capability name into its family, the
-// text before the first ':' or '.', and its mode, the text after the
-// first ':' ("" when there is none).
-func capabilityFamilyMode(name string) (family, mode string) {
-	family = name
-	if i := strings.IndexAny(name, ":."); i >= 0 {
-		family = name[:i]
-	}
-	if _, m, ok := strings.Cut(name, ":"); ok {
-		mode = m
-	}
-	return family, mode
 }
 
 // hintRoot cuts a glob-style hint to the directory it is rooted at: the
