@@ -42,8 +42,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/metnos/agent/internal/atomicfile"
-	"github.com/metnos/agent/internal/lockfile"
 	"hash"
 	"io"
 	"log/slog"
@@ -56,6 +54,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/metnos/agent/internal/atomicfile"
+	"github.com/metnos/agent/internal/lockfile"
 )
 
 // Defaults of [Options].

@@ -5,7 +5,6 @@ package fetch
 import (
 	"context"
 	"fmt"
-	"github.com/metnos/agent/sandbox/shim"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/metnos/agent/sandbox/shim"
 )
 
 func TestMain(m *testing.M) {

@@ -21,7 +21,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/metnos/agent/examples"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -30,6 +29,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/metnos/agent/examples"
 	"github.com/metnos/agent/refserver"
 )
 

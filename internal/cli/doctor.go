@@ -14,7 +14,6 @@ import (
 	"github.com/metnos/agent/agent"
 	"github.com/metnos/agent/fetch"
 	"github.com/metnos/agent/policy"
-
 	"github.com/metnos/agent/sandbox"
 )
 

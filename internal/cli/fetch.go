@@ -9,9 +9,10 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/metnos/agent/fetch"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
+
+	"github.com/metnos/agent/fetch"
 )
 
 func runFetch(std stdio, args []string) int {

@@ -7,16 +7,15 @@ import (
 	"compress/gzip"
 	"crypto/sha256"
 	"fmt"
-	"github.com/metnos/agent/internal/pbstest"
 	"io/fs"
-
-	"github.com/metnos/agent/examples"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/metnos/agent/examples"
+	"github.com/metnos/agent/internal/pbstest"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/refserver"
 )
