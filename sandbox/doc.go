@@ -152,4 +152,15 @@
 //     set-group-ID modes are refused by seccomp; a Policy derived from a
 //     manifest never grants /proc, /sys or /dev, and system directories
 //     only read-only.
+//
+// # What the agent's process adds to every run
+//
+// When a tailnet is configured, the agent denies itself listen(2) with a
+// seccomp filter (tailnet.DenyListen, applied once in the command line's
+// connect step) before it starts any command. That filter, and the
+// no_new_privs bit it needs, are process-wide, irreversible and
+// inherited: every command Run starts from that process, whatever the
+// sandbox level (none included), has listen(2) failing with EPERM and
+// no_new_privs set. Without a tailnet neither is applied, and a Run from
+// any other program gets only what its Policy asks for.
 package sandbox
