@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 
+	"github.com/metnos/agent/agent/internal/result"
 	"github.com/metnos/agent/audit"
 	"github.com/metnos/agent/internal/fspath"
 	"github.com/metnos/agent/policy"
@@ -51,7 +52,7 @@ func (a *Agent) beginJournal(inv wire.Invocation, ex Executor, req sandbox.Reque
 // finishJournal records a journaled invocation's outcome, says which
 // earlier changes it put back, and enforces the blob quota when it kept
 // blobs. A failure is logged: the result is already spooled.
-func (a *Agent) finishJournal(inv wire.Invocation, r Result) {
+func (a *Agent) finishJournal(inv wire.Invocation, r result.Result) {
 	f, err := a.journal.Finish(inv.ID, undo.Outcome{OK: r.OK, ErrorClass: r.ErrorClass, Payload: r.Payload, Args: inv.Args})
 	if errors.Is(err, undo.ErrNotOpen) {
 		return // not journaled
@@ -71,10 +72,10 @@ func (a *Agent) finishJournal(inv wire.Invocation, r Result) {
 // auditRecord writes the audit line of an invocation whose result was
 // spooled: its body (what the server is sent) is the output measured.
 // A failure is logged; the result is not held back for it.
-func (a *Agent) auditRecord(inv wire.Invocation, r Result, body []byte) {
+func (a *Agent) auditRecord(inv wire.Invocation, r result.Result, body []byte) {
 	err := a.audit.Write(audit.Record{InvocationID: inv.ID, TurnID: inv.TurnID, Executor: inv.Executor,
 		ManifestSHA256: inv.ManifestSHA256, Args: inv.Args, Output: body, DurationMS: r.ElapsedMS,
-		OK: r.OK, ErrorClass: r.ErrorClass, Sandbox: r.Sandbox, Policy: r.policy})
+		OK: r.OK, ErrorClass: r.ErrorClass, Sandbox: r.Sandbox, Policy: r.Policy})
 	if err != nil {
 		a.log.Error("could not write the audit record", "invocation", inv.ID, "err", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/metnos/agent/agent/internal/result"
 	"github.com/metnos/agent/internal/fspath"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
@@ -54,9 +55,9 @@ func (a *Agent) Handle(ctx context.Context, raw any) error {
 		return nil
 	}
 	r.InvocationID, r.DeviceID = inv.ID, a.client.DeviceID()
-	body, cut, err := r.body()
+	body, cut, err := r.Encode()
 	if err != nil {
-		r = DeviceError(err)
+		r = result.DeviceError(err)
 		r.InvocationID, r.DeviceID = inv.ID, a.client.DeviceID()
 		body, _ = r.Body()
 	}
@@ -80,7 +81,7 @@ func (a *Agent) refuse(log interface {
 	Error(string, ...any)
 }, inv wire.Invocation, why error) {
 	log.Warn("invocation refused; not run", "err", why)
-	r := Result{InvocationID: inv.ID, DeviceID: a.client.DeviceID(), Entries: []any{}, Payload: map[string]any{},
+	r := result.Result{InvocationID: inv.ID, DeviceID: a.client.DeviceID(), Entries: []any{}, Payload: map[string]any{},
 		Sandbox: "none", Error: "refused by the device: " + why.Error(), ErrorClass: "invocation_refused"}
 	body, err := r.Body()
 	if err == nil {
@@ -94,7 +95,7 @@ func (a *Agent) refuse(log interface {
 
 // execute fetches and verifies the executor, writes the STARTED marker
 // and runs it under the watchdog.
-func (a *Agent) execute(ctx context.Context, inv wire.Invocation) (Result, bool) {
+func (a *Agent) execute(ctx context.Context, inv wire.Invocation) (result.Result, bool) {
 	// Everything before the marker has no effect on the device: when the
 	// agent is asked to stop meanwhile, nothing is spooled, and the server
 	// hands the invocation out again later.
@@ -112,21 +113,21 @@ func (a *Agent) execute(ctx context.Context, inv wire.Invocation) (Result, bool)
 		req, err = a.Request(inv, ex, shimDir, limit)
 	}
 	if err != nil {
-		return DeviceError(err), ctx.Err() == nil
+		return result.DeviceError(err), ctx.Err() == nil
 	}
 	// A backup blob the run would restore must still be the bytes it
 	// was named after.
 	if err := a.checkBlobs(inv); err != nil {
-		return DeviceError(fmt.Errorf("executor %s not run: %w", ex.Name, err)), true
+		return result.DeviceError(fmt.Errorf("executor %s not run: %w", ex.Name, err)), true
 	}
 	// The marker comes after the executor is known: whether it can
 	// write decides what a crash means (§12.6).
 	if err := a.spool.Start(inv.ID, inv.Reversibility, ex.Manifest.Facts.Writes()); err != nil {
-		return DeviceError(fmt.Errorf("writing the STARTED marker: %w", err)), true
+		return result.DeviceError(fmt.Errorf("writing the STARTED marker: %w", err)), true
 	}
 	if err := a.beginJournal(inv, ex, req); err != nil {
 		// Nothing ran yet; a change that could not be journaled is not made.
-		return DeviceError(fmt.Errorf("executor %s not run: %w", ex.Name, err)), true
+		return result.DeviceError(fmt.Errorf("executor %s not run: %w", ex.Name, err)), true
 	}
 	dog := time.AfterFunc(limit+10*time.Second, func() {
 		if a.cfg.Watchdog != nil {
@@ -218,31 +219,31 @@ var noModule = regexp.MustCompile(`No module named '([A-Za-z0-9_.]+)'`)
 // req and shimDir are what execute built (and journaled the grants of);
 // the request is built again only for the retry, with the shim the
 // self-heal fetched (once: it used to be fetched a second time here).
-func (a *Agent) run(ctx context.Context, inv wire.Invocation, ex Executor, req sandbox.Request, shimDir string, limit time.Duration) Result {
+func (a *Agent) run(ctx context.Context, inv wire.Invocation, ex Executor, req sandbox.Request, shimDir string, limit time.Duration) result.Result {
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			// The self-heal below has fetched the shim into shimDir.
 			var err error
 			if req, err = a.Request(inv, ex, shimDir, limit-time.Since(start)); err != nil {
-				return DeviceError(err)
+				return result.DeviceError(err)
 			}
 		}
 		out, err := sandbox.Run(ctx, req)
 		if errors.Is(err, sandbox.ErrRefused) {
-			return DeviceError(fmt.Errorf("executor %s: minimum sandbox not satisfied: %w", ex.Name, err))
+			return result.DeviceError(fmt.Errorf("executor %s: minimum sandbox not satisfied: %w", ex.Name, err))
 		}
 		if err != nil {
-			return DeviceError(fmt.Errorf("executor %s: %w", ex.Name, err))
+			return result.DeviceError(fmt.Errorf("executor %s: %w", ex.Name, err))
 		}
-		var r Result
+		var r result.Result
 		switch {
 		case out.TimedOut:
-			r = Timeout(out.Sandbox)
+			r = result.Timeout(out.Sandbox)
 		case out.OOMKilled:
-			r = DeviceError(fmt.Errorf("executor %s was killed by the memory limit (%d MiB)", ex.Name, req.Limits.MemoryBytes>>20))
+			r = result.DeviceError(fmt.Errorf("executor %s was killed by the memory limit (%d MiB)", ex.Name, req.Limits.MemoryBytes>>20))
 		default:
-			r = FromStdout(out.Stdout)
+			r = result.FromStdout(out.Stdout)
 			if r.ErrorClass == "device_error" {
 				// Self-heal (§6.4), only for a module of the shim that is
 				// missing from this device's copy, and only once.
@@ -261,7 +262,7 @@ func (a *Agent) run(ctx context.Context, inv wire.Invocation, ex Executor, req s
 				r.Error += stderrTail(out.Stderr)
 			}
 		}
-		r.Sandbox, r.policy = out.Sandbox, out.Policy
+		r.Sandbox, r.Policy = out.Sandbox, out.Policy
 		r.ElapsedMS = time.Since(start).Milliseconds()
 		// Weaker than every layer the OS has (what this machine lacks,
 		// or a layer that failed for this run), or than the machine's

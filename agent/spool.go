@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/metnos/agent/agent/internal/result"
 	"github.com/metnos/agent/internal/atomicfile"
 	"github.com/metnos/agent/wire"
 )
@@ -226,7 +227,7 @@ func (s *Spool) Recover(deviceID string) ([]string, error) {
 			}
 		case m.Reversibility == "read_only" && !canWrite:
 		default:
-			r := Result{InvocationID: m.InvocationID, DeviceID: deviceID, Entries: []any{}, Sandbox: "unknown_after_restart",
+			r := result.Result{InvocationID: m.InvocationID, DeviceID: deviceID, Entries: []any{}, Sandbox: "unknown_after_restart",
 				Payload:    map[string]any{"effect_status": "unknown", "recovery": "write_ahead_no_reexecution"},
 				Error:      "the agent stopped while this invocation was running; it is not run again, and its effects are unknown",
 				ErrorClass: "execution_outcome_unknown"}
