@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/metnos/agent/agent/internal/spool"
 	"github.com/metnos/agent/audit"
 	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/fetch"
@@ -63,7 +64,7 @@ type Agent struct {
 	log     *slog.Logger
 	client  *client.Client
 	server  ed25519.PublicKey
-	spool   *Spool
+	spool   *spool.Spool
 	state   pairing.State
 	host    policy.Host
 	python  Python
@@ -115,7 +116,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	host.AgentDataDirs = append(host.AgentDataDirs, cfg.DataDir, cfg.CacheDir)
-	sp, err := OpenSpool(cfg.DataDir)
+	sp, err := spool.Open(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,14 @@
-package agent
+// Package spool is a device's write-ahead state for exactly-once
+// execution and at-least-once delivery (§5.8), in <data_dir>/spool as
+// the Rust client keeps it.
+//
+// What it guarantees: a STARTED marker is on disk before a run starts,
+// a result body is on disk (fsynced) before it is reported spooled, and
+// a crash at any point leaves a marker or a spooled result, never
+// neither; [Spool.Recover] resolves what a crash left. What it does not:
+// it never sends anything (delivery is the agent's), and it assumes one
+// process at a time (the agent's lock file).
+package spool
 
 import (
 	"bufio"
@@ -29,18 +39,18 @@ type Spool struct {
 	log      *os.File
 }
 
-// Marker is a STARTED marker. CanWrite is this agent's addition: an
+// marker is a STARTED marker. CanWrite is this agent's addition: an
 // executor that declared fs:write is never run again after a crash,
 // whatever its reversibility says (a marker without it counts as true).
-type Marker struct {
+type marker struct {
 	InvocationID   string `json:"invocation_id"`
 	Reversibility  string `json:"reversibility"`
 	StartedEpochMS int64  `json:"started_epoch_ms"`
 	CanWrite       *bool  `json:"can_write,omitempty"`
 }
 
-// MaxLedger is how many executed ids are kept in memory.
-const MaxLedger = 100000
+// maxLedger is how many executed ids are kept in memory.
+const maxLedger = 100000
 
 var safeName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
@@ -55,8 +65,8 @@ func fileName(id string) string {
 	return "id-" + hex.EncodeToString(sum[:20])
 }
 
-// OpenSpool opens (creating) the spool in dataDir and loads the ledger.
-func OpenSpool(dataDir string) (*Spool, error) {
+// Open opens (creating) the spool in dataDir and loads the ledger.
+func Open(dataDir string) (*Spool, error) {
 	dir := filepath.Join(dataDir, "spool")
 	for _, d := range []string{"results", "started", "dead-results"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
@@ -80,8 +90,8 @@ func OpenSpool(dataDir string) (*Spool, error) {
 			ids = append(ids, id)
 		}
 		f.Close()
-		if len(ids) > MaxLedger {
-			ids = ids[len(ids)-MaxLedger:]
+		if len(ids) > maxLedger {
+			ids = ids[len(ids)-maxLedger:]
 		}
 		for _, id := range ids {
 			s.executed[id] = true
@@ -113,7 +123,7 @@ func (s *Spool) Executed(id string) bool { return s.executed[id] }
 
 // Start writes the STARTED marker, durably, before the sandbox starts.
 func (s *Spool) Start(id, reversibility string, canWrite bool) error {
-	m := Marker{InvocationID: id, Reversibility: reversibility, StartedEpochMS: time.Now().UnixMilli(), CanWrite: &canWrite}
+	m := marker{InvocationID: id, Reversibility: reversibility, StartedEpochMS: time.Now().UnixMilli(), CanWrite: &canWrite}
 	b, _ := json.Marshal(m)
 	if err := atomicfile.WriteFile(filepath.Join(s.dir, "started", fileName(id)+".json"), b, 0o600); err != nil {
 		return err
@@ -212,7 +222,7 @@ func (s *Spool) Recover(deviceID string) ([]string, error) {
 	var unknown []string
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
-		var m Marker
+		var m marker
 		if err != nil || json.Unmarshal(b, &m) != nil || m.InvocationID == "" {
 			return unknown, fmt.Errorf("spool: STARTED marker %s is unreadable; an invocation may have been interrupted (inspect it, then remove it)", p)
 		}

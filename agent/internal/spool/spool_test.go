@@ -1,4 +1,4 @@
-package agent
+package spool
 
 import (
 	"os"
@@ -9,7 +9,7 @@ import (
 
 func TestSpoolFinishAndDeliver(t *testing.T) {
 	data := t.TempDir()
-	s, err := OpenSpool(data)
+	s, err := Open(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +25,7 @@ func TestSpoolFinishAndDeliver(t *testing.T) {
 
 	// A restart: the id is executed, the same bytes are pending, and no
 	// marker is left.
-	s, err = OpenSpool(data)
+	s, err = Open(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,14 +64,14 @@ func TestRecoverAfterCrash(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			data := t.TempDir()
-			s, _ := OpenSpool(data)
+			s, _ := Open(data)
 			id := "inv-durable-" + strings.Repeat("ab", 16)
 			if err := s.Start(id, c.rev, c.canWrite); err != nil {
 				t.Fatal(err)
 			}
 			s.Close() // kill -9 here
 
-			s, err := OpenSpool(data)
+			s, err := Open(data)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,7 +98,7 @@ func TestDamagedLedgerRefusesToStart(t *testing.T) {
 	data := t.TempDir()
 	os.MkdirAll(filepath.Join(data, "spool"), 0o700)
 	os.WriteFile(filepath.Join(data, "spool", "executed.log"), []byte("inv-18ed65bd51bdc701fcd26b58\n../../etc/passwd\n"), 0o600)
-	if _, err := OpenSpool(data); err == nil || !strings.Contains(err.Error(), "damaged") {
+	if _, err := Open(data); err == nil || !strings.Contains(err.Error(), "damaged") {
 		t.Errorf("got %v", err)
 	}
 }
