@@ -1,3 +1,15 @@
+// Package agent is a paired device's run loop (§6.2): it long-polls the
+// server, heartbeats, verifies each invocation and runs it once in the
+// sandbox, and delivers every result at least once.
+//
+// What it guarantees: an invocation runs at most once on this device
+// (the spool's ledger and STARTED markers, across restarts: one that
+// was running when the agent stopped is reported as
+// execution_outcome_unknown, never run again), every result is on disk
+// before it is sent and is sent, byte for byte, until the server
+// accepts or refuses it for good, and nothing runs that does not verify
+// against the pinned server key. What it does not: it does not keep two
+// agents of one user apart (the command's lock file does).
 package agent
 
 import (

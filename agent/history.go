@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 
+	"github.com/metnos/agent/agent/internal/bundle"
 	"github.com/metnos/agent/agent/internal/result"
 	"github.com/metnos/agent/audit"
 	"github.com/metnos/agent/internal/fspath"
@@ -19,7 +20,7 @@ import (
 // journaled reports whether an invocation goes into the history
 // journal: its executor can write or declares reverse patterns, or the
 // server says it is reversible.
-func journaled(inv wire.Invocation, m Manifest) bool {
+func journaled(inv wire.Invocation, m bundle.Manifest) bool {
 	r := inv.Reversibility
 	return m.Facts.Writes() || len(m.Reverse()) > 0 || (r != "" && r != "read_only")
 }
@@ -37,7 +38,7 @@ func writeRoots(p policy.Policy) []string {
 }
 
 // beginJournal records an invocation about to run, if it is journaled.
-func (a *Agent) beginJournal(inv wire.Invocation, ex Executor, req sandbox.Request) error {
+func (a *Agent) beginJournal(inv wire.Invocation, ex bundle.Executor, req sandbox.Request) error {
 	if !journaled(inv, ex.Manifest) {
 		return nil
 	}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/metnos/agent/agent/internal/bundle"
 	"github.com/metnos/agent/agent/internal/result"
 	"github.com/metnos/agent/internal/fspath"
 	"github.com/metnos/agent/policy"
@@ -144,21 +145,21 @@ func (a *Agent) execute(ctx context.Context, inv wire.Invocation) (result.Result
 }
 
 // executor returns the verified executor, from the cache or fetched.
-func (a *Agent) executor(ctx context.Context, inv wire.Invocation) (Executor, error) {
-	ex, err := Cached(a.cfg.CacheDir, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
+func (a *Agent) executor(ctx context.Context, inv wire.Invocation) (bundle.Executor, error) {
+	ex, err := bundle.Cached(a.cfg.CacheDir, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
 	switch {
 	case err == nil:
 		return ex, nil
-	case errors.Is(err, ErrUnverified):
+	case errors.Is(err, bundle.ErrUnverified):
 		a.log.Warn("a cached executor no longer verifies; fetching it again", "executor", inv.Executor, "err", err)
 	case !errors.Is(err, fs.ErrNotExist):
-		return Executor{}, err
+		return bundle.Executor{}, err
 	}
 	b, err := a.client.Executor(ctx, inv.Executor)
 	if err != nil {
-		return Executor{}, err
+		return bundle.Executor{}, err
 	}
-	return Materialize(a.cfg.CacheDir, b, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
+	return bundle.Materialize(a.cfg.CacheDir, b, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
 }
 
 // noteShim drops the loaded shim when the server announces another.
@@ -183,7 +184,7 @@ func (a *Agent) ensureShim(ctx context.Context, force bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dir, sha, err := InstallShim(a.cfg.CacheDir, b, a.server)
+	dir, sha, err := bundle.InstallShim(a.cfg.CacheDir, b, a.server)
 	if err != nil {
 		return "", err
 	}
@@ -219,7 +220,7 @@ var noModule = regexp.MustCompile(`No module named '([A-Za-z0-9_.]+)'`)
 // req and shimDir are what execute built (and journaled the grants of);
 // the request is built again only for the retry, with the shim the
 // self-heal fetched (once: it used to be fetched a second time here).
-func (a *Agent) run(ctx context.Context, inv wire.Invocation, ex Executor, req sandbox.Request, shimDir string, limit time.Duration) result.Result {
+func (a *Agent) run(ctx context.Context, inv wire.Invocation, ex bundle.Executor, req sandbox.Request, shimDir string, limit time.Duration) result.Result {
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
@@ -299,7 +300,7 @@ func stderrTail(b []byte) string {
 // the manifest's min_sandbox, the executor, the shim and the
 // interpreter read-only, the user data folder writable, a clean
 // environment, the arguments on stdin.
-func (a *Agent) Request(inv wire.Invocation, ex Executor, shimDir string, limit time.Duration) (sandbox.Request, error) {
+func (a *Agent) Request(inv wire.Invocation, ex bundle.Executor, shimDir string, limit time.Duration) (sandbox.Request, error) {
 	data := a.UserData()
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return sandbox.Request{}, fmt.Errorf("user data folder: %w", err)
@@ -359,7 +360,7 @@ func (a *Agent) Request(inv wire.Invocation, ex Executor, shimDir string, limit 
 // env is the executor's environment (§6.4): a few inherited variables,
 // the Python settings, the server's env_injections, then the agent's
 // own variables, which win.
-func (a *Agent) env(inv wire.Invocation, ex Executor, shimDir string) []string {
+func (a *Agent) env(inv wire.Invocation, ex bundle.Executor, shimDir string) []string {
 	vars := map[string]string{}
 	var order []string
 	set := func(k, v string) {
