@@ -184,7 +184,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	backoff := time.Second
 	for ctx.Err() == nil {
 		block := a.cfg.Block
-		if !a.Flush(ctx) {
+		if !a.flush(ctx) {
 			// Results wait in the spool: come back soon to retry them
 			// rather than after a whole long-poll.
 			block = min(block, 2*time.Second)
@@ -207,7 +207,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		a.noteShim(resp.ShimSHA256)
 		if resp.Invocation != nil {
-			if err := a.Handle(ctx, resp.Invocation); err != nil {
+			if err := a.handle(ctx, resp.Invocation); err != nil {
 				// A malformed invocation counts as a failed poll (§6.2
 				// step 1): back off.
 				a.sleep(ctx, &backoff)
@@ -236,7 +236,7 @@ func (a *Agent) heartbeats(ctx context.Context) {
 	t := time.NewTicker(a.cfg.HeartbeatEvery)
 	defer t.Stop()
 	for {
-		if err := a.client.Heartbeat(ctx, a.Profile()); err != nil && ctx.Err() == nil {
+		if err := a.client.Heartbeat(ctx, a.profile()); err != nil && ctx.Err() == nil {
 			a.log.Warn("heartbeat failed", "err", err)
 		}
 		if a.cfg.OnHeartbeat != nil {
@@ -250,9 +250,9 @@ func (a *Agent) heartbeats(ctx context.Context) {
 	}
 }
 
-// Profile is the heartbeat's profile (§5.4), with the sandbox this
+// profile is the heartbeat's profile (§5.4), with the sandbox this
 // machine really gives and the Python executors run with.
-func (a *Agent) Profile() map[string]any {
+func (a *Agent) profile() map[string]any {
 	p := map[string]any{
 		"client_version": a.cfg.Version,
 		"cpu_count":      int64(runtime.NumCPU()),
@@ -275,11 +275,11 @@ func (a *Agent) Profile() map[string]any {
 	return p
 }
 
-// Flush delivers every spooled result, byte for byte (§5.5): accepted
+// flush delivers every spooled result, byte for byte (§5.5): accepted
 // ones leave the spool, refused ones (4xx but 408, 423, 425, 429) go to
 // dead-results, and on a transport error or a retryable status it stops
 // until the next round. It reports whether the spool is now empty.
-func (a *Agent) Flush(ctx context.Context) bool {
+func (a *Agent) flush(ctx context.Context) bool {
 	pending, err := a.spool.Pending()
 	if err != nil {
 		a.log.Error("reading the spool", "err", err)
@@ -336,10 +336,10 @@ func days(env string, def int) time.Duration {
 	return time.Duration(def) * 24 * time.Hour
 }
 
-// HistoryQuota is the blob quota METNOS_HISTORY_QUOTA_MB sets, in
+// historyQuota is the blob quota METNOS_HISTORY_QUOTA_MB sets, in
 // bytes: a positive number of MiB; "off" for none; unset, 0 (the
 // default share of the free space, see [undo.DefaultQuotaPercent]).
-func HistoryQuota() int64 {
+func historyQuota() int64 {
 	v := os.Getenv("METNOS_HISTORY_QUOTA_MB")
 	if v == "off" {
 		return -1
@@ -353,7 +353,7 @@ func HistoryQuota() int64 {
 // expireBlobs removes the backup blobs past retention or over the
 // quota; the journal records which changes lose their undo.
 func (a *Agent) expireBlobs(retention time.Duration) {
-	out, err := a.journal.Expire(undo.Expiry{History: a.History(), Retention: retention, Quota: HistoryQuota()})
+	out, err := a.journal.Expire(undo.Expiry{History: a.history(), Retention: retention, Quota: historyQuota()})
 	for _, x := range out {
 		log := a.log.Info
 		if len(x.Lost) > 0 {
@@ -374,8 +374,8 @@ func JournalDir(dataDir string) string { return filepath.Join(dataDir, "history"
 // whose data directory is dataDir: <data_dir>/shimdata/_history.
 func HistoryDir(dataDir string) string { return filepath.Join(dataDir, "shimdata", "_history") }
 
-// History is this agent's [HistoryDir].
-func (a *Agent) History() string { return HistoryDir(a.cfg.DataDir) }
+// history is this agent's [HistoryDir].
+func (a *Agent) history() string { return HistoryDir(a.cfg.DataDir) }
 
-// UserData is the executors' METNOS_USER_DATA: <data_dir>/shimdata.
-func (a *Agent) UserData() string { return filepath.Join(a.cfg.DataDir, "shimdata") }
+// userData is the executors' METNOS_USER_DATA: <data_dir>/shimdata.
+func (a *Agent) userData() string { return filepath.Join(a.cfg.DataDir, "shimdata") }

@@ -73,7 +73,7 @@ func TestFlushStatuses(t *testing.T) {
 		if err := a.spool.Finish("inv-18ed65bd51bdc701fcd26b58", body); err != nil {
 			t.Fatal(err)
 		}
-		empty := a.Flush(context.Background())
+		empty := a.flush(context.Background())
 		if !tc.serverGone && string(got) != string(body) {
 			t.Errorf("status %d: sent %q, want the spooled bytes", tc.status, got)
 		}
@@ -136,8 +136,8 @@ func TestHistoryLinkNotFollowed(t *testing.T) {
 	os.MkdirAll(filepath.Join(victim, "2019"), 0o700)
 	os.WriteFile(filepath.Join(victim, "2019", "kid.jpg"), []byte("x"), 0o600)
 	os.Chtimes(filepath.Join(victim, "2019"), old, old)
-	hist := filepath.Join(a.UserData(), "_history")
-	os.MkdirAll(a.UserData(), 0o700)
+	hist := filepath.Join(a.userData(), "_history")
+	os.MkdirAll(a.userData(), 0o700)
 	if err := os.Symlink(victim, hist); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestFlushPastRefusedForNow(t *testing.T) {
 	a := testAgent(t, srv.URL)
 	a.spool.Finish("inv-18ed65bd51bdc701fcd26b51", []byte(`{"invocation_id":"inv-18ed65bd51bdc701fcd26b51","x":"stuck"}`))
 	a.spool.Finish("inv-18ed65bd51bdc701fcd26b52", []byte(`{"invocation_id":"inv-18ed65bd51bdc701fcd26b52"}`))
-	if a.Flush(context.Background()) {
+	if a.flush(context.Background()) {
 		t.Fatal("Flush says the spool is empty")
 	}
 	pending, _ := a.spool.Pending()

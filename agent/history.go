@@ -47,7 +47,7 @@ func (a *Agent) beginJournal(inv wire.Invocation, ex bundle.Executor, req sandbo
 		masks = append(masks, m.Path)
 	}
 	return a.journal.Begin(undo.Begin{InvocationID: inv.ID, TurnID: inv.TurnID, Executor: ex.Name,
-		ManifestSHA256: inv.ManifestSHA256, Reverse: ex.Manifest.Reverse(), Roots: writeRoots(req.Policy), Masks: masks, History: a.History()})
+		ManifestSHA256: inv.ManifestSHA256, Reverse: ex.Manifest.Reverse(), Roots: writeRoots(req.Policy), Masks: masks, History: a.history()})
 }
 
 // finishJournal records a journaled invocation's outcome, says which
@@ -130,7 +130,7 @@ var blobName = regexp.MustCompile(`^([0-9a-f]{64})\.bin$`)
 // is refused before anything runs, so a corrupted blob is never
 // restored.
 func (a *Agent) checkBlobs(inv wire.Invocation) error {
-	history := a.History()
+	history := a.history()
 	var err error
 	wire.WalkStrings(inv.Args, func(s string) {
 		if err != nil || !filepath.IsAbs(s) || !fspath.Within(filepath.Clean(s), history) {

@@ -21,13 +21,13 @@ import (
 	"github.com/metnos/agent/wire"
 )
 
-// Handle takes one invocation from a poll response through §6.2:
+// handle takes one invocation from a poll response through §6.2:
 // shape, ledger, signature, id, then execution, and spools its result.
 // An invocation that fails its checks is not run; it gets a result with
 // error_class "invocation_refused", so that the server learns at once
 // rather than at its timeout, and so that nothing it sends can stall
 // the invocations after it.
-func (a *Agent) Handle(ctx context.Context, raw any) error {
+func (a *Agent) handle(ctx context.Context, raw any) error {
 	inv, err := wire.ParseInvocation(raw)
 	if err != nil {
 		a.log.Error("the server sent an invocation of the wrong shape; ignored", "err", err)
@@ -72,7 +72,7 @@ func (a *Agent) Handle(ctx context.Context, raw any) error {
 	a.finishJournal(inv, r)
 	a.auditRecord(inv, r, body)
 	log.Info("executed", "ok", r.OK, "sandbox", r.Sandbox, "elapsed_ms", r.ElapsedMS, "error_class", r.ErrorClass)
-	a.Flush(ctx)
+	a.flush(ctx)
 	return nil
 }
 
@@ -111,7 +111,7 @@ func (a *Agent) execute(ctx context.Context, inv wire.Invocation) (result.Result
 	}
 	var req sandbox.Request
 	if err == nil {
-		req, err = a.Request(inv, ex, shimDir, limit)
+		req, err = a.request(inv, ex, shimDir, limit)
 	}
 	if err != nil {
 		return result.DeviceError(err), ctx.Err() == nil
@@ -226,7 +226,7 @@ func (a *Agent) run(ctx context.Context, inv wire.Invocation, ex bundle.Executor
 		if attempt > 0 {
 			// The self-heal below has fetched the shim into shimDir.
 			var err error
-			if req, err = a.Request(inv, ex, shimDir, limit-time.Since(start)); err != nil {
+			if req, err = a.request(inv, ex, shimDir, limit-time.Since(start)); err != nil {
 				return result.DeviceError(err)
 			}
 		}
@@ -295,13 +295,13 @@ func stderrTail(b []byte) string {
 	return "; stderr: " + s
 }
 
-// Request builds the sandbox request of one invocation from the signed
+// request builds the sandbox request of one invocation from the signed
 // manifest and the arguments (§6.4, §8.1): the capabilities' grants,
 // the manifest's min_sandbox, the executor, the shim and the
 // interpreter read-only, the user data folder writable, a clean
 // environment, the arguments on stdin.
-func (a *Agent) Request(inv wire.Invocation, ex bundle.Executor, shimDir string, limit time.Duration) (sandbox.Request, error) {
-	data := a.UserData()
+func (a *Agent) request(inv wire.Invocation, ex bundle.Executor, shimDir string, limit time.Duration) (sandbox.Request, error) {
+	data := a.userData()
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return sandbox.Request{}, fmt.Errorf("user data folder: %w", err)
 	}
@@ -390,7 +390,7 @@ func (a *Agent) env(inv wire.Invocation, ex bundle.Executor, shimDir string) []s
 		}
 		set(k, inv.Env[k])
 	}
-	data := a.UserData()
+	data := a.userData()
 	set("METNOS_USER_DATA", data)
 	set("METNOS_USER_STATE", filepath.Join(data, "state"))
 	set("METNOS_USER_CONFIG", filepath.Join(data, "config"))
