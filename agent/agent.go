@@ -8,8 +8,10 @@
 // execution_outcome_unknown, never run again), every result is on disk
 // before it is sent and is sent, byte for byte, until the server
 // accepts or refuses it for good, and nothing runs that does not verify
-// against the pinned server key. What it does not: it does not keep two
-// agents of one user apart (the command's lock file does).
+// against the pinned server key. What it does not: it never exits the
+// process (an overrun execution is reported to [Config.Watchdog]), and
+// it does not keep two agents of one user apart (the command's lock
+// file does).
 package agent
 
 import (
@@ -62,9 +64,13 @@ type Config struct {
 	// OnHeartbeat, when set, runs with every heartbeat (the tailnet
 	// node records its state then).
 	OnHeartbeat func(context.Context)
-	// Watchdog is called when an execution overruns its deadline by
-	// 10 s (§6.2 step 5). Nil exits the process with code 124, for the
-	// supervisor to restart it.
+	// Watchdog is called, on a goroutine of its own, when an execution
+	// overruns its deadline by 10 s (§6.2 step 5); the run goes on
+	// meanwhile. Nil means no watchdog: the agent waits for the run
+	// however long it takes. The agent never exits the process itself:
+	// the command's run passes a watchdog that logs and exits 124, for
+	// the supervisor to restart the agent (which then reports the
+	// invocation as execution_outcome_unknown).
 	Watchdog func(invocationID string)
 }
 

@@ -130,15 +130,10 @@ func (a *Agent) execute(ctx context.Context, inv wire.Invocation) (result.Result
 		// Nothing ran yet; a change that could not be journaled is not made.
 		return result.DeviceError(fmt.Errorf("executor %s not run: %w", ex.Name, err)), true
 	}
-	dog := time.AfterFunc(limit+10*time.Second, func() {
-		if a.cfg.Watchdog != nil {
-			a.cfg.Watchdog(inv.ID)
-			return
-		}
-		a.log.Error("execution watchdog: the run did not end 10 s after its deadline; exiting 124 for the supervisor to restart the agent", "invocation", inv.ID)
-		os.Exit(124)
-	})
-	defer dog.Stop()
+	if a.cfg.Watchdog != nil {
+		dog := time.AfterFunc(limit+10*time.Second, func() { a.cfg.Watchdog(inv.ID) })
+		defer dog.Stop()
+	}
 	// A started run is not cut short when the agent is asked to stop: it
 	// ends by itself or at its deadline, and its result is spooled.
 	return a.run(context.WithoutCancel(ctx), inv, ex, req, shimDir, limit), true
