@@ -93,6 +93,15 @@ type Agent struct {
 	shimSHA string
 	journal *undo.Journal
 	audit   *audit.Log
+
+	// outbox is what flush delivers: the spooled results not delivered
+	// yet, read from the spool once (at the first flush, or again after
+	// that read failed: loaded says whether it was) and then kept up to
+	// date as results are spooled, delivered and moved to dead-results.
+	// The spool on disk stays the source of truth after a restart. Only
+	// the Run goroutine touches them.
+	outbox []spool.Spooled
+	loaded bool
 }
 
 // ErrNotPaired is returned by [New] on a device that has no pairing.
@@ -281,18 +290,34 @@ func (a *Agent) profile() map[string]any {
 	return p
 }
 
+// spoolResult spools the result body of invocation id (durably, see
+// [spool.Spool.Finish]) and queues it for the next flush.
+func (a *Agent) spoolResult(id string, body []byte) error {
+	r, err := a.spool.Finish(id, body)
+	if err != nil {
+		return err
+	}
+	a.outbox = append(a.outbox, r)
+	return nil
+}
+
 // flush delivers every spooled result, byte for byte (§5.5): accepted
 // ones leave the spool, refused ones (4xx but 408, 423, 425, 429) go to
 // dead-results, and on a transport error or a retryable status it stops
 // until the next round. It reports whether the spool is now empty.
 func (a *Agent) flush(ctx context.Context) bool {
-	pending, err := a.spool.Pending()
-	if err != nil {
-		a.log.Error("reading the spool", "err", err)
-		return false
+	if !a.loaded {
+		// Everything spooled so far is on disk, queued results included.
+		pending, err := a.spool.Pending()
+		if err != nil {
+			a.log.Error("reading the spool", "err", err)
+			return false
+		}
+		a.outbox, a.loaded = pending, true
 	}
 	empty := true
-	for _, r := range pending {
+	var kept []spool.Spooled
+	for i, r := range a.outbox {
 		err := a.client.Deliver(ctx, r.Body)
 		switch status := client.StatusOf(err); {
 		case err == nil:
@@ -303,19 +328,23 @@ func (a *Agent) flush(ctx context.Context) bool {
 		case status == 0:
 			// The server is not there: the others would fail too.
 			a.log.Warn("result not delivered yet; kept in the spool", "invocation", r.ID, "err", err)
+			a.outbox = append(kept, a.outbox[i:]...)
 			return false
 		case client.Retryable(status):
 			// This one may be refused for now; the next may go through.
 			a.log.Warn("result not delivered yet; kept in the spool", "invocation", r.ID, "err", err)
+			kept = append(kept, r)
 			empty = false
 		default:
 			if derr := a.spool.DeadLetter(r, status); derr != nil {
 				a.log.Error("moving a refused result to dead-results", "invocation", r.ID, "err", derr)
+				a.outbox = append(kept, a.outbox[i:]...)
 				return false
 			}
 			a.log.Error("the server refused a result for good; kept in spool/dead-results", "invocation", r.ID, "status", status, "err", err)
 		}
 	}
+	a.outbox = kept
 	return empty
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,7 +71,7 @@ func TestFlushStatuses(t *testing.T) {
 		}
 		a := testAgent(t, url)
 		body := []byte(`{"invocation_id":"inv-18ed65bd51bdc701fcd26b58","ok":true,"x":"città"}`)
-		if err := a.spool.Finish("inv-18ed65bd51bdc701fcd26b58", body); err != nil {
+		if err := a.spoolResult("inv-18ed65bd51bdc701fcd26b58", body); err != nil {
 			t.Fatal(err)
 		}
 		empty := a.flush(context.Background())
@@ -177,5 +178,58 @@ func TestFlushPastRefusedForNow(t *testing.T) {
 	pending, _ := a.spool.Pending()
 	if len(pending) != 1 || pending[0].ID != "inv-18ed65bd51bdc701fcd26b51" {
 		t.Fatalf("pending after the flush: %v", pending)
+	}
+}
+
+// TestOutbox: once the first flush has read the spool, a result spooled
+// since is delivered from memory; one refused for now is sent again, the
+// same bytes, once at each flush until the server accepts it, and then
+// no more.
+func TestOutbox(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	status := http.StatusServiceUnavailable
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, string(b))
+		w.WriteHeader(status)
+	}))
+	defer srv.Close()
+	a := testAgent(t, srv.URL)
+	ctx := context.Background()
+	if !a.flush(ctx) {
+		t.Fatal("the empty spool does not flush empty")
+	}
+	body := `{"invocation_id":"inv-18ed65bd51bdc701fcd26b58","ok":true}`
+	if err := a.spoolResult("inv-18ed65bd51bdc701fcd26b58", []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if a.flush(ctx) {
+			t.Fatal("a result refused for now counts as delivered")
+		}
+	}
+	mu.Lock()
+	status = http.StatusOK
+	mu.Unlock()
+	for range 2 {
+		if !a.flush(ctx) {
+			t.Fatal("the spool is not empty after the server accepted the result")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 3 {
+		t.Fatalf("the result was sent %d times, want 3 (twice refused, once accepted)", len(got))
+	}
+	for _, b := range got {
+		if b != body {
+			t.Errorf("sent %q, want the spooled bytes", b)
+		}
+	}
+	if pending, _ := a.spool.Pending(); len(pending) != 0 {
+		t.Errorf("left in the spool: %v", pending)
 	}
 }

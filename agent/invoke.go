@@ -55,7 +55,8 @@ func (inv *invocation) readArgs() error {
 }
 
 // handle takes one invocation from a poll response through §6.2:
-// shape, ledger, signature, id, then execution, and spools its result.
+// shape, ledger, signature, id, then execution, and spools its result
+// for the next flush to deliver.
 // An invocation that fails its checks is not run; it gets a result with
 // error_class "invocation_refused", so that the server learns at once
 // rather than at its timeout, and so that nothing it sends can stall
@@ -99,14 +100,13 @@ func (a *Agent) handle(ctx context.Context, raw any) error {
 	if cut {
 		inv.log.Warn("the result was over the server's 4 MiB limit; its payload was dropped and the result says so")
 	}
-	if err := a.spool.Finish(inv.ID, body); err != nil {
+	if err := a.spoolResult(inv.ID, body); err != nil {
 		inv.log.Error("could not spool the result", "err", err)
 		return nil
 	}
 	a.finishJournal(inv, r)
 	a.auditRecord(inv, r, body)
 	inv.log.Info("executed", "ok", r.OK, "sandbox", r.Sandbox, "elapsed_ms", r.ElapsedMS, "error_class", r.ErrorClass)
-	a.flush(ctx)
 	return nil
 }
 
@@ -117,7 +117,7 @@ func (a *Agent) refuse(inv *invocation, why error) {
 		Sandbox: "none", Error: "refused by the device: " + why.Error(), ErrorClass: "invocation_refused"}
 	body, err := r.Body()
 	if err == nil {
-		err = a.spool.Finish(inv.ID, body)
+		err = a.spoolResult(inv.ID, body)
 	}
 	if err != nil {
 		inv.log.Error("could not spool the refusal", "err", err)

@@ -138,17 +138,20 @@ func (s *Spool) Start(id, reversibility string, canWrite bool) error {
 // Finish spools the result body (durably), records id as executed and
 // removes its STARTED marker, in that order: a crash at any point leaves
 // either a marker (outcome unknown) or a spooled result, never neither.
-func (s *Spool) Finish(id string, body []byte) error {
-	if err := atomicfile.WriteFile(filepath.Join(s.dir, "results", fileName(id)+".json"), body, 0o600); err != nil {
-		return fmt.Errorf("spool: %w", err)
+// It returns the spooled result, as [Spool.Pending] would list it, for
+// delivery. On an error the result may or may not be spooled.
+func (s *Spool) Finish(id string, body []byte) (Spooled, error) {
+	p := filepath.Join(s.dir, "results", fileName(id)+".json")
+	if err := atomicfile.WriteFile(p, body, 0o600); err != nil {
+		return Spooled{}, fmt.Errorf("spool: %w", err)
 	}
 	if err := s.record(id); err != nil {
-		return err
+		return Spooled{}, err
 	}
 	if err := os.Remove(filepath.Join(s.dir, "started", fileName(id)+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("spool: %w", err)
+		return Spooled{}, fmt.Errorf("spool: %w", err)
 	}
-	return nil
+	return Spooled{ID: id, Body: body, path: p}, nil
 }
 
 func (s *Spool) record(id string) error {
@@ -245,7 +248,7 @@ func (s *Spool) Recover(deviceID string) ([]string, error) {
 			if err != nil {
 				return unknown, err
 			}
-			if err := s.Finish(m.InvocationID, body); err != nil {
+			if _, err := s.Finish(m.InvocationID, body); err != nil {
 				return unknown, err
 			}
 			unknown = append(unknown, m.InvocationID)

@@ -18,7 +18,8 @@ func TestSpoolFinishAndDeliver(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := []byte(`{"invocation_id":"` + id + `","ok":true}`)
-	if err := s.Finish(id, body); err != nil {
+	spooled, err := s.Finish(id, body)
+	if err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -36,6 +37,10 @@ func TestSpoolFinishAndDeliver(t *testing.T) {
 	p, _ := s.Pending()
 	if len(p) != 1 || string(p[0].Body) != string(body) {
 		t.Fatalf("pending %+v", p)
+	}
+	// Finish handed back what Pending lists after a restart.
+	if spooled.ID != p[0].ID || string(spooled.Body) != string(p[0].Body) || spooled.path != p[0].path {
+		t.Errorf("Finish returned %+v, Pending lists %+v", spooled, p[0])
 	}
 	if unknown, err := s.Recover("dev"); err != nil || len(unknown) != 0 {
 		t.Errorf("recover: %v %v", unknown, err)
