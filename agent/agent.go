@@ -353,12 +353,8 @@ func (a *Agent) flush(ctx context.Context) bool {
 // METNOS_HISTORY_RETENTION_DAYS (30) or over the quota.
 func (a *Agent) housekeeping() {
 	cut := time.Now().Add(-days("METNOS_SPOOL_RETENTION_DAYS", 14))
-	old, _ := filepath.Glob(filepath.Join(a.cfg.DataDir, "spool", "results", "*.json"))
-	for _, p := range old {
-		if fi, err := os.Stat(p); err == nil && fi.ModTime().Before(cut) {
-			a.log.Warn("dropping a result older than the spool retention", "file", p)
-			os.Remove(p)
-		}
+	for _, p := range a.spool.Expire(cut) {
+		a.log.Warn("dropped a result older than the spool retention", "file", p)
 	}
 	a.expireBlobs(days("METNOS_HISTORY_RETENTION_DAYS", 30))
 }

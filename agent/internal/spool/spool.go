@@ -214,6 +214,20 @@ func (s *Spool) DeadLetter(r Spooled, status int) error {
 	return nil
 }
 
+// Expire removes the spooled results written before cut, delivered or
+// not, and returns their files. Their ids stay executed.
+func (s *Spool) Expire(cut time.Time) []string {
+	old, _ := filepath.Glob(filepath.Join(s.dir, "results", "*.json"))
+	var gone []string
+	for _, p := range old {
+		if fi, err := os.Stat(p); err == nil && fi.ModTime().Before(cut) {
+			os.Remove(p)
+			gone = append(gone, p)
+		}
+	}
+	return gone
+}
+
 // Recover resolves the STARTED markers a crash left (§5.8, with the
 // stricter rule of issue 3): a marker whose result was spooled is
 // dropped; a read-only invocation of an executor that cannot write is

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSpoolFinishAndDeliver(t *testing.T) {
@@ -113,5 +114,33 @@ func TestUnsafeIDsGetSafeFileNames(t *testing.T) {
 		if n := fileName(id); !safeName.MatchString(n) {
 			t.Errorf("fileName(%q) = %q", id, n)
 		}
+	}
+}
+
+func TestExpire(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const old, recent = "inv-18ed65bd51bdc701fcd26b58", "inv-18ed65bd51bdc701fcd26b59"
+	var files []string
+	for _, id := range []string{old, recent} {
+		r, err := s.Finish(id, []byte(`{"invocation_id":"`+id+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, r.path)
+	}
+	then := time.Now().Add(-15 * 24 * time.Hour)
+	os.Chtimes(files[0], then, then)
+	if gone := s.Expire(time.Now().Add(-14 * 24 * time.Hour)); len(gone) != 1 || gone[0] != files[0] {
+		t.Errorf("expired %v, want %v", gone, files[:1])
+	}
+	if p, _ := s.Pending(); len(p) != 1 || p[0].ID != recent {
+		t.Errorf("pending %+v, want only %s", p, recent)
+	}
+	if !s.Executed(old) {
+		t.Error("an expired result's invocation is no longer executed")
 	}
 }
