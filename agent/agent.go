@@ -1,3 +1,17 @@
+// Package agent is a paired device's run loop (§6.2): it long-polls the
+// server, heartbeats, verifies each invocation and runs it once in the
+// sandbox, and delivers every result at least once.
+//
+// What it guarantees: an invocation runs at most once on this device
+// (the spool's ledger and STARTED markers, across restarts: one that
+// was running when the agent stopped is reported as
+// execution_outcome_unknown, never run again), every result is on disk
+// before it is sent and is sent, byte for byte, until the server
+// accepts or refuses it for good, and nothing runs that does not verify
+// against the pinned server key. What it does not: it never exits the
+// process (an overrun execution is reported to [Config.Watchdog]), and
+// it does not keep two agents of one user apart (the command's lock
+// file does).
 package agent
 
 import (
@@ -14,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/metnos/agent/agent/internal/spool"
 	"github.com/metnos/agent/audit"
 	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/fetch"
@@ -49,9 +64,13 @@ type Config struct {
 	// OnHeartbeat, when set, runs with every heartbeat (the tailnet
 	// node records its state then).
 	OnHeartbeat func(context.Context)
-	// Watchdog is called when an execution overruns its deadline by
-	// 10 s (§6.2 step 5). Nil exits the process with code 124, for the
-	// supervisor to restart it.
+	// Watchdog is called, on a goroutine of its own, when an execution
+	// overruns its deadline by 10 s (§6.2 step 5); the run goes on
+	// meanwhile. Nil means no watchdog: the agent waits for the run
+	// however long it takes. The agent never exits the process itself:
+	// the command's run passes a watchdog that logs and exits 124, for
+	// the supervisor to restart the agent (which then reports the
+	// invocation as execution_outcome_unknown).
 	Watchdog func(invocationID string)
 }
 
@@ -63,7 +82,7 @@ type Agent struct {
 	log     *slog.Logger
 	client  *client.Client
 	server  ed25519.PublicKey
-	spool   *Spool
+	spool   *spool.Spool
 	state   pairing.State
 	host    policy.Host
 	python  Python
@@ -74,6 +93,15 @@ type Agent struct {
 	shimSHA string
 	journal *undo.Journal
 	audit   *audit.Log
+
+	// outbox is what flush delivers: the spooled results not delivered
+	// yet, read from the spool once (at the first flush, or again after
+	// that read failed: loaded says whether it was) and then kept up to
+	// date as results are spooled, delivered and moved to dead-results.
+	// The spool on disk stays the source of truth after a restart. Only
+	// the Run goroutine touches them.
+	outbox []spool.Spooled
+	loaded bool
 }
 
 // ErrNotPaired is returned by [New] on a device that has no pairing.
@@ -115,7 +143,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	host.AgentDataDirs = append(host.AgentDataDirs, cfg.DataDir, cfg.CacheDir)
-	sp, err := OpenSpool(cfg.DataDir)
+	sp, err := spool.Open(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +199,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	backoff := time.Second
 	for ctx.Err() == nil {
 		block := a.cfg.Block
-		if !a.Flush(ctx) {
+		if !a.flush(ctx) {
 			// Results wait in the spool: come back soon to retry them
 			// rather than after a whole long-poll.
 			block = min(block, 2*time.Second)
@@ -194,7 +222,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		a.noteShim(resp.ShimSHA256)
 		if resp.Invocation != nil {
-			if err := a.Handle(ctx, resp.Invocation); err != nil {
+			if err := a.handle(ctx, resp.Invocation); err != nil {
 				// A malformed invocation counts as a failed poll (§6.2
 				// step 1): back off.
 				a.sleep(ctx, &backoff)
@@ -223,7 +251,7 @@ func (a *Agent) heartbeats(ctx context.Context) {
 	t := time.NewTicker(a.cfg.HeartbeatEvery)
 	defer t.Stop()
 	for {
-		if err := a.client.Heartbeat(ctx, a.Profile()); err != nil && ctx.Err() == nil {
+		if err := a.client.Heartbeat(ctx, a.profile()); err != nil && ctx.Err() == nil {
 			a.log.Warn("heartbeat failed", "err", err)
 		}
 		if a.cfg.OnHeartbeat != nil {
@@ -237,9 +265,9 @@ func (a *Agent) heartbeats(ctx context.Context) {
 	}
 }
 
-// Profile is the heartbeat's profile (§5.4), with the sandbox this
+// profile is the heartbeat's profile (§5.4), with the sandbox this
 // machine really gives and the Python executors run with.
-func (a *Agent) Profile() map[string]any {
+func (a *Agent) profile() map[string]any {
 	p := map[string]any{
 		"client_version": a.cfg.Version,
 		"cpu_count":      int64(runtime.NumCPU()),
@@ -262,18 +290,34 @@ func (a *Agent) Profile() map[string]any {
 	return p
 }
 
-// Flush delivers every spooled result, byte for byte (§5.5): accepted
+// spoolResult spools the result body of invocation id (durably, see
+// [spool.Spool.Finish]) and queues it for the next flush.
+func (a *Agent) spoolResult(id string, body []byte) error {
+	r, err := a.spool.Finish(id, body)
+	if err != nil {
+		return err
+	}
+	a.outbox = append(a.outbox, r)
+	return nil
+}
+
+// flush delivers every spooled result, byte for byte (§5.5): accepted
 // ones leave the spool, refused ones (4xx but 408, 423, 425, 429) go to
 // dead-results, and on a transport error or a retryable status it stops
 // until the next round. It reports whether the spool is now empty.
-func (a *Agent) Flush(ctx context.Context) bool {
-	pending, err := a.spool.Pending()
-	if err != nil {
-		a.log.Error("reading the spool", "err", err)
-		return false
+func (a *Agent) flush(ctx context.Context) bool {
+	if !a.loaded {
+		// Everything spooled so far is on disk, queued results included.
+		pending, err := a.spool.Pending()
+		if err != nil {
+			a.log.Error("reading the spool", "err", err)
+			return false
+		}
+		a.outbox, a.loaded = pending, true
 	}
 	empty := true
-	for _, r := range pending {
+	var kept []spool.Spooled
+	for i, r := range a.outbox {
 		err := a.client.Deliver(ctx, r.Body)
 		switch status := client.StatusOf(err); {
 		case err == nil:
@@ -284,19 +328,23 @@ func (a *Agent) Flush(ctx context.Context) bool {
 		case status == 0:
 			// The server is not there: the others would fail too.
 			a.log.Warn("result not delivered yet; kept in the spool", "invocation", r.ID, "err", err)
+			a.outbox = append(kept, a.outbox[i:]...)
 			return false
 		case client.Retryable(status):
 			// This one may be refused for now; the next may go through.
 			a.log.Warn("result not delivered yet; kept in the spool", "invocation", r.ID, "err", err)
+			kept = append(kept, r)
 			empty = false
 		default:
 			if derr := a.spool.DeadLetter(r, status); derr != nil {
 				a.log.Error("moving a refused result to dead-results", "invocation", r.ID, "err", derr)
+				a.outbox = append(kept, a.outbox[i:]...)
 				return false
 			}
 			a.log.Error("the server refused a result for good; kept in spool/dead-results", "invocation", r.ID, "status", status, "err", err)
 		}
 	}
+	a.outbox = kept
 	return empty
 }
 
@@ -305,12 +353,8 @@ func (a *Agent) Flush(ctx context.Context) bool {
 // METNOS_HISTORY_RETENTION_DAYS (30) or over the quota.
 func (a *Agent) housekeeping() {
 	cut := time.Now().Add(-days("METNOS_SPOOL_RETENTION_DAYS", 14))
-	old, _ := filepath.Glob(filepath.Join(a.cfg.DataDir, "spool", "results", "*.json"))
-	for _, p := range old {
-		if fi, err := os.Stat(p); err == nil && fi.ModTime().Before(cut) {
-			a.log.Warn("dropping a result older than the spool retention", "file", p)
-			os.Remove(p)
-		}
+	for _, p := range a.spool.Expire(cut) {
+		a.log.Warn("dropped a result older than the spool retention", "file", p)
 	}
 	a.expireBlobs(days("METNOS_HISTORY_RETENTION_DAYS", 30))
 }
@@ -323,10 +367,10 @@ func days(env string, def int) time.Duration {
 	return time.Duration(def) * 24 * time.Hour
 }
 
-// HistoryQuota is the blob quota METNOS_HISTORY_QUOTA_MB sets, in
+// historyQuota is the blob quota METNOS_HISTORY_QUOTA_MB sets, in
 // bytes: a positive number of MiB; "off" for none; unset, 0 (the
 // default share of the free space, see [undo.DefaultQuotaPercent]).
-func HistoryQuota() int64 {
+func historyQuota() int64 {
 	v := os.Getenv("METNOS_HISTORY_QUOTA_MB")
 	if v == "off" {
 		return -1
@@ -340,7 +384,7 @@ func HistoryQuota() int64 {
 // expireBlobs removes the backup blobs past retention or over the
 // quota; the journal records which changes lose their undo.
 func (a *Agent) expireBlobs(retention time.Duration) {
-	out, err := a.journal.Expire(undo.Expiry{History: a.History(), Retention: retention, Quota: HistoryQuota()})
+	out, err := a.journal.Expire(undo.Expiry{History: a.history(), Retention: retention, Quota: historyQuota()})
 	for _, x := range out {
 		log := a.log.Info
 		if len(x.Lost) > 0 {
@@ -361,8 +405,8 @@ func JournalDir(dataDir string) string { return filepath.Join(dataDir, "history"
 // whose data directory is dataDir: <data_dir>/shimdata/_history.
 func HistoryDir(dataDir string) string { return filepath.Join(dataDir, "shimdata", "_history") }
 
-// History is this agent's [HistoryDir].
-func (a *Agent) History() string { return HistoryDir(a.cfg.DataDir) }
+// history is this agent's [HistoryDir].
+func (a *Agent) history() string { return HistoryDir(a.cfg.DataDir) }
 
-// UserData is the executors' METNOS_USER_DATA: <data_dir>/shimdata.
-func (a *Agent) UserData() string { return filepath.Join(a.cfg.DataDir, "shimdata") }
+// userData is the executors' METNOS_USER_DATA: <data_dir>/shimdata.
+func (a *Agent) userData() string { return filepath.Join(a.cfg.DataDir, "shimdata") }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,10 +71,10 @@ func TestFlushStatuses(t *testing.T) {
 		}
 		a := testAgent(t, url)
 		body := []byte(`{"invocation_id":"inv-18ed65bd51bdc701fcd26b58","ok":true,"x":"città"}`)
-		if err := a.spool.Finish("inv-18ed65bd51bdc701fcd26b58", body); err != nil {
+		if err := a.spoolResult("inv-18ed65bd51bdc701fcd26b58", body); err != nil {
 			t.Fatal(err)
 		}
-		empty := a.Flush(context.Background())
+		empty := a.flush(context.Background())
 		if !tc.serverGone && string(got) != string(body) {
 			t.Errorf("status %d: sent %q, want the spooled bytes", tc.status, got)
 		}
@@ -136,8 +137,8 @@ func TestHistoryLinkNotFollowed(t *testing.T) {
 	os.MkdirAll(filepath.Join(victim, "2019"), 0o700)
 	os.WriteFile(filepath.Join(victim, "2019", "kid.jpg"), []byte("x"), 0o600)
 	os.Chtimes(filepath.Join(victim, "2019"), old, old)
-	hist := filepath.Join(a.UserData(), "_history")
-	os.MkdirAll(a.UserData(), 0o700)
+	hist := filepath.Join(a.userData(), "_history")
+	os.MkdirAll(a.userData(), 0o700)
 	if err := os.Symlink(victim, hist); err != nil {
 		t.Fatal(err)
 	}
@@ -171,11 +172,64 @@ func TestFlushPastRefusedForNow(t *testing.T) {
 	a := testAgent(t, srv.URL)
 	a.spool.Finish("inv-18ed65bd51bdc701fcd26b51", []byte(`{"invocation_id":"inv-18ed65bd51bdc701fcd26b51","x":"stuck"}`))
 	a.spool.Finish("inv-18ed65bd51bdc701fcd26b52", []byte(`{"invocation_id":"inv-18ed65bd51bdc701fcd26b52"}`))
-	if a.Flush(context.Background()) {
+	if a.flush(context.Background()) {
 		t.Fatal("Flush says the spool is empty")
 	}
 	pending, _ := a.spool.Pending()
 	if len(pending) != 1 || pending[0].ID != "inv-18ed65bd51bdc701fcd26b51" {
 		t.Fatalf("pending after the flush: %v", pending)
+	}
+}
+
+// TestOutbox: once the first flush has read the spool, a result spooled
+// since is delivered from memory; one refused for now is sent again, the
+// same bytes, once at each flush until the server accepts it, and then
+// no more.
+func TestOutbox(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	status := http.StatusServiceUnavailable
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, string(b))
+		w.WriteHeader(status)
+	}))
+	defer srv.Close()
+	a := testAgent(t, srv.URL)
+	ctx := context.Background()
+	if !a.flush(ctx) {
+		t.Fatal("the empty spool does not flush empty")
+	}
+	body := `{"invocation_id":"inv-18ed65bd51bdc701fcd26b58","ok":true}`
+	if err := a.spoolResult("inv-18ed65bd51bdc701fcd26b58", []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if a.flush(ctx) {
+			t.Fatal("a result refused for now counts as delivered")
+		}
+	}
+	mu.Lock()
+	status = http.StatusOK
+	mu.Unlock()
+	for range 2 {
+		if !a.flush(ctx) {
+			t.Fatal("the spool is not empty after the server accepted the result")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 3 {
+		t.Fatalf("the result was sent %d times, want 3 (twice refused, once accepted)", len(got))
+	}
+	for _, b := range got {
+		if b != body {
+			t.Errorf("sent %q, want the spooled bytes", b)
+		}
+	}
+	if pending, _ := a.spool.Pending(); len(pending) != 0 {
+		t.Errorf("left in the spool: %v", pending)
 	}
 }

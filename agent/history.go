@@ -7,19 +7,19 @@ import (
 	"regexp"
 	"slices"
 
+	"github.com/metnos/agent/agent/internal/result"
 	"github.com/metnos/agent/audit"
 	"github.com/metnos/agent/internal/fspath"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/undo"
-	"github.com/metnos/agent/wire"
 )
 
 // journaled reports whether an invocation goes into the history
 // journal: its executor can write or declares reverse patterns, or the
 // server says it is reversible.
-func journaled(inv wire.Invocation, m Manifest) bool {
-	r := inv.Reversibility
+func journaled(inv *invocation) bool {
+	r, m := inv.Reversibility, inv.ex.Manifest
 	return m.Facts.Writes() || len(m.Reverse()) > 0 || (r != "" && r != "read_only")
 }
 
@@ -36,8 +36,9 @@ func writeRoots(p policy.Policy) []string {
 }
 
 // beginJournal records an invocation about to run, if it is journaled.
-func (a *Agent) beginJournal(inv wire.Invocation, ex Executor, req sandbox.Request) error {
-	if !journaled(inv, ex.Manifest) {
+func (a *Agent) beginJournal(inv *invocation, req sandbox.Request) error {
+	ex := inv.ex
+	if !journaled(inv) {
 		return nil
 	}
 	var masks []string
@@ -45,14 +46,15 @@ func (a *Agent) beginJournal(inv wire.Invocation, ex Executor, req sandbox.Reque
 		masks = append(masks, m.Path)
 	}
 	return a.journal.Begin(undo.Begin{InvocationID: inv.ID, TurnID: inv.TurnID, Executor: ex.Name,
-		ManifestSHA256: inv.ManifestSHA256, Reverse: ex.Manifest.Reverse(), Roots: writeRoots(req.Policy), Masks: masks, History: a.History()})
+		ManifestSHA256: inv.ManifestSHA256, Reverse: ex.Manifest.Reverse(), Roots: writeRoots(req.Policy), Masks: masks, History: a.history()})
 }
 
 // finishJournal records a journaled invocation's outcome, says which
 // earlier changes it put back, and enforces the blob quota when it kept
 // blobs. A failure is logged: the result is already spooled.
-func (a *Agent) finishJournal(inv wire.Invocation, r Result) {
-	f, err := a.journal.Finish(inv.ID, undo.Outcome{OK: r.OK, ErrorClass: r.ErrorClass, Payload: r.Payload, Args: inv.Args})
+func (a *Agent) finishJournal(inv *invocation, r result.Result) {
+	// The journal reads only the strings of the arguments.
+	f, err := a.journal.Finish(inv.ID, undo.Outcome{OK: r.OK, ErrorClass: r.ErrorClass, Payload: r.Payload, Args: inv.strs})
 	if errors.Is(err, undo.ErrNotOpen) {
 		return // not journaled
 	}
@@ -71,10 +73,10 @@ func (a *Agent) finishJournal(inv wire.Invocation, r Result) {
 // auditRecord writes the audit line of an invocation whose result was
 // spooled: its body (what the server is sent) is the output measured.
 // A failure is logged; the result is not held back for it.
-func (a *Agent) auditRecord(inv wire.Invocation, r Result, body []byte) {
+func (a *Agent) auditRecord(inv *invocation, r result.Result, body []byte) {
 	err := a.audit.Write(audit.Record{InvocationID: inv.ID, TurnID: inv.TurnID, Executor: inv.Executor,
 		ManifestSHA256: inv.ManifestSHA256, Args: inv.Args, Output: body, DurationMS: r.ElapsedMS,
-		OK: r.OK, ErrorClass: r.ErrorClass, Sandbox: r.Sandbox, Policy: r.policy})
+		OK: r.OK, ErrorClass: r.ErrorClass, Sandbox: r.Sandbox, Policy: r.Policy})
 	if err != nil {
 		a.log.Error("could not write the audit record", "invocation", inv.ID, "err", err)
 	}
@@ -127,18 +129,19 @@ var blobName = regexp.MustCompile(`^([0-9a-f]{64})\.bin$`)
 // a blob): a blob whose bytes no longer have the SHA-256 it is named by
 // is refused before anything runs, so a corrupted blob is never
 // restored.
-func (a *Agent) checkBlobs(inv wire.Invocation) error {
-	history := a.History()
-	var err error
-	wire.WalkStrings(inv.Args, func(s string) {
-		if err != nil || !filepath.IsAbs(s) || !fspath.Within(filepath.Clean(s), history) {
+func (a *Agent) checkBlobs(inv *invocation) error {
+	history := a.history()
+	for _, s := range inv.strs {
+		if !filepath.IsAbs(s) || !fspath.Within(filepath.Clean(s), history) {
 			// Not a blob of the history folder (CheckBlob refuses a
 			// path that only looks inside it, with "..").
-			return
+			continue
 		}
 		if m := blobName.FindStringSubmatch(filepath.Base(s)); m != nil {
-			err = undo.CheckBlob(history, s, m[1])
+			if err := undo.CheckBlob(history, s, m[1]); err != nil {
+				return err
+			}
 		}
-	})
-	return err
+	}
+	return nil
 }

@@ -23,7 +23,7 @@ func TestJournalRecovery(t *testing.T) {
 		}
 	}
 	body := `{"invocation_id":"` + done + `","ok":true,"payload":{"results":[{"src":"/a/x.jpg","dst":"/a/2024/x.jpg"}],"dirs_created":["/a/2024"]}}`
-	if err := a.spool.Finish(done, []byte(body)); err != nil {
+	if _, err := a.spool.Finish(done, []byte(body)); err != nil {
 		t.Fatal(err)
 	}
 	a.Close()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -13,93 +14,125 @@ import (
 	"strings"
 	"time"
 
+	"github.com/metnos/agent/agent/internal/bundle"
+	"github.com/metnos/agent/agent/internal/result"
 	"github.com/metnos/agent/internal/fspath"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/wire"
 )
 
-// Handle takes one invocation from a poll response through §6.2:
-// shape, ledger, signature, id, then execution, and spools its result.
+// invocation is one invocation as the agent acts on it, parsed once at
+// the start of handle and passed down: the signed fields, its log, its
+// time limit and, once execute has them, the verified executor (its
+// manifest's facts parsed once, by the bundle cache) and what the
+// arguments are read for, each computed once.
+type invocation struct {
+	wire.Invocation
+	log *slog.Logger
+	// limit is the run's deadline_ms, at least a second.
+	limit time.Duration
+	// ex is the verified executor.
+	ex bundle.Executor
+	// strs are the strings of Args, walked once: the request's grants,
+	// the blob check and the journal read only these, and a list of
+	// them stands for Args wherever a walk of its strings would read it.
+	strs []string
+	// stdin is Args canonicalised: the executor's stdin.
+	stdin []byte
+}
+
+// readArgs reads the arguments for everything after it: their strings
+// and the executor's stdin.
+func (inv *invocation) readArgs() error {
+	stdin, err := wire.Canonical(inv.Args)
+	if err != nil {
+		return fmt.Errorf("executor %s: arguments: %w", inv.ex.Name, err)
+	}
+	inv.stdin = stdin
+	wire.WalkStrings(inv.Args, func(s string) { inv.strs = append(inv.strs, s) })
+	return nil
+}
+
+// handle takes one invocation from a poll response through §6.2:
+// shape, ledger, signature, id, then execution, and spools its result
+// for the next flush to deliver.
 // An invocation that fails its checks is not run; it gets a result with
 // error_class "invocation_refused", so that the server learns at once
 // rather than at its timeout, and so that nothing it sends can stall
 // the invocations after it.
-func (a *Agent) Handle(ctx context.Context, raw any) error {
-	inv, err := wire.ParseInvocation(raw)
+func (a *Agent) handle(ctx context.Context, raw any) error {
+	w, err := wire.ParseInvocation(raw)
 	if err != nil {
 		a.log.Error("the server sent an invocation of the wrong shape; ignored", "err", err)
 		return err
 	}
-	log := a.log.With("invocation", inv.ID, "executor", inv.Executor)
+	inv := &invocation{Invocation: w, log: a.log.With("invocation", w.ID, "executor", w.Executor),
+		limit: max(time.Duration(w.DeadlineMS)*time.Millisecond, time.Second)}
 	if !wire.ValidID(inv.ID) {
-		log.Error("refusing an invocation id the server cannot issue; not run, no result possible")
+		inv.log.Error("refusing an invocation id the server cannot issue; not run, no result possible")
 		return nil
 	}
 	if a.spool.Executed(inv.ID) {
-		log.Info("already executed on this device; not run again")
+		inv.log.Info("already executed on this device; not run again")
 		return nil
 	}
 	if err := inv.Verify(a.server); err != nil {
-		a.refuse(log, inv, fmt.Errorf("the invocation's signature is not the paired server's: %w", err))
+		a.refuse(inv, fmt.Errorf("the invocation's signature is not the paired server's: %w", err))
 		return nil
 	}
 	if err := wire.CheckID(inv.ID, time.Now()); err != nil {
-		a.refuse(log, inv, err)
+		a.refuse(inv, err)
 		return nil
 	}
 	r, keep := a.execute(ctx, inv)
 	if !keep {
-		log.Info("stopping before the run started; the server will hand the invocation out again")
+		inv.log.Info("stopping before the run started; the server will hand the invocation out again")
 		return nil
 	}
 	r.InvocationID, r.DeviceID = inv.ID, a.client.DeviceID()
-	body, cut, err := r.body()
+	body, cut, err := r.Encode()
 	if err != nil {
-		r = DeviceError(err)
+		r = result.DeviceError(err)
 		r.InvocationID, r.DeviceID = inv.ID, a.client.DeviceID()
 		body, _ = r.Body()
 	}
 	if cut {
-		log.Warn("the result was over the server's 4 MiB limit; its payload was dropped and the result says so")
+		inv.log.Warn("the result was over the server's 4 MiB limit; its payload was dropped and the result says so")
 	}
-	if err := a.spool.Finish(inv.ID, body); err != nil {
-		log.Error("could not spool the result", "err", err)
+	if err := a.spoolResult(inv.ID, body); err != nil {
+		inv.log.Error("could not spool the result", "err", err)
 		return nil
 	}
 	a.finishJournal(inv, r)
 	a.auditRecord(inv, r, body)
-	log.Info("executed", "ok", r.OK, "sandbox", r.Sandbox, "elapsed_ms", r.ElapsedMS, "error_class", r.ErrorClass)
-	a.Flush(ctx)
+	inv.log.Info("executed", "ok", r.OK, "sandbox", r.Sandbox, "elapsed_ms", r.ElapsedMS, "error_class", r.ErrorClass)
 	return nil
 }
 
 // refuse records and reports an invocation that is not run.
-func (a *Agent) refuse(log interface {
-	Warn(string, ...any)
-	Error(string, ...any)
-}, inv wire.Invocation, why error) {
-	log.Warn("invocation refused; not run", "err", why)
-	r := Result{InvocationID: inv.ID, DeviceID: a.client.DeviceID(), Entries: []any{}, Payload: map[string]any{},
+func (a *Agent) refuse(inv *invocation, why error) {
+	inv.log.Warn("invocation refused; not run", "err", why)
+	r := result.Result{InvocationID: inv.ID, DeviceID: a.client.DeviceID(), Entries: []any{}, Payload: map[string]any{},
 		Sandbox: "none", Error: "refused by the device: " + why.Error(), ErrorClass: "invocation_refused"}
 	body, err := r.Body()
 	if err == nil {
-		err = a.spool.Finish(inv.ID, body)
+		err = a.spoolResult(inv.ID, body)
 	}
 	if err != nil {
-		log.Error("could not spool the refusal", "err", err)
+		inv.log.Error("could not spool the refusal", "err", err)
 	}
 	a.auditRecord(inv, r, body)
 }
 
-// execute fetches and verifies the executor, writes the STARTED marker
-// and runs it under the watchdog.
-func (a *Agent) execute(ctx context.Context, inv wire.Invocation) (Result, bool) {
+// execute fetches and verifies the executor, reads the arguments,
+// writes the STARTED marker and runs it under the watchdog.
+func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bool) {
 	// Everything before the marker has no effect on the device: when the
 	// agent is asked to stop meanwhile, nothing is spooled, and the server
 	// hands the invocation out again later.
-	limit := max(time.Duration(inv.DeadlineMS)*time.Millisecond, time.Second)
-	ex, err := a.executor(ctx, inv)
+	var err error
+	inv.ex, err = a.executor(ctx, inv)
 	var shimDir string
 	if err == nil {
 		shimDir, err = a.ensureShim(ctx, false)
@@ -107,57 +140,55 @@ func (a *Agent) execute(ctx context.Context, inv wire.Invocation) (Result, bool)
 	if err == nil {
 		err = a.pyErr
 	}
+	if err == nil {
+		err = inv.readArgs()
+	}
 	var req sandbox.Request
 	if err == nil {
-		req, err = a.Request(inv, ex, shimDir, limit)
+		req, err = a.request(inv, shimDir, inv.limit)
 	}
 	if err != nil {
-		return DeviceError(err), ctx.Err() == nil
+		return result.DeviceError(err), ctx.Err() == nil
 	}
 	// A backup blob the run would restore must still be the bytes it
 	// was named after.
 	if err := a.checkBlobs(inv); err != nil {
-		return DeviceError(fmt.Errorf("executor %s not run: %w", ex.Name, err)), true
+		return result.DeviceError(fmt.Errorf("executor %s not run: %w", inv.ex.Name, err)), true
 	}
 	// The marker comes after the executor is known: whether it can
 	// write decides what a crash means (§12.6).
-	if err := a.spool.Start(inv.ID, inv.Reversibility, ex.Manifest.Facts.Writes()); err != nil {
-		return DeviceError(fmt.Errorf("writing the STARTED marker: %w", err)), true
+	if err := a.spool.Start(inv.ID, inv.Reversibility, inv.ex.Manifest.Facts.Writes()); err != nil {
+		return result.DeviceError(fmt.Errorf("writing the STARTED marker: %w", err)), true
 	}
-	if err := a.beginJournal(inv, ex, req); err != nil {
+	if err := a.beginJournal(inv, req); err != nil {
 		// Nothing ran yet; a change that could not be journaled is not made.
-		return DeviceError(fmt.Errorf("executor %s not run: %w", ex.Name, err)), true
+		return result.DeviceError(fmt.Errorf("executor %s not run: %w", inv.ex.Name, err)), true
 	}
-	dog := time.AfterFunc(limit+10*time.Second, func() {
-		if a.cfg.Watchdog != nil {
-			a.cfg.Watchdog(inv.ID)
-			return
-		}
-		a.log.Error("execution watchdog: the run did not end 10 s after its deadline; exiting 124 for the supervisor to restart the agent", "invocation", inv.ID)
-		os.Exit(124)
-	})
-	defer dog.Stop()
+	if a.cfg.Watchdog != nil {
+		dog := time.AfterFunc(inv.limit+10*time.Second, func() { a.cfg.Watchdog(inv.ID) })
+		defer dog.Stop()
+	}
 	// A started run is not cut short when the agent is asked to stop: it
 	// ends by itself or at its deadline, and its result is spooled.
-	return a.run(context.WithoutCancel(ctx), inv, ex, req, shimDir, limit), true
+	return a.run(context.WithoutCancel(ctx), inv, req, shimDir), true
 }
 
 // executor returns the verified executor, from the cache or fetched.
-func (a *Agent) executor(ctx context.Context, inv wire.Invocation) (Executor, error) {
-	ex, err := Cached(a.cfg.CacheDir, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
+func (a *Agent) executor(ctx context.Context, inv *invocation) (bundle.Executor, error) {
+	ex, err := bundle.Cached(a.cfg.CacheDir, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
 	switch {
 	case err == nil:
 		return ex, nil
-	case errors.Is(err, ErrUnverified):
+	case errors.Is(err, bundle.ErrUnverified):
 		a.log.Warn("a cached executor no longer verifies; fetching it again", "executor", inv.Executor, "err", err)
 	case !errors.Is(err, fs.ErrNotExist):
-		return Executor{}, err
+		return bundle.Executor{}, err
 	}
 	b, err := a.client.Executor(ctx, inv.Executor)
 	if err != nil {
-		return Executor{}, err
+		return bundle.Executor{}, err
 	}
-	return Materialize(a.cfg.CacheDir, b, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
+	return bundle.Materialize(a.cfg.CacheDir, b, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
 }
 
 // noteShim drops the loaded shim when the server announces another.
@@ -182,7 +213,7 @@ func (a *Agent) ensureShim(ctx context.Context, force bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dir, sha, err := InstallShim(a.cfg.CacheDir, b, a.server)
+	dir, sha, err := bundle.InstallShim(a.cfg.CacheDir, b, a.server)
 	if err != nil {
 		return "", err
 	}
@@ -218,31 +249,32 @@ var noModule = regexp.MustCompile(`No module named '([A-Za-z0-9_.]+)'`)
 // req and shimDir are what execute built (and journaled the grants of);
 // the request is built again only for the retry, with the shim the
 // self-heal fetched (once: it used to be fetched a second time here).
-func (a *Agent) run(ctx context.Context, inv wire.Invocation, ex Executor, req sandbox.Request, shimDir string, limit time.Duration) Result {
+func (a *Agent) run(ctx context.Context, inv *invocation, req sandbox.Request, shimDir string) result.Result {
+	ex, limit := inv.ex, inv.limit
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			// The self-heal below has fetched the shim into shimDir.
 			var err error
-			if req, err = a.Request(inv, ex, shimDir, limit-time.Since(start)); err != nil {
-				return DeviceError(err)
+			if req, err = a.request(inv, shimDir, limit-time.Since(start)); err != nil {
+				return result.DeviceError(err)
 			}
 		}
 		out, err := sandbox.Run(ctx, req)
 		if errors.Is(err, sandbox.ErrRefused) {
-			return DeviceError(fmt.Errorf("executor %s: minimum sandbox not satisfied: %w", ex.Name, err))
+			return result.DeviceError(fmt.Errorf("executor %s: minimum sandbox not satisfied: %w", ex.Name, err))
 		}
 		if err != nil {
-			return DeviceError(fmt.Errorf("executor %s: %w", ex.Name, err))
+			return result.DeviceError(fmt.Errorf("executor %s: %w", ex.Name, err))
 		}
-		var r Result
+		var r result.Result
 		switch {
 		case out.TimedOut:
-			r = Timeout(out.Sandbox)
+			r = result.Timeout(out.Sandbox)
 		case out.OOMKilled:
-			r = DeviceError(fmt.Errorf("executor %s was killed by the memory limit (%d MiB)", ex.Name, req.Limits.MemoryBytes>>20))
+			r = result.DeviceError(fmt.Errorf("executor %s was killed by the memory limit (%d MiB)", ex.Name, req.Limits.MemoryBytes>>20))
 		default:
-			r = FromStdout(out.Stdout)
+			r = result.FromStdout(out.Stdout)
 			if r.ErrorClass == "device_error" {
 				// Self-heal (§6.4), only for a module of the shim that is
 				// missing from this device's copy, and only once.
@@ -261,7 +293,7 @@ func (a *Agent) run(ctx context.Context, inv wire.Invocation, ex Executor, req s
 				r.Error += stderrTail(out.Stderr)
 			}
 		}
-		r.Sandbox, r.policy = out.Sandbox, out.Policy
+		r.Sandbox, r.Policy = out.Sandbox, out.Policy
 		r.ElapsedMS = time.Since(start).Milliseconds()
 		// Weaker than every layer the OS has (what this machine lacks,
 		// or a layer that failed for this run), or than the machine's
@@ -293,13 +325,15 @@ func stderrTail(b []byte) string {
 	return "; stderr: " + s
 }
 
-// Request builds the sandbox request of one invocation from the signed
+// request builds the sandbox request of one invocation from the signed
 // manifest and the arguments (§6.4, §8.1): the capabilities' grants,
 // the manifest's min_sandbox, the executor, the shim and the
 // interpreter read-only, the user data folder writable, a clean
-// environment, the arguments on stdin.
-func (a *Agent) Request(inv wire.Invocation, ex Executor, shimDir string, limit time.Duration) (sandbox.Request, error) {
-	data := a.UserData()
+// environment, the arguments on stdin. It reads the arguments as
+// [invocation.readArgs] left them.
+func (a *Agent) request(inv *invocation, shimDir string, limit time.Duration) (sandbox.Request, error) {
+	ex := inv.ex
+	data := a.userData()
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return sandbox.Request{}, fmt.Errorf("user data folder: %w", err)
 	}
@@ -322,9 +356,10 @@ func (a *Agent) Request(inv wire.Invocation, ex Executor, shimDir string, limit 
 	}
 	in := policy.DeriveInput{
 		Manifest: ex.Manifest.Facts,
-		Args:     inv.Args,
-		Extra:    extra,
-		Host:     a.host,
+		// Derive reads only the strings of the arguments.
+		Args:  inv.strs,
+		Extra: extra,
+		Host:  a.host,
 	}
 	pol, err := policy.Derive(in)
 	if err != nil {
@@ -339,14 +374,10 @@ func (a *Agent) Request(inv wire.Invocation, ex Executor, shimDir string, limit 
 			return sandbox.Request{}, fmt.Errorf("executor %s: %w", ex.Name, err)
 		}
 	}
-	stdin, err := wire.Canonical(inv.Args)
-	if err != nil {
-		return sandbox.Request{}, fmt.Errorf("executor %s: arguments: %w", ex.Name, err)
-	}
 	return sandbox.Request{
 		Argv:       []string{a.python.Path, ex.Entry},
-		Stdin:      stdin,
-		Env:        a.env(inv, ex, shimDir),
+		Stdin:      inv.stdin,
+		Env:        a.env(inv, shimDir),
 		Dir:        filepath.Join(data, "workspace"),
 		Policy:     pol,
 		Limits:     sandbox.Limits{Timeout: limit, MemoryBytes: a.cfg.MemoryBytes},
@@ -358,7 +389,7 @@ func (a *Agent) Request(inv wire.Invocation, ex Executor, shimDir string, limit 
 // env is the executor's environment (§6.4): a few inherited variables,
 // the Python settings, the server's env_injections, then the agent's
 // own variables, which win.
-func (a *Agent) env(inv wire.Invocation, ex Executor, shimDir string) []string {
+func (a *Agent) env(inv *invocation, shimDir string) []string {
 	vars := map[string]string{}
 	var order []string
 	set := func(k, v string) {
@@ -374,7 +405,7 @@ func (a *Agent) env(inv wire.Invocation, ex Executor, shimDir string) []string {
 		return def
 	}
 	set("PATH", getOr("PATH", "/usr/bin:/bin"))
-	set("PYTHONPATH", shimDir+string(os.PathListSeparator)+ex.Dir)
+	set("PYTHONPATH", shimDir+string(os.PathListSeparator)+inv.ex.Dir)
 	set("METNOS_RUNTIME", shimDir)
 	set("PYTHONDONTWRITEBYTECODE", "1")
 	set("PYTHONUTF8", "1")
@@ -383,12 +414,12 @@ func (a *Agent) env(inv wire.Invocation, ex Executor, shimDir string) []string {
 	set("HOME", a.host.Home)
 	for _, k := range slices.Sorted(maps.Keys(inv.Env)) {
 		if why := refusedEnv(k); why != "" {
-			a.log.Warn("env_injections: variable dropped", "invocation", inv.ID, "name", k, "why", why)
+			inv.log.Warn("env_injections: variable dropped", "name", k, "why", why)
 			continue
 		}
 		set(k, inv.Env[k])
 	}
-	data := a.UserData()
+	data := a.userData()
 	set("METNOS_USER_DATA", data)
 	set("METNOS_USER_STATE", filepath.Join(data, "state"))
 	set("METNOS_USER_CONFIG", filepath.Join(data, "config"))

@@ -23,9 +23,9 @@ type Python struct {
 	Note string `json:"note,omitempty"`
 }
 
-// RuntimeInterpreter is where the provisioned runtime's interpreter is
+// runtimeInterpreter is where the provisioned runtime's interpreter is
 // under the cache directory (protocol Appendix A: runtime/python).
-func RuntimeInterpreter(cacheDir string) string {
+func runtimeInterpreter(cacheDir string) string {
 	if runtime.GOOS == "windows" {
 		return filepath.Join(cacheDir, "runtime", "python", "python.exe")
 	}
@@ -45,7 +45,7 @@ func FindPython(cacheDir string) (Python, error) {
 		}
 		return pythonAt(p, "env:METNOS_PYTHON", "")
 	}
-	for _, p := range []string{RuntimeInterpreter(cacheDir), filepath.Join(cacheDir, "runtime", "python", "bin", "python")} {
+	for _, p := range []string{runtimeInterpreter(cacheDir), filepath.Join(cacheDir, "runtime", "python", "bin", "python")} {
 		if isFile(p) {
 			return pythonAt(p, "provisioned", "")
 		}

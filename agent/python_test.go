@@ -25,7 +25,7 @@ func TestFindPython(t *testing.T) {
 	if err != nil || p.Path != filepath.Join(real, "python3") || p.Source != "system:python3" || !strings.Contains(p.Note, shims) || p.Prefix != filepath.Join(dir, "py") {
 		t.Fatalf("system: %+v %v", p, err)
 	}
-	rt := RuntimeInterpreter(cache)
+	rt := runtimeInterpreter(cache)
 	os.MkdirAll(filepath.Dir(rt), 0o755)
 	os.WriteFile(rt, []byte("\x7fELF"), 0o755)
 	if p, err := FindPython(cache); err != nil || p.Source != "provisioned" || p.Path != rt {

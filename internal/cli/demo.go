@@ -123,8 +123,9 @@ func (d *demo) run(ctx context.Context, keep, verbose bool, stderr io.Writer) (e
 	if verbose {
 		errw = stderr
 	}
+	log := newLogger(logf, errw, slog.LevelInfo)
 	a, err := agent.New(agent.Config{Client: client.New(url, key, reg.DeviceID, nil), DataDir: data, CacheDir: cache, Version: version(),
-		Logger: newLogger(logf, errw, slog.LevelInfo)})
+		Logger: log, Watchdog: exitOnOverrun(log)})
 	if err != nil {
 		return err
 	}

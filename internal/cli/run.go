@@ -85,6 +85,7 @@ func runRun(std stdio, args []string) int {
 	},
 		DataDir: data, CacheDir: cache, Logger: log,
 		Version: version(), MinSandbox: policy.Level(minSandbox),
+		Watchdog: exitOnOverrun(log),
 	})
 	if err != nil {
 		log.Error("cannot start", "err", err)
@@ -96,6 +97,18 @@ func runRun(std stdio, args []string) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// exitOnOverrun is the agent's watchdog (§6.2 step 5): a run still
+// going 10 s after its deadline is out of the agent's hands, so the
+// process logs it and exits 124, as timeout(1), for the supervisor to
+// restart it; the restarted agent reports the invocation as
+// execution_outcome_unknown.
+func exitOnOverrun(log *slog.Logger) func(invocationID string) {
+	return func(id string) {
+		log.Error("execution watchdog: the run did not end 10 s after its deadline; exiting 124 for the supervisor to restart the agent", "invocation", id)
+		os.Exit(exitTimeout)
+	}
 }
 
 // installFromServer installs the runtime archive name as the paired

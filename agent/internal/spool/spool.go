@@ -1,4 +1,14 @@
-package agent
+// Package spool is a device's write-ahead state for exactly-once
+// execution and at-least-once delivery (§5.8), in <data_dir>/spool as
+// the Rust client keeps it.
+//
+// What it guarantees: a STARTED marker is on disk before a run starts,
+// a result body is on disk (fsynced) before it is reported spooled, and
+// a crash at any point leaves a marker or a spooled result, never
+// neither; [Spool.Recover] resolves what a crash left. What it does not:
+// it never sends anything (delivery is the agent's), and it assumes one
+// process at a time (the agent's lock file).
+package spool
 
 import (
 	"bufio"
@@ -13,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/metnos/agent/agent/internal/result"
 	"github.com/metnos/agent/internal/atomicfile"
 	"github.com/metnos/agent/wire"
 )
@@ -28,18 +39,18 @@ type Spool struct {
 	log      *os.File
 }
 
-// Marker is a STARTED marker. CanWrite is this agent's addition: an
+// marker is a STARTED marker. CanWrite is this agent's addition: an
 // executor that declared fs:write is never run again after a crash,
 // whatever its reversibility says (a marker without it counts as true).
-type Marker struct {
+type marker struct {
 	InvocationID   string `json:"invocation_id"`
 	Reversibility  string `json:"reversibility"`
 	StartedEpochMS int64  `json:"started_epoch_ms"`
 	CanWrite       *bool  `json:"can_write,omitempty"`
 }
 
-// MaxLedger is how many executed ids are kept in memory.
-const MaxLedger = 100000
+// maxLedger is how many executed ids are kept in memory.
+const maxLedger = 100000
 
 var safeName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
@@ -54,8 +65,8 @@ func fileName(id string) string {
 	return "id-" + hex.EncodeToString(sum[:20])
 }
 
-// OpenSpool opens (creating) the spool in dataDir and loads the ledger.
-func OpenSpool(dataDir string) (*Spool, error) {
+// Open opens (creating) the spool in dataDir and loads the ledger.
+func Open(dataDir string) (*Spool, error) {
 	dir := filepath.Join(dataDir, "spool")
 	for _, d := range []string{"results", "started", "dead-results"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
@@ -79,8 +90,8 @@ func OpenSpool(dataDir string) (*Spool, error) {
 			ids = append(ids, id)
 		}
 		f.Close()
-		if len(ids) > MaxLedger {
-			ids = ids[len(ids)-MaxLedger:]
+		if len(ids) > maxLedger {
+			ids = ids[len(ids)-maxLedger:]
 		}
 		for _, id := range ids {
 			s.executed[id] = true
@@ -112,7 +123,7 @@ func (s *Spool) Executed(id string) bool { return s.executed[id] }
 
 // Start writes the STARTED marker, durably, before the sandbox starts.
 func (s *Spool) Start(id, reversibility string, canWrite bool) error {
-	m := Marker{InvocationID: id, Reversibility: reversibility, StartedEpochMS: time.Now().UnixMilli(), CanWrite: &canWrite}
+	m := marker{InvocationID: id, Reversibility: reversibility, StartedEpochMS: time.Now().UnixMilli(), CanWrite: &canWrite}
 	b, _ := json.Marshal(m)
 	if err := atomicfile.WriteFile(filepath.Join(s.dir, "started", fileName(id)+".json"), b, 0o600); err != nil {
 		return err
@@ -127,17 +138,20 @@ func (s *Spool) Start(id, reversibility string, canWrite bool) error {
 // Finish spools the result body (durably), records id as executed and
 // removes its STARTED marker, in that order: a crash at any point leaves
 // either a marker (outcome unknown) or a spooled result, never neither.
-func (s *Spool) Finish(id string, body []byte) error {
-	if err := atomicfile.WriteFile(filepath.Join(s.dir, "results", fileName(id)+".json"), body, 0o600); err != nil {
-		return fmt.Errorf("spool: %w", err)
+// It returns the spooled result, as [Spool.Pending] would list it, for
+// delivery. On an error the result may or may not be spooled.
+func (s *Spool) Finish(id string, body []byte) (Spooled, error) {
+	p := filepath.Join(s.dir, "results", fileName(id)+".json")
+	if err := atomicfile.WriteFile(p, body, 0o600); err != nil {
+		return Spooled{}, fmt.Errorf("spool: %w", err)
 	}
 	if err := s.record(id); err != nil {
-		return err
+		return Spooled{}, err
 	}
 	if err := os.Remove(filepath.Join(s.dir, "started", fileName(id)+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("spool: %w", err)
+		return Spooled{}, fmt.Errorf("spool: %w", err)
 	}
-	return nil
+	return Spooled{ID: id, Body: body, path: p}, nil
 }
 
 func (s *Spool) record(id string) error {
@@ -200,6 +214,20 @@ func (s *Spool) DeadLetter(r Spooled, status int) error {
 	return nil
 }
 
+// Expire removes the spooled results written before cut, delivered or
+// not, and returns their files. Their ids stay executed.
+func (s *Spool) Expire(cut time.Time) []string {
+	old, _ := filepath.Glob(filepath.Join(s.dir, "results", "*.json"))
+	var gone []string
+	for _, p := range old {
+		if fi, err := os.Stat(p); err == nil && fi.ModTime().Before(cut) {
+			os.Remove(p)
+			gone = append(gone, p)
+		}
+	}
+	return gone
+}
+
 // Recover resolves the STARTED markers a crash left (§5.8, with the
 // stricter rule of issue 3): a marker whose result was spooled is
 // dropped; a read-only invocation of an executor that cannot write is
@@ -211,7 +239,7 @@ func (s *Spool) Recover(deviceID string) ([]string, error) {
 	var unknown []string
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
-		var m Marker
+		var m marker
 		if err != nil || json.Unmarshal(b, &m) != nil || m.InvocationID == "" {
 			return unknown, fmt.Errorf("spool: STARTED marker %s is unreadable; an invocation may have been interrupted (inspect it, then remove it)", p)
 		}
@@ -226,7 +254,7 @@ func (s *Spool) Recover(deviceID string) ([]string, error) {
 			}
 		case m.Reversibility == "read_only" && !canWrite:
 		default:
-			r := Result{InvocationID: m.InvocationID, DeviceID: deviceID, Entries: []any{}, Sandbox: "unknown_after_restart",
+			r := result.Result{InvocationID: m.InvocationID, DeviceID: deviceID, Entries: []any{}, Sandbox: "unknown_after_restart",
 				Payload:    map[string]any{"effect_status": "unknown", "recovery": "write_ahead_no_reexecution"},
 				Error:      "the agent stopped while this invocation was running; it is not run again, and its effects are unknown",
 				ErrorClass: "execution_outcome_unknown"}
@@ -234,7 +262,7 @@ func (s *Spool) Recover(deviceID string) ([]string, error) {
 			if err != nil {
 				return unknown, err
 			}
-			if err := s.Finish(m.InvocationID, body); err != nil {
+			if _, err := s.Finish(m.InvocationID, body); err != nil {
 				return unknown, err
 			}
 			unknown = append(unknown, m.InvocationID)

@@ -1,4 +1,4 @@
-package agent
+package bundle
 
 import (
 	"crypto/ed25519"

@@ -1,15 +1,16 @@
-package agent
+package spool
 
 import (
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSpoolFinishAndDeliver(t *testing.T) {
 	data := t.TempDir()
-	s, err := OpenSpool(data)
+	s, err := Open(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -18,14 +19,15 @@ func TestSpoolFinishAndDeliver(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := []byte(`{"invocation_id":"` + id + `","ok":true}`)
-	if err := s.Finish(id, body); err != nil {
+	spooled, err := s.Finish(id, body)
+	if err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
 
 	// A restart: the id is executed, the same bytes are pending, and no
 	// marker is left.
-	s, err = OpenSpool(data)
+	s, err = Open(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,6 +38,10 @@ func TestSpoolFinishAndDeliver(t *testing.T) {
 	p, _ := s.Pending()
 	if len(p) != 1 || string(p[0].Body) != string(body) {
 		t.Fatalf("pending %+v", p)
+	}
+	// Finish handed back what Pending lists after a restart.
+	if spooled.ID != p[0].ID || string(spooled.Body) != string(p[0].Body) || spooled.path != p[0].path {
+		t.Errorf("Finish returned %+v, Pending lists %+v", spooled, p[0])
 	}
 	if unknown, err := s.Recover("dev"); err != nil || len(unknown) != 0 {
 		t.Errorf("recover: %v %v", unknown, err)
@@ -64,14 +70,14 @@ func TestRecoverAfterCrash(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			data := t.TempDir()
-			s, _ := OpenSpool(data)
+			s, _ := Open(data)
 			id := "inv-durable-" + strings.Repeat("ab", 16)
 			if err := s.Start(id, c.rev, c.canWrite); err != nil {
 				t.Fatal(err)
 			}
 			s.Close() // kill -9 here
 
-			s, err := OpenSpool(data)
+			s, err := Open(data)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,7 +104,7 @@ func TestDamagedLedgerRefusesToStart(t *testing.T) {
 	data := t.TempDir()
 	os.MkdirAll(filepath.Join(data, "spool"), 0o700)
 	os.WriteFile(filepath.Join(data, "spool", "executed.log"), []byte("inv-18ed65bd51bdc701fcd26b58\n../../etc/passwd\n"), 0o600)
-	if _, err := OpenSpool(data); err == nil || !strings.Contains(err.Error(), "damaged") {
+	if _, err := Open(data); err == nil || !strings.Contains(err.Error(), "damaged") {
 		t.Errorf("got %v", err)
 	}
 }
@@ -108,5 +114,33 @@ func TestUnsafeIDsGetSafeFileNames(t *testing.T) {
 		if n := fileName(id); !safeName.MatchString(n) {
 			t.Errorf("fileName(%q) = %q", id, n)
 		}
+	}
+}
+
+func TestExpire(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const old, recent = "inv-18ed65bd51bdc701fcd26b58", "inv-18ed65bd51bdc701fcd26b59"
+	var files []string
+	for _, id := range []string{old, recent} {
+		r, err := s.Finish(id, []byte(`{"invocation_id":"`+id+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, r.path)
+	}
+	then := time.Now().Add(-15 * 24 * time.Hour)
+	os.Chtimes(files[0], then, then)
+	if gone := s.Expire(time.Now().Add(-14 * 24 * time.Hour)); len(gone) != 1 || gone[0] != files[0] {
+		t.Errorf("expired %v, want %v", gone, files[:1])
+	}
+	if p, _ := s.Pending(); len(p) != 1 || p[0].ID != recent {
+		t.Errorf("pending %+v, want only %s", p, recent)
+	}
+	if !s.Executed(old) {
+		t.Error("an expired result's invocation is no longer executed")
 	}
 }

@@ -1,7 +1,15 @@
-// Package agent is the device side of the Metnos protocol: the run loop
-// (poll, heartbeat, spool, ledger) and the executor and shim caches it
-// runs invocations from.
-package agent
+// Package bundle is a device's cache of what the server signs and the
+// agent runs: executors (§6.3), in <cache>/executors/<name>-<sha16>, and
+// the shim (§6.4), in <cache>/shim.
+//
+// What it guarantees: nothing is written to the cache, and nothing is
+// returned from it, that does not verify against the pinned server key
+// and the invocation's digests; a cache entry is verified again on every
+// use, and one that no longer verifies is deleted. A failed
+// verification wraps [ErrUnverified]. What it does not: it fetches
+// nothing (the caller hands it the bundles the server sent), and it
+// installs no dependencies (an executor that declares some is refused).
+package bundle
 
 import (
 	"crypto/ed25519"
@@ -77,9 +85,9 @@ var ErrUnverified = errors.New("executor does not verify")
 
 var digestRule = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
 
-// CheckRequest applies the rules the client checks before asking the
+// checkRequest applies the rules the client checks before asking the
 // server for an executor (§5.6): the name's shape and 64-hex digests.
-func CheckRequest(name, manifestSHA, codeSHA string) error {
+func checkRequest(name, manifestSHA, codeSHA string) error {
 	if !wire.ValidExecutorName(name) {
 		return fmt.Errorf("executor name %q is not one the server serves", name)
 	}
@@ -89,8 +97,8 @@ func CheckRequest(name, manifestSHA, codeSHA string) error {
 	return nil
 }
 
-// CacheDirName is the executor's directory in <cache>/executors.
-func CacheDirName(name, manifestSHA string) string {
+// cacheDirName is the executor's directory in <cache>/executors.
+func cacheDirName(name, manifestSHA string) string {
 	return name + "-" + strings.ToLower(manifestSHA)[:16]
 }
 
@@ -140,7 +148,7 @@ func verify(name, manifestSHA, codeSHA string, manifest, sig []byte, code func(s
 // into cacheDir/executors/<name>-<sha16>, through a .tmp directory and a
 // rename, replacing what was there.
 func Materialize(cacheDir string, b wire.ExecutorBundle, name, manifestSHA, codeSHA string, server ed25519.PublicKey) (Executor, error) {
-	if err := CheckRequest(name, manifestSHA, codeSHA); err != nil {
+	if err := checkRequest(name, manifestSHA, codeSHA); err != nil {
 		return Executor{}, err
 	}
 	if b.Name != name {
@@ -165,7 +173,7 @@ func Materialize(cacheDir string, b wire.ExecutorBundle, name, manifestSHA, code
 	if err != nil {
 		return Executor{}, err
 	}
-	dir := filepath.Join(cacheDir, "executors", CacheDirName(name, manifestSHA))
+	dir := filepath.Join(cacheDir, "executors", cacheDirName(name, manifestSHA))
 	tmp := dir + ".tmp"
 	if err := os.RemoveAll(tmp); err != nil {
 		return Executor{}, fmt.Errorf("executor %s: %w", name, err)
@@ -203,10 +211,10 @@ func Materialize(cacheDir string, b wire.ExecutorBundle, name, manifestSHA, code
 // the error wraps [ErrUnverified]: fetch it again. A missing entry is
 // reported with [os.ErrNotExist].
 func Cached(cacheDir, name, manifestSHA, codeSHA string, server ed25519.PublicKey) (Executor, error) {
-	if err := CheckRequest(name, manifestSHA, codeSHA); err != nil {
+	if err := checkRequest(name, manifestSHA, codeSHA); err != nil {
 		return Executor{}, err
 	}
-	dir := filepath.Join(cacheDir, "executors", CacheDirName(name, manifestSHA))
+	dir := filepath.Join(cacheDir, "executors", cacheDirName(name, manifestSHA))
 	manifest, err := os.ReadFile(filepath.Join(dir, "manifest.toml"))
 	if err != nil {
 		return Executor{}, fmt.Errorf("executor %s: %w", name, err)

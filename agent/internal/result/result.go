@@ -1,4 +1,12 @@
-package agent
+// Package result is the message a device POSTs to /agent/result
+// (§6.6): how an executor's stdout maps to it, the results the device
+// makes itself (timeout, device error, outcome unknown), and the exact
+// bytes it is sent as.
+//
+// A body is compact JSON with sorted keys and no HTML escaping, never
+// over [MaxResultBytes]: the server verifies the raw bytes. The package
+// neither spools nor sends a result; see the agent's spool for that.
+package result
 
 import (
 	"bytes"
@@ -30,9 +38,9 @@ type Result struct {
 	Error                  string
 	ErrorClass             string
 
-	// policy is the fingerprint of the sandbox Policy the run had, for
+	// Policy is the fingerprint of the sandbox Policy the run had, for
 	// the audit log; it is not sent.
-	policy string
+	Policy string
 }
 
 // FromStdout maps an executor's stdout to a Result (§6.5): stdout must
@@ -102,13 +110,14 @@ func DeviceError(err error) Result {
 // error_class ("result_too_large"), rather than being refused by the
 // server and lost.
 func (r Result) Body() ([]byte, error) {
-	b, _, err := r.body()
+	b, _, err := r.Encode()
 	return b, err
 }
 
-// body is Body, and says whether the payload was cut.
-func (r Result) body() ([]byte, bool, error) {
-	b, err := r.encode()
+// Encode is [Result.Body], and also reports whether the payload was cut
+// to fit under [MaxResultBytes].
+func (r Result) Encode() (body []byte, cut bool, err error) {
+	b, err := r.marshal()
 	if err != nil || len(b) <= MaxResultBytes {
 		return b, false, err
 	}
@@ -116,11 +125,12 @@ func (r Result) body() ([]byte, bool, error) {
 	r.OK, r.Entries, r.Payload, r.NProcessed = false, []any{}, map[string]any{}, 0
 	r.Error = fmt.Sprintf("the result was %d bytes, over the server's %d-byte limit: its payload was dropped on the device", size, MaxResultBytes)
 	r.ErrorClass = "result_too_large"
-	b, err = r.encode()
+	b, err = r.marshal()
 	return b, true, err
 }
 
-func (r Result) encode() ([]byte, error) {
+// marshal is the body of r as it is, however large.
+func (r Result) marshal() ([]byte, error) {
 	m := map[string]any{
 		"invocation_id": r.InvocationID,
 		"device_id":     r.DeviceID,
