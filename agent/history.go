@@ -64,7 +64,7 @@ func (a *Agent) finishJournal(inv wire.Invocation, r Result) {
 		a.log.Info("this invocation put back changes of an earlier one", "invocation", inv.ID, "undid", id)
 	}
 	if f.KeptBlobs {
-		a.expireBlobs(days("METNOS_HISTORY_RETENTION_DAYS", 30))
+		a.expireBlobs(a.cfg.HistoryRetention)
 	}
 }
 
