@@ -56,13 +56,14 @@ func newService(std stdio, dryRun bool) (*service.Manager, error) {
 	// USERDOMAIN\USERNAME on Windows, USER elsewhere, when the user
 	// database gives no name.
 	s.User = e.cfg.User
+	s.Home = e.lay.Home
 	if goruntime.GOOS == "windows" {
 		if u, err := user.Current(); err == nil {
 			s.User = u.Username // DOMAIN\name
 		}
 		return s, nil
 	}
-	if s.Home = e.lay.Home; s.Home == "" {
+	if s.Home == "" {
 		return nil, errors.New("the home folder is not known: set $HOME")
 	}
 	if c := e.cfg.Paths.XDGConfigHome; filepath.IsAbs(c) {
