@@ -21,10 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"runtime"
-	"strconv"
 	"sync"
 	"time"
 
@@ -32,6 +29,7 @@ import (
 	"github.com/metnos/agent/audit"
 	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/fetch"
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
@@ -41,9 +39,30 @@ import (
 // Config is what an [Agent] runs with. Zero fields take the protocol's
 // defaults (Appendix C).
 type Config struct {
-	// DataDir and CacheDir are the Rust client's directories
-	// (pairing.DataDir, pairing.CacheDir).
-	DataDir, CacheDir string
+	// Layout is where the agent keeps everything: its data and cache
+	// folders (the Rust client's) and the files in them.
+	Layout layout.Layout
+	// Host describes this device to the policy: the home folder, the
+	// session's sockets and the agent's own folders, which every
+	// executor's policy masks.
+	Host policy.Host
+	// Sandbox are the sandbox's settings, passed to every run.
+	Sandbox sandbox.Options
+	// Python is the interpreter executors run with whatever else is
+	// installed (METNOS_PYTHON); "" looks for one (see [FindPython]).
+	Python string
+	// Path is the agent's PATH: where [FindPython] looks, and the start
+	// of an executor's PATH ("": /usr/bin:/bin). Lang is the executors'
+	// LANG ("": C.UTF-8).
+	Path, Lang string
+	// SpoolRetention is how long an undelivered result stays in the
+	// spool (0: 14 days); HistoryRetention how long backup blobs are
+	// kept (0: 30 days).
+	SpoolRetention, HistoryRetention time.Duration
+	// HistoryQuota is the most the backup blobs may take, in bytes: 0
+	// for the default share of the free space (see
+	// [undo.DefaultQuotaPercent]), negative for no quota.
+	HistoryQuota int64
 	// Client carries every request to the paired server (required; the
 	// command's connect step makes it, over the OS network or the
 	// embedded tailnet).
@@ -58,8 +77,7 @@ type Config struct {
 	// Block is the long-poll time (25 s), HeartbeatEvery the heartbeat
 	// period (30 s).
 	Block, HeartbeatEvery time.Duration
-	// MemoryBytes caps each run's memory (0: $METNOS_EXEC_MEM_MB, else
-	// the sandbox default).
+	// MemoryBytes caps each run's memory (0: the sandbox default).
 	MemoryBytes int64
 	// OnHeartbeat, when set, runs with every heartbeat (the tailnet
 	// node records its state then).
@@ -119,12 +137,13 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.HeartbeatEvery == 0 {
 		cfg.HeartbeatEvery = 30 * time.Second
 	}
-	if cfg.MemoryBytes == 0 {
-		if mb, err := strconv.ParseInt(os.Getenv("METNOS_EXEC_MEM_MB"), 10, 64); err == nil && mb > 0 {
-			cfg.MemoryBytes = mb << 20
-		}
+	if cfg.SpoolRetention == 0 {
+		cfg.SpoolRetention = 14 * 24 * time.Hour
 	}
-	st, err := pairing.LoadState(cfg.DataDir)
+	if cfg.HistoryRetention == 0 {
+		cfg.HistoryRetention = 30 * 24 * time.Hour
+	}
+	st, err := pairing.LoadState(cfg.Layout.Data)
 	if err != nil {
 		return nil, err
 	}
@@ -138,12 +157,8 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Client == nil || cfg.Client.DeviceID() != *st.DeviceID {
 		return nil, errors.New("agent: the server client is not the paired device's")
 	}
-	host, err := policy.HostFromEnv()
-	if err != nil {
-		return nil, err
-	}
-	host.AgentDataDirs = append(host.AgentDataDirs, cfg.DataDir, cfg.CacheDir)
-	sp, err := spool.Open(cfg.DataDir)
+	host := cfg.Host
+	sp, err := spool.Open(cfg.Layout.Data)
 	if err != nil {
 		return nil, err
 	}
@@ -153,10 +168,10 @@ func New(cfg Config) (*Agent, error) {
 		a.log.Warn("an invocation was running when the agent stopped; it will not run again and is reported as execution_outcome_unknown", "invocation", id)
 	}
 	if err == nil {
-		a.journal, err = undo.Open(JournalDir(cfg.DataDir))
+		a.journal, err = undo.Open(cfg.Layout.Journal())
 	}
 	if err == nil {
-		a.audit, err = audit.Open(filepath.Join(cfg.DataDir, audit.DirName))
+		a.audit, err = audit.Open(cfg.Layout.Audit())
 	}
 	if err == nil {
 		err = a.recoverJournal(unknown)
@@ -169,13 +184,13 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a.housekeeping()
-	a.python, a.pyErr = FindPython(cfg.CacheDir)
+	a.python, a.pyErr = FindPython(cfg.Layout, cfg.Python, cfg.Path)
 	if a.pyErr != nil {
 		a.log.Warn("no Python for executors", "err", a.pyErr)
 	} else {
 		a.log.Info("python", "path", a.python.Path, "source", a.python.Source, "note", a.python.Note)
 	}
-	a.best = sandbox.PlanFor(policy.Policy{}, policy.LevelNone).Best
+	a.best = sandbox.PlanFor(cfg.Sandbox, policy.Policy{}, policy.LevelNone).Best
 	return a, nil
 }
 
@@ -276,7 +291,7 @@ func (a *Agent) profile() map[string]any {
 		"sandbox_level":  a.best,
 		"agent":          "metnos-agent",
 	}
-	for _, d := range fetch.Downloading(a.cfg.CacheDir) {
+	for _, d := range fetch.Downloading(a.cfg.Layout.Cache) {
 		// A runtime download under way (or left half-way).
 		p["runtime_download"] = fmt.Sprintf("%s: %d/%d bytes", d.URL, d.Done, d.Total)
 	}
@@ -349,42 +364,20 @@ func (a *Agent) flush(ctx context.Context) bool {
 }
 
 // housekeeping applies the retention rules at start: spooled results
-// older than METNOS_SPOOL_RETENTION_DAYS (14), and backup blobs past
-// METNOS_HISTORY_RETENTION_DAYS (30) or over the quota.
+// older than Config.SpoolRetention, and backup blobs past
+// Config.HistoryRetention or over the quota.
 func (a *Agent) housekeeping() {
-	cut := time.Now().Add(-days("METNOS_SPOOL_RETENTION_DAYS", 14))
+	cut := time.Now().Add(-a.cfg.SpoolRetention)
 	for _, p := range a.spool.Expire(cut) {
 		a.log.Warn("dropped a result older than the spool retention", "file", p)
 	}
-	a.expireBlobs(days("METNOS_HISTORY_RETENTION_DAYS", 30))
-}
-
-// days reads a positive number of days from env, else def.
-func days(env string, def int) time.Duration {
-	if n, err := strconv.Atoi(os.Getenv(env)); err == nil && n > 0 {
-		def = n
-	}
-	return time.Duration(def) * 24 * time.Hour
-}
-
-// historyQuota is the blob quota METNOS_HISTORY_QUOTA_MB sets, in
-// bytes: a positive number of MiB; "off" for none; unset, 0 (the
-// default share of the free space, see [undo.DefaultQuotaPercent]).
-func historyQuota() int64 {
-	v := os.Getenv("METNOS_HISTORY_QUOTA_MB")
-	if v == "off" {
-		return -1
-	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 {
-		return n << 20
-	}
-	return 0
+	a.expireBlobs(a.cfg.HistoryRetention)
 }
 
 // expireBlobs removes the backup blobs past retention or over the
 // quota; the journal records which changes lose their undo.
 func (a *Agent) expireBlobs(retention time.Duration) {
-	out, err := a.journal.Expire(undo.Expiry{History: a.history(), Retention: retention, Quota: historyQuota()})
+	out, err := a.journal.Expire(undo.Expiry{History: a.history(), Retention: retention, Quota: a.cfg.HistoryQuota})
 	for _, x := range out {
 		log := a.log.Info
 		if len(x.Lost) > 0 {
@@ -397,16 +390,9 @@ func (a *Agent) expireBlobs(retention time.Duration) {
 	}
 }
 
-// JournalDir is where the history journal of the agent whose data
-// directory is dataDir lives.
-func JournalDir(dataDir string) string { return filepath.Join(dataDir, "history") }
+// history is the backup blob folder executors write (the layout's
+// Blobs).
+func (a *Agent) history() string { return a.cfg.Layout.Blobs() }
 
-// HistoryDir is the backup blob folder executors write, for the agent
-// whose data directory is dataDir: <data_dir>/shimdata/_history.
-func HistoryDir(dataDir string) string { return filepath.Join(dataDir, "shimdata", "_history") }
-
-// history is this agent's [HistoryDir].
-func (a *Agent) history() string { return HistoryDir(a.cfg.DataDir) }
-
-// userData is the executors' METNOS_USER_DATA: <data_dir>/shimdata.
-func (a *Agent) userData() string { return filepath.Join(a.cfg.DataDir, "shimdata") }
+// userData is the executors' METNOS_USER_DATA (the layout's UserData).
+func (a *Agent) userData() string { return a.cfg.Layout.UserData() }

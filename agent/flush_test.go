@@ -15,7 +15,10 @@ import (
 	"time"
 
 	"github.com/metnos/agent/client"
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/pairing"
+	"github.com/metnos/agent/policy"
+	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/wire"
 )
 
@@ -34,7 +37,12 @@ func testAgent(t *testing.T, url string) *Agent {
 	if err := pairing.SaveState(data, pairing.State{DeviceID: &id, ServerURL: &url, ServerPublicKey: &k}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(Config{DataDir: data, CacheDir: filepath.Join(dir, "cache"), Client: client.New(url, key, id, nil)})
+	// What the command line passes from its environment and layout.
+	lay := layout.Layout{Data: data, Cache: filepath.Join(dir, "cache"), Home: dir}
+	a, err := New(Config{Layout: lay, Client: client.New(url, key, id, nil),
+		Host:   policy.Host{Home: dir, UID: os.Getuid(), AgentDataDirs: lay.AgentDirs()},
+		Python: os.Getenv("METNOS_PYTHON"), Path: os.Getenv("PATH"),
+		Sandbox: sandbox.Options{SearchPath: os.Getenv("PATH"), Bwrap: os.Getenv("METNOS_BWRAP")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +87,7 @@ func TestFlushStatuses(t *testing.T) {
 			t.Errorf("status %d: sent %q, want the spooled bytes", tc.status, got)
 		}
 		pending, _ := a.spool.Pending()
-		dead, _ := filepath.Glob(filepath.Join(a.cfg.DataDir, "spool", "dead-results", "*"))
+		dead, _ := filepath.Glob(filepath.Join(a.cfg.Layout.Data, "spool", "dead-results", "*"))
 		if (len(pending) == 1) != tc.kept || (len(dead) == 1) != tc.dead || empty == tc.kept {
 			t.Errorf("status %d (gone %v): pending %d, dead %v, empty %v", tc.status, tc.serverGone, len(pending), dead, empty)
 		}
@@ -97,7 +105,7 @@ func TestFlushStatuses(t *testing.T) {
 // are removed; newer ones stay.
 func TestRetention(t *testing.T) {
 	a := testAgent(t, "http://127.0.0.1:1")
-	data := a.cfg.DataDir
+	data := a.cfg.Layout.Data
 	old := time.Now().Add(-40 * 24 * time.Hour)
 	files := map[string]bool{ // path -> kept
 		filepath.Join(data, "spool", "results", "inv-18ed65bd51bdc701fcd26b58.json"): false,

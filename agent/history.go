@@ -66,7 +66,7 @@ func (a *Agent) finishJournal(inv *invocation, r result.Result) {
 		a.log.Info("this invocation put back changes of an earlier one", "invocation", inv.ID, "undid", id)
 	}
 	if f.KeptBlobs {
-		a.expireBlobs(days("METNOS_HISTORY_RETENTION_DAYS", 30))
+		a.expireBlobs(a.cfg.HistoryRetention)
 	}
 }
 

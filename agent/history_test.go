@@ -32,7 +32,7 @@ func TestJournalRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	j, err := undo.Load(JournalDir(b.cfg.DataDir))
+	j, err := undo.Load(b.cfg.Layout.Journal())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestJournalRecovery(t *testing.T) {
 	if e, _ := j.Entry(cut); e.State() != "interrupted" {
 		t.Fatalf("the entry whose run was cut short: %s", e.State())
 	}
-	if n, _ := filepath.Glob(filepath.Join(b.cfg.DataDir, "audit", "*.jsonl")); len(n) != 1 {
+	if n, _ := filepath.Glob(filepath.Join(b.cfg.Layout.Data, "audit", "*.jsonl")); len(n) != 1 {
 		t.Fatalf("no audit line for the run cut short: %v", n)
 	}
 }

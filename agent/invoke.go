@@ -175,7 +175,7 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 
 // executor returns the verified executor, from the cache or fetched.
 func (a *Agent) executor(ctx context.Context, inv *invocation) (bundle.Executor, error) {
-	ex, err := bundle.Cached(a.cfg.CacheDir, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
+	ex, err := bundle.Cached(a.cfg.Layout.Cache, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
 	switch {
 	case err == nil:
 		return ex, nil
@@ -188,7 +188,7 @@ func (a *Agent) executor(ctx context.Context, inv *invocation) (bundle.Executor,
 	if err != nil {
 		return bundle.Executor{}, err
 	}
-	return bundle.Materialize(a.cfg.CacheDir, b, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
+	return bundle.Materialize(a.cfg.Layout.Cache, b, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
 }
 
 // noteShim drops the loaded shim when the server announces another.
@@ -213,7 +213,7 @@ func (a *Agent) ensureShim(ctx context.Context, force bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dir, sha, err := bundle.InstallShim(a.cfg.CacheDir, b, a.server)
+	dir, sha, err := bundle.InstallShim(a.cfg.Layout.Cache, b, a.server)
 	if err != nil {
 		return "", err
 	}
@@ -337,10 +337,9 @@ func (a *Agent) request(inv *invocation, shimDir string, limit time.Duration) (s
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return sandbox.Request{}, fmt.Errorf("user data folder: %w", err)
 	}
-	for _, d := range []string{"state", "config", "workspace"} {
+	for _, p := range []string{a.cfg.Layout.UserState(), a.cfg.Layout.UserConfig(), a.cfg.Layout.Workspace()} {
 		// Executors write shimdata: a link in place of one of these is
 		// theirs, and is replaced rather than followed.
-		p := filepath.Join(data, d)
 		if fi, err := os.Lstat(p); err == nil && !fi.IsDir() {
 			a.log.Warn("replacing what an executor left in place of a user data folder", "path", p)
 			os.Remove(p)
@@ -369,7 +368,7 @@ func (a *Agent) request(inv *invocation, shimDir string, limit time.Duration) (s
 		if a.python.Prefix == "/" || fspath.Within(a.host.Home, a.python.Prefix) {
 			return sandbox.Request{}, fmt.Errorf("python %s: its installation would be %s, which the sandbox would have to show whole; set METNOS_PYTHON to an interpreter installed in a folder of its own", a.python.Path, a.python.Prefix)
 		}
-		in.Extra = append(in.Extra, policy.Grant{Path: a.python.Prefix, Access: policy.Read, Own: fspath.Within(a.python.Prefix, a.cfg.CacheDir), Why: "python " + a.python.Source})
+		in.Extra = append(in.Extra, policy.Grant{Path: a.python.Prefix, Access: policy.Read, Own: fspath.Within(a.python.Prefix, a.cfg.Layout.Cache), Why: "python " + a.python.Source})
 		if pol, err = policy.Derive(in); err != nil {
 			return sandbox.Request{}, fmt.Errorf("executor %s: %w", ex.Name, err)
 		}
@@ -378,11 +377,12 @@ func (a *Agent) request(inv *invocation, shimDir string, limit time.Duration) (s
 		Argv:       []string{a.python.Path, ex.Entry},
 		Stdin:      inv.stdin,
 		Env:        a.env(inv, shimDir),
-		Dir:        filepath.Join(data, "workspace"),
+		Dir:        a.cfg.Layout.Workspace(),
 		Policy:     pol,
 		Limits:     sandbox.Limits{Timeout: limit, MemoryBytes: a.cfg.MemoryBytes},
 		MinSandbox: a.cfg.MinSandbox,
 		Logger:     a.log,
+		Options:    a.cfg.Sandbox,
 	}, nil
 }
 
@@ -398,19 +398,19 @@ func (a *Agent) env(inv *invocation, shimDir string) []string {
 		}
 		vars[k] = v
 	}
-	getOr := func(k, def string) string {
-		if v := os.Getenv(k); v != "" {
+	getOr := func(v, def string) string {
+		if v != "" {
 			return v
 		}
 		return def
 	}
-	set("PATH", getOr("PATH", "/usr/bin:/bin"))
+	set("PATH", getOr(a.cfg.Path, "/usr/bin:/bin"))
 	set("PYTHONPATH", shimDir+string(os.PathListSeparator)+inv.ex.Dir)
 	set("METNOS_RUNTIME", shimDir)
 	set("PYTHONDONTWRITEBYTECODE", "1")
 	set("PYTHONUTF8", "1")
 	set("PYTHONIOENCODING", "utf-8")
-	set("LANG", getOr("LANG", "C.UTF-8"))
+	set("LANG", getOr(a.cfg.Lang, "C.UTF-8"))
 	set("HOME", a.host.Home)
 	for _, k := range slices.Sorted(maps.Keys(inv.Env)) {
 		if why := refusedEnv(k); why != "" {
@@ -421,9 +421,9 @@ func (a *Agent) env(inv *invocation, shimDir string) []string {
 	}
 	data := a.userData()
 	set("METNOS_USER_DATA", data)
-	set("METNOS_USER_STATE", filepath.Join(data, "state"))
-	set("METNOS_USER_CONFIG", filepath.Join(data, "config"))
-	set("METNOS_WORKSPACE", filepath.Join(data, "workspace"))
+	set("METNOS_USER_STATE", a.cfg.Layout.UserState())
+	set("METNOS_USER_CONFIG", a.cfg.Layout.UserConfig())
+	set("METNOS_WORKSPACE", a.cfg.Layout.Workspace())
 	if exe, err := os.Executable(); err == nil {
 		set("METNOS_CLIENT_EXE", exe)
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+
+	"github.com/metnos/agent/internal/layout"
 )
 
 // Python is the interpreter executors run with, and where it came from.
@@ -23,36 +25,28 @@ type Python struct {
 	Note string `json:"note,omitempty"`
 }
 
-// runtimeInterpreter is where the provisioned runtime's interpreter is
-// under the cache directory (protocol Appendix A: runtime/python).
-func runtimeInterpreter(cacheDir string) string {
-	if runtime.GOOS == "windows" {
-		return filepath.Join(cacheDir, "runtime", "python", "python.exe")
-	}
-	return filepath.Join(cacheDir, "runtime", "python", "bin", "python3")
-}
-
-// FindPython picks the interpreter: $METNOS_PYTHON when set (it must be
-// a file), else the provisioned runtime in cacheDir when present, else
-// the first python3 (or python) on PATH that is a real interpreter
+// FindPython picks the interpreter: override (METNOS_PYTHON) when set
+// (it must be a file), else the provisioned runtime of lay when present
+// (lay.InterpreterCandidates), else the first python3 (or python) in
+// the folders of path (the agent's PATH) that is a real interpreter
 // rather than a version manager's shell shim (pyenv, asdf), which could
 // not run inside the sandbox.
-func FindPython(cacheDir string) (Python, error) {
-	if p := os.Getenv("METNOS_PYTHON"); p != "" {
+func FindPython(lay layout.Layout, override, path string) (Python, error) {
+	if p := override; p != "" {
 		fi, err := os.Stat(p)
 		if err != nil || fi.IsDir() {
 			return Python{}, fmt.Errorf("METNOS_PYTHON=%s is not an interpreter file: fix or unset it", p)
 		}
 		return pythonAt(p, "env:METNOS_PYTHON", "")
 	}
-	for _, p := range []string{runtimeInterpreter(cacheDir), filepath.Join(cacheDir, "runtime", "python", "bin", "python")} {
+	for _, p := range lay.InterpreterCandidates() {
 		if isFile(p) {
 			return pythonAt(p, "provisioned", "")
 		}
 	}
 	var skipped []string
 	for _, name := range []string{"python3", "python"} {
-		for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		for _, dir := range filepath.SplitList(path) {
 			if dir == "" || !filepath.IsAbs(dir) {
 				continue
 			}

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/metnos/agent/internal/layout"
 )
 
 // TestFindPython: METNOS_PYTHON wins (and must be a file), then the
@@ -18,31 +20,32 @@ func TestFindPython(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(shims, "python3"), []byte("#!/bin/sh\nexec pyenv exec python3 \"$@\"\n"), 0o755)
 	os.WriteFile(filepath.Join(real, "python3"), []byte("\x7fELF not really"), 0o755)
-	t.Setenv("PATH", shims+string(os.PathListSeparator)+real)
-	t.Setenv("METNOS_PYTHON", "")
+	// METNOS_PYTHON and PATH, as the command line passes them.
+	py, path := "", shims+string(os.PathListSeparator)+real
+	lay := layout.Layout{Cache: cache}
 
-	p, err := FindPython(cache)
+	p, err := FindPython(lay, py, path)
 	if err != nil || p.Path != filepath.Join(real, "python3") || p.Source != "system:python3" || !strings.Contains(p.Note, shims) || p.Prefix != filepath.Join(dir, "py") {
 		t.Fatalf("system: %+v %v", p, err)
 	}
-	rt := runtimeInterpreter(cache)
+	rt := lay.Interpreter()
 	os.MkdirAll(filepath.Dir(rt), 0o755)
 	os.WriteFile(rt, []byte("\x7fELF"), 0o755)
-	if p, err := FindPython(cache); err != nil || p.Source != "provisioned" || p.Path != rt {
+	if p, err := FindPython(lay, py, path); err != nil || p.Source != "provisioned" || p.Path != rt {
 		t.Fatalf("provisioned: %+v %v", p, err)
 	}
-	t.Setenv("METNOS_PYTHON", filepath.Join(real, "python3"))
-	if p, err := FindPython(cache); err != nil || p.Source != "env:METNOS_PYTHON" {
+	py = filepath.Join(real, "python3")
+	if p, err := FindPython(lay, py, path); err != nil || p.Source != "env:METNOS_PYTHON" {
 		t.Fatalf("env: %+v %v", p, err)
 	}
-	t.Setenv("METNOS_PYTHON", real)
-	if _, err := FindPython(cache); err == nil || !strings.Contains(err.Error(), "METNOS_PYTHON") {
+	py = real
+	if _, err := FindPython(lay, py, path); err == nil || !strings.Contains(err.Error(), "METNOS_PYTHON") {
 		t.Fatalf("a directory as METNOS_PYTHON: %v", err)
 	}
-	t.Setenv("METNOS_PYTHON", "")
+	py = ""
 	os.Remove(rt)
-	t.Setenv("PATH", shims)
-	if _, err := FindPython(cache); err == nil {
+	path = shims
+	if _, err := FindPython(lay, py, path); err == nil {
 		t.Fatal("only a shell shim on PATH was accepted")
 	}
 }

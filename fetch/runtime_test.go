@@ -21,6 +21,7 @@ import (
 
 	"github.com/metnos/agent/internal/lockfile"
 	"github.com/metnos/agent/internal/pbstest"
+	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 )
@@ -72,7 +73,7 @@ func TestRuntimeFromSystemPython(t *testing.T) {
 	// An executor, run with it in the sandbox.
 	exDir := t.TempDir()
 	os.WriteFile(filepath.Join(exDir, "echo.py"), []byte("import json, sys\nargs = json.load(sys.stdin)\nprint(json.dumps({'ok': True, 'prefix': sys.prefix, 'echo': args}))\n"), 0o644)
-	host, err := policy.HostFromEnv()
+	host, err := testbin.Host()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func TestRuntimeFromSystemPython(t *testing.T) {
 	out, err := sandbox.Run(context.Background(), sandbox.Request{
 		// Resolved, as the agent's FindPython gives it.
 		Argv:  []string{rt.Interpreter, filepath.Join(exDir, "echo.py")},
-		Stdin: []byte(`{"q":"città"}`), Env: []string{"PATH=/usr/bin:/bin"}, Policy: pol, Limits: sandbox.Limits{Timeout: 30 * time.Second},
+		Stdin: []byte(`{"q":"città"}`), Env: []string{"PATH=/usr/bin:/bin"}, Policy: pol, Limits: sandbox.Limits{Timeout: 30 * time.Second}, Options: testbin.SandboxOptions(),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -108,26 +107,5 @@ func TestCorruptedPinnedKey(t *testing.T) {
 	}
 	if _, err := (State{}).ServerKey(); err == nil {
 		t.Error("a missing pinned key decoded")
-	}
-}
-
-func TestDirsFollowXDG(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("XDG directories are Linux's")
-	}
-	t.Setenv("XDG_DATA_HOME", "/x/data")
-	t.Setenv("XDG_CACHE_HOME", "/x/cache")
-	d, err := DataDir()
-	if err != nil || d != "/x/data/metnos" {
-		t.Errorf("DataDir = %q, %v", d, err)
-	}
-	c, err := CacheDir()
-	if err != nil || c != "/x/cache/metnos" {
-		t.Errorf("CacheDir = %q, %v", c, err)
-	}
-	t.Setenv("XDG_DATA_HOME", "")
-	t.Setenv("HOME", "/home/u")
-	if d, _ := DataDir(); d != "/home/u/.local/share/metnos" {
-		t.Errorf("DataDir without XDG = %q", d)
 	}
 }

@@ -27,8 +27,8 @@
 // reads the file system (to resolve symlinks and find which paths
 // exist), so a Policy describes the host at the moment it was made;
 // package sandbox opens the grants again, without following links,
-// when a run starts. [HostFromEnv] reads the process environment; it
-// is the only function here that does.
+// when a run starts. It reads no environment variable and knows none of
+// the agent's folders: the caller describes the device in a [Host].
 //
 // Error messages begin with "sandbox: ", as they did when this code
 // lived in package sandbox: they are what the user sees of a refused

@@ -11,8 +11,9 @@ import (
 
 // Host is the facts of this device the derivation needs: where the
 // user's home is, which session endpoints exist and where the agent
-// keeps its own secrets. [HostFromEnv] reads them from the process;
-// tests build one by hand.
+// keeps its own secrets. The agent's command line builds it from its
+// configuration and layout; tests build one by hand. The package reads
+// no environment: every fact comes in here.
 type Host struct {
 	// Home is the user's home directory, absolute.
 	Home string
@@ -25,8 +26,9 @@ type Host struct {
 	// SSHAuthSock is $SSH_AUTH_SOCK, the ssh-agent's socket; it may be
 	// empty.
 	SSHAuthSock string
-	// AgentDataDirs are the agent's own data and configuration
-	// directories. The agent's key lives there, so they are masked.
+	// AgentDataDirs are the agent's own folders (its data, cache and
+	// configuration folders, wherever they are on this system). The
+	// agent's key lives there, so they are masked.
 	AgentDataDirs []string
 	// SystemPaths are the candidates for Policy.System; those that
 	// exist are mounted read-only. Empty means /usr, /bin, /sbin, /lib,
@@ -40,52 +42,6 @@ var defaultSystemPaths = []string{
 	"/etc", "/opt", "/var/lib/python3",
 }
 
-// HostFromEnv describes the device the agent runs on: the home from
-// os.UserHomeDir, the uid from os.Getuid, $XDG_RUNTIME_DIR and
-// $DBUS_SESSION_BUS_ADDRESS from the environment, and as AgentDataDirs
-// ~/.config/metnos, ~/.local/share/metnos, ~/.cache/metnos and, when
-// set, $METNOS_DATA_DIR. SystemPaths is left empty (the default list).
-//
-// It is the only function of the package that reads the environment,
-// and it hard-codes the agent's Linux folders: it is kept whole, to be
-// replaced by the agent's layout and configuration.
-func HostFromEnv() (Host, error) {
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return Host{}, fmt.Errorf("sandbox: finding the home directory: %w", err)
-	}
-	if !filepath.IsAbs(home) {
-		return Host{}, fmt.Errorf("sandbox: home directory %q is not absolute", home)
-	}
-	home = filepath.Clean(home)
-	h := Host{
-		Home:        home,
-		UID:         os.Getuid(),
-		RuntimeDir:  os.Getenv("XDG_RUNTIME_DIR"),
-		DBusSession: os.Getenv("DBUS_SESSION_BUS_ADDRESS"),
-		SSHAuthSock: os.Getenv("SSH_AUTH_SOCK"),
-		AgentDataDirs: []string{
-			filepath.Join(home, ".config", "metnos"),
-			filepath.Join(home, ".local", "share", "metnos"),
-			filepath.Join(home, ".cache", "metnos"),
-		},
-	}
-	// Where the XDG variables move them, the agent's directories follow.
-	for _, x := range []string{"XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME"} {
-		if d := os.Getenv(x); filepath.IsAbs(d) {
-			h.AgentDataDirs = append(h.AgentDataDirs, filepath.Join(filepath.Clean(d), "metnos"))
-		}
-	}
-	if d := os.Getenv("METNOS_DATA_DIR"); d != "" {
-		d, err := filepath.Abs(expandTilde(d, home))
-		if err != nil {
-			return Host{}, fmt.Errorf("sandbox: METNOS_DATA_DIR: %w", err)
-		}
-		h.AgentDataDirs = append(h.AgentDataDirs, d)
-	}
-	return h, nil
-}
-
 // nucleusEntry is one path of the device nucleus. Paths starting with
 // "~/" are relative to the user's home.
 type nucleusEntry struct {
@@ -94,9 +50,10 @@ type nucleusEntry struct {
 }
 
 // homeNucleus is the home-relative part of the device nucleus: the
-// credentials, keys, browser profiles and password stores of the user,
-// and the agent's own directories. It is fixed here on purpose (seed
-// 001 §8): a change needs a change of code.
+// credentials, keys, browser profiles and password stores of the user.
+// It is fixed here on purpose (seed 001 §8): a change needs a change of
+// code. The agent's own folders are not here: they come in as
+// Host.AgentDataDirs.
 var homeNucleus = []nucleusEntry{
 	{"~/.ssh", MaskDir},
 	{"~/.gnupg", MaskDir},
@@ -129,10 +86,6 @@ var homeNucleus = []nucleusEntry{
 	{"~/.terraform.d", MaskDir},
 	{"~/.m2/settings.xml", MaskFile},
 	{"~/.cargo/credentials.toml", MaskFile},
-	// The agent's own directories: its key lives there.
-	{"~/.config/metnos", MaskDir},
-	{"~/.local/share/metnos", MaskDir},
-	{"~/.cache/metnos", MaskDir},
 }
 
 // systemNucleus is the system part of the device nucleus. /root is

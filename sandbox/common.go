@@ -4,16 +4,6 @@ import "strings"
 
 // The small helpers every backend shares.
 
-// disabledBy says why METNOS_SANDBOX turns every layer off ("0", "off",
-// "no" or "false", any case), or "" when it does not.
-func disabledBy(getenv func(string) string) string {
-	switch v := getenv("METNOS_SANDBOX"); strings.ToLower(strings.TrimSpace(v)) {
-	case "0", "off", "no", "false":
-		return "disabled by METNOS_SANDBOX=" + v
-	}
-	return ""
-}
-
 // setEnv returns env with key set to val, every other entry kept.
 func setEnv(env []string, key, val string) []string {
 	out := make([]string, 0, len(env)+1)

@@ -29,8 +29,10 @@ type Plan struct {
 }
 
 // PlanFor returns how Run would sandbox p (with the agent-wide minimum
-// min) on this machine, without running anything.
-func PlanFor(p policy.Policy, min policy.Level) Plan { return planFor(Probe(), p, min) }
+// min) on this machine with o, without running anything.
+func PlanFor(o Options, p policy.Policy, min policy.Level) Plan {
+	return planFor(Probe(o), p, min)
+}
 
 // layers is one choice of the Linux backend's isolation layers.
 type layers struct{ bwrap, landlock, seccomp bool }

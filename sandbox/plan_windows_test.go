@@ -63,15 +63,6 @@ func TestWindowsDowngradeReason(t *testing.T) {
 	}
 }
 
-func TestWindowsSandboxDisabled(t *testing.T) {
-	for v, off := range map[string]bool{"": false, "1": false, "on": false, "0": true, "OFF": true, " no ": true, "false": true} {
-		got := disabledBy(func(string) string { return v }) != ""
-		if got != off {
-			t.Errorf("METNOS_SANDBOX=%q: disabled %v, want %v", v, got, off)
-		}
-	}
-}
-
 func TestWindowsJobExtendedLimits(t *testing.T) {
 	info := jobLimits{memory: 64 << 20, processes: 8}.extendedLimits()
 	b := info.BasicLimitInformation

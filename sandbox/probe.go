@@ -22,6 +22,6 @@ type Caps struct {
 	// and CgroupNote why not.
 	Cgroup     string `json:"cgroup,omitempty"`
 	CgroupNote string `json:"cgroup_note,omitempty"`
-	// Disabled is set when METNOS_SANDBOX turns every layer off.
+	// Disabled is Options.Disabled: why every layer is off.
 	Disabled string `json:"disabled,omitempty"`
 }

@@ -27,21 +27,24 @@ var (
 // found on PATH: system directories no user process can write to. A
 // bwrap elsewhere on PATH (~/.local/bin, say, which a command with a
 // home write grant could fill) runs outside every sandbox, so it is
-// ignored unless METNOS_BWRAP names it.
+// ignored unless Options.Bwrap names it.
 var trustedBinDirs = []string{"/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin", "/usr/local/sbin", "/run/current-system/sw/bin"}
 
-// bwrapPath is the bubblewrap binary to use: $METNOS_BWRAP, else the
-// first bwrap on the agent's PATH that lies in a trusted system
-// directory, is owned by root and is writable by nobody else; "" when
-// there is none.
-func bwrapPath() string {
-	if bw := os.Getenv("METNOS_BWRAP"); bw != "" {
+// bwrapPath is the bubblewrap binary to use: o.Bwrap, else the first
+// bwrap on o.SearchPath that lies in a trusted system directory, is
+// owned by root and is writable by nobody else; "" when there is none.
+func bwrapPath(o Options) string {
+	if bw := o.Bwrap; bw != "" {
 		if abs, err := filepath.Abs(bw); err == nil {
 			return abs
 		}
 		return bw
 	}
-	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+	dirs := filepath.SplitList(o.SearchPath)
+	if o.SearchPath == "" {
+		dirs = trustedBinDirs
+	}
+	for _, dir := range dirs {
 		dir = filepath.Clean(dir)
 		if !slices.Contains(trustedBinDirs, dir) {
 			continue
@@ -65,24 +68,24 @@ func rootOwnedSealed(path string) bool {
 	return ok && st.Uid == 0 && fi.Mode().Perm()&0o022 == 0
 }
 
-// Probe reports what this machine offers. bwrap is looked up on the
-// agent's own PATH (or METNOS_BWRAP) and run once to see whether its
-// namespaces work here; the result is cached per bwrap path for the life
-// of the process.
-func Probe() Caps { return cachedCaps(true) }
+// Probe reports what this machine offers with o. bwrap is looked up on
+// o.SearchPath (or is o.Bwrap) and run once to see whether its
+// namespaces work here; the result is cached per bwrap path and
+// o.Disabled for the life of the process.
+func Probe(o Options) Caps { return cachedCaps(o, true) }
 
 // runCaps is what Run plans with. It does not start bwrap to find out
 // whether it works: that costs as much as a whole run. A bwrap that
 // exists is taken as usable until a run fails before its command
 // started, and then [Probe] decides (see run).
-func runCaps() Caps { return cachedCaps(false) }
+func runCaps(o Options) Caps { return cachedCaps(o, false) }
 
-// cachedCaps returns the Caps for the current bwrap and METNOS_SANDBOX,
+// cachedCaps returns the Caps for o's bwrap and o.Disabled,
 // from the full probe when one was made, else from the kernel alone
 // (full false) or by making the full probe (full true).
-func cachedCaps(full bool) Caps {
-	bw := bwrapPath()
-	key := bw + "\x00" + os.Getenv("METNOS_SANDBOX")
+func cachedCaps(o Options, full bool) Caps {
+	bw := bwrapPath(o)
+	key := bw + "\x00" + o.Disabled
 	probeMu.Lock()
 	defer probeMu.Unlock()
 	if c, ok := probeCache[key]; ok {
@@ -91,7 +94,7 @@ func cachedCaps(full bool) Caps {
 	if c, ok := quickCache[key]; ok && !full {
 		return c
 	}
-	c := kernelCaps(bw)
+	c := kernelCaps(bw, o.Disabled)
 	if !full {
 		c.BwrapUsable = c.BwrapError == ""
 		quickCache[key] = c
@@ -105,18 +108,16 @@ func cachedCaps(full bool) Caps {
 	return c
 }
 
-// kernelCaps fills in everything but the bwrap run.
-func kernelCaps(bw string) Caps {
-	c := Caps{OS: "linux", Bwrap: bw, LandlockPinned: 7}
+// kernelCaps fills in everything but the bwrap run; disabled is
+// Options.Disabled.
+func kernelCaps(bw, disabled string) Caps {
+	c := Caps{OS: "linux", Bwrap: bw, LandlockPinned: 7, Disabled: disabled}
 	c.LandlockABI, _ = llsys.LandlockGetABIVersion()
 	c.Seccomp = seccomp.Supported()
-	if why := disabledBy(os.Getenv); why != "" {
-		c.Disabled = why
-	}
 	if bw == "" {
 		c.BwrapError = "bwrap not found in a system directory on PATH (install bubblewrap)"
 	} else if fi, err := os.Stat(bw); err != nil || fi.IsDir() {
-		c.BwrapError = "bwrap not found at " + bw + " (METNOS_BWRAP)"
+		c.BwrapError = "bwrap not found at " + bw
 	}
 	return c
 }

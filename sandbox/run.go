@@ -39,6 +39,9 @@ type Request struct {
 	// could not be cleaned up. Nil discards it. The sandbox logs
 	// nowhere else.
 	Logger *slog.Logger
+	// Options are the caller's settings of the sandbox (which bwrap and
+	// shim, where the placeholder locks go, whether it is off).
+	Options Options
 }
 
 // Output is what a run produced and how it was isolated.

@@ -35,10 +35,10 @@ import (
 // PATH could be anyone's.
 const sandboxExec = "/usr/bin/sandbox-exec"
 
-// Probe reports what this machine offers. Caps has no macOS fields yet:
-// [PlanFor] says whether sandbox-exec is there.
-func Probe() Caps {
-	return Caps{OS: runtime.GOOS, Disabled: disabledBy(os.Getenv)}
+// Probe reports what this machine offers with o. Caps has no macOS
+// fields yet: [PlanFor] says whether sandbox-exec is there.
+func Probe(o Options) Caps {
+	return Caps{OS: runtime.GOOS, Disabled: o.Disabled}
 }
 
 // planFor is the macOS planner: seatbelt when /usr/bin/sandbox-exec
@@ -56,7 +56,7 @@ func planFor(c Caps, p policy.Policy, min policy.Level) Plan {
 // kills, as it kills whatever the command leaves behind when it exits.
 func run(ctx context.Context, req Request) (Output, error) {
 	p := req.Policy
-	pl := planFor(Probe(), p, req.MinSandbox)
+	pl := planFor(Probe(req.Options), p, req.MinSandbox)
 	out := Output{Policy: p.Fingerprint(), Sandbox: "none", LimitsBy: "rlimit"}
 	if pl.Refused != "" {
 		return out, &RefusedError{Have: pl.Sandbox, Why: pl.Refused}

@@ -71,12 +71,12 @@ func planFor(c Caps, p policy.Policy, min policy.Level) Plan {
 }
 
 func run(ctx context.Context, req Request) (Output, error) {
-	out, bwrapBroke, err := runWith(ctx, req, runCaps())
+	out, bwrapBroke, err := runWith(ctx, req, runCaps(req.Options))
 	if bwrapBroke {
 		// bwrap failed before the command started. If it cannot make
 		// its namespaces here at all, plan again without it; nothing
 		// has run yet, so nothing runs twice.
-		if c := Probe(); !c.BwrapUsable {
+		if c := Probe(req.Options); !c.BwrapUsable {
 			req.Logger.Warn("sandbox: bubblewrap is not usable here; falling back", "reason", c.BwrapError)
 			out, _, err = runWith(ctx, req, c)
 		}
@@ -95,7 +95,7 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 	if pl.Refused != "" {
 		return out, false, &RefusedError{Have: pl.Sandbox, Why: pl.Refused}
 	}
-	exe, err := shimExecutable()
+	exe, err := shimExecutable(req.Options.Shim)
 	if err != nil {
 		return out, false, err
 	}
@@ -194,6 +194,8 @@ type launch struct {
 	supervise bool
 	log       *slog.Logger
 	undo      []func()
+	// lockDir is Options.LockDir.
+	lockDir string
 }
 
 // cleanup undoes, last first, what the launch set up.
@@ -208,7 +210,7 @@ func (ln *launch) cleanup() {
 // and the shim's arguments. The returned launch is never nil; its
 // cleanup undoes what was done, also on error.
 func newLaunch(req Request, c Caps, use layers, l layout, spec shim.Spec, exe string) (*launch, error) {
-	ln := &launch{bwrap: use.bwrap, log: req.Logger}
+	ln := &launch{bwrap: use.bwrap, log: req.Logger, lockDir: req.Options.LockDir}
 	var err error
 	if ln.statusR, ln.statusW, err = os.Pipe(); err != nil {
 		return ln, fmt.Errorf("sandbox: status pipe: %w", err)
@@ -276,7 +278,7 @@ func (ln *launch) viaBwrap(spec *shim.Spec, c Caps, l layout, exe, dir string, l
 	}
 	spec.Rules = landlockRules(l, true, "")
 	spec.Supervise = l.SharePID
-	locks, err := placeholderLocks(l.Policy)
+	locks, err := placeholderLocks(l.Policy, ln.lockDir)
 	if err != nil {
 		return err
 	}
@@ -468,23 +470,16 @@ func firstLine(b []byte, err error) string {
 	return s
 }
 
-// shimExecutable finds the shim: $METNOS_SHIM, else metnos-shim next to
-// this executable (the lean binary), else this executable itself, which
-// must call shim.MainIfShim first thing in main.
-func shimExecutable() (string, error) {
-	if s := os.Getenv("METNOS_SHIM"); s != "" {
-		return s, nil
+// shimExecutable finds the shim: Options.Shim (given), else this
+// executable itself, which must call shim.MainIfShim first thing in
+// main.
+func shimExecutable(given string) (string, error) {
+	if given != "" {
+		return given, nil
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return "", fmt.Errorf("sandbox: locating the shim: %w", err)
-	}
-	sib := strings.TrimSuffix(self, "metnos-agent")
-	if sib != self {
-		sib += "metnos-shim"
-		if fi, err := os.Stat(sib); err == nil && fi.Mode()&0o111 != 0 {
-			return sib, nil
-		}
 	}
 	return self, nil
 }
@@ -539,7 +534,7 @@ func hasEnv(env []string, key string) bool {
 // having seen it, is about to mount over it. A run that creates
 // placeholders records them in their lock files; whichever run is last
 // out (it can take a lock exclusively) removes them, when still empty.
-func placeholderLocks(p policy.Policy) (map[string]*os.File, error) {
+func placeholderLocks(p policy.Policy, lockDir string) (map[string]*os.File, error) {
 	binds := viewBinds(p)
 	var paths []string
 	for i, m := range p.Masks {
@@ -553,7 +548,7 @@ func placeholderLocks(p policy.Policy) (map[string]*os.File, error) {
 	if len(paths) == 0 {
 		return nil, nil
 	}
-	dir, err := placeholderLockDir()
+	dir, err := placeholderLockDir(lockDir)
 	if err != nil {
 		return nil, err
 	}
@@ -704,20 +699,16 @@ func closeFiles(fs []*os.File) {
 	}
 }
 
-// placeholderLockDir is where the placeholder locks live: one directory
-// per uid, whatever HOME says, since every run of this uid must see the
-// same locks. Root uses /run/metnos-agent; a user its runtime directory
-// (masked as session IPC), or else a private directory in /tmp that it
-// must own. No sandboxed command sees any of them.
-func placeholderLockDir() (string, error) {
-	var dir string
-	switch rt := os.Getenv("XDG_RUNTIME_DIR"); {
-	case os.Getuid() == 0:
-		dir = "/run/metnos-agent/placeholders"
-	case filepath.IsAbs(rt):
-		dir = filepath.Join(rt, "metnos-agent", "placeholders")
-	default:
-		dir = filepath.Join(os.TempDir(), fmt.Sprintf("metnos-placeholders-%d", os.Getuid()))
+// placeholderLockDir is where the placeholder locks live: dir
+// (Options.LockDir), the caller's one folder per uid, whatever HOME
+// says, since every run of this uid must see the same locks; else a
+// private directory of this uid in the temporary folder. It must be a
+// private directory of this user. No sandboxed command sees it: the
+// caller puts it in a masked folder (the session's runtime folder) or
+// in the host's /tmp, which every bwrap view replaces.
+func placeholderLockDir(dir string) (string, error) {
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), fmt.Sprintf("sandbox-placeholders-%d", os.Getuid()))
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("sandbox: placeholder locks: %w", err)

@@ -15,8 +15,6 @@ import (
 // Run falls back to a weaker sandbox, it says so to the logger the
 // caller gave, and to no other (slog.Default is not the agent's log).
 func TestFallbackLogsToCallersLogger(t *testing.T) {
-	t.Setenv("METNOS_SANDBOX", "")
-	t.Setenv("METNOS_BWRAP", "/bin/false") // present, and fails every run
 	var dflt bytes.Buffer
 	old := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&dflt, nil)))
@@ -29,6 +27,8 @@ func TestFallbackLogsToCallersLogger(t *testing.T) {
 		Argv:   []string{"/bin/true"},
 		Policy: policy.Policy{Profile: policy.ProfileSupervised, System: []string{"/usr", "/bin", "/lib", "/lib64", "/etc"}, Network: true},
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		// Present, and fails every run.
+		Options: Options{Bwrap: "/bin/false"},
 	})
 	t.Logf("sandbox %q, err %v", out.Sandbox, err)
 	const want = "bubblewrap is not usable here; falling back"

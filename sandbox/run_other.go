@@ -11,7 +11,7 @@ import (
 )
 
 // Probe reports what this machine offers; only Linux has a backend yet.
-func Probe() Caps { return Caps{OS: runtime.GOOS} }
+func Probe(o Options) Caps { return Caps{OS: runtime.GOOS} }
 
 func run(ctx context.Context, req Request) (Output, error) {
 	return Output{Sandbox: "none", Policy: req.Policy.Fingerprint()},

@@ -53,7 +53,7 @@
 //   - Under Wine (the CI), memory and process limits are accepted but not
 //     enforced.
 //
-// With METNOS_SANDBOX=off (0, no, false) there is no job at all: the word
+// With Options.Disabled (the agent's METNOS_SANDBOX=off) there is no job at all: the word
 // is "none", only the direct child is killed at the deadline, and any
 // minimum above "none" is refused.
 
@@ -62,7 +62,6 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -75,8 +74,8 @@ import (
 )
 
 // Probe reports what this machine offers: on Windows a job object,
-// unless METNOS_SANDBOX turns it off.
-func Probe() Caps { return Caps{OS: runtime.GOOS, Disabled: disabledBy(os.Getenv)} }
+// unless o.Disabled turns it off.
+func Probe(o Options) Caps { return Caps{OS: runtime.GOOS, Disabled: o.Disabled} }
 
 // wordJobObject is the sandbox word of the Windows backend.
 const wordJobObject = "job-object"
@@ -121,7 +120,7 @@ func downgradeReason(c Caps, p policy.Policy) string {
 }
 
 func run(ctx context.Context, req Request) (Output, error) {
-	c := Probe()
+	c := Probe(req.Options)
 	pl := planFor(c, req.Policy, req.MinSandbox)
 	out := Output{Policy: req.Policy.Fingerprint(), Sandbox: "none"}
 	if pl.Refused != "" {

@@ -26,7 +26,7 @@ const seatbeltWeaker = "seatbelt (sandbox-exec) confines files, network and IPC,
 // Landlock and seccomp together, as full-fs-no-net asks) is refused, and
 // so is a Policy that will not fall back from the layers it is defined
 // with. Without sandbox-exec nothing runs: every Policy masks the device
-// nucleus and only a sandbox can enforce that. When METNOS_SANDBOX turns
+// nucleus and only a sandbox can enforce that. When Options.Disabled turns
 // the sandbox off, a Policy runs unconfined ("none") only where Linux
 // would too: with the network, without unix sockets beside masks, and
 // without a minimum.

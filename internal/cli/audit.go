@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/metnos/agent/audit"
 	"github.com/metnos/agent/internal/chainlog"
@@ -59,11 +58,11 @@ func runAuditVerify(std stdio, args []string) int {
 	if fs.NArg() > 0 {
 		return usageError(std.err, "audit", "audit verify takes no arguments")
 	}
-	data, _, err := dirs()
+	e, err := std.environment()
 	if err != nil {
 		return fail(std, err)
 	}
-	dir := filepath.Join(data, audit.DirName)
+	dir := e.lay.Audit()
 	rep, err := audit.Verify(dir)
 	none := errors.Is(err, os.ErrNotExist)
 	if err != nil && !none {

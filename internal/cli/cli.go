@@ -43,10 +43,14 @@ const (
 	exitAgent   = 125 // as timeout(1) and env(1): the agent failed, or the sandbox refused
 )
 
-// stdio is where a command reads and writes; tests may swap it.
+// stdio is where a command reads and writes, and the environment it
+// runs with; tests may swap it.
 type stdio struct {
 	in       *os.File
 	out, err io.Writer
+	// env is the environment Main read once; nil: read it when a
+	// command asks (see stdio.environment).
+	env *envResult
 }
 
 // command is one subcommand.
@@ -154,9 +158,17 @@ func init() {
 
 // Main runs the metnos-agent command line on args (without the program
 // name) and returns the process exit status.
+//
+// It reads the environment once, here: a variable that is not valid
+// makes every command that needs the configuration fail, naming it;
+// a value replaced by its default is logged as a warning.
 func Main(args []string) int {
-	setupLogging(os.Stderr)
-	return run(stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr}, args)
+	e, err := readEnvironment(os.Getenv)
+	setupLogging(os.Stderr, e.cfg.LogLevel)
+	for _, w := range e.cfg.Warnings {
+		slog.Warn(w)
+	}
+	return run(stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr, env: &envResult{e, err}}, args)
 }
 
 func run(std stdio, args []string) int {
@@ -255,7 +267,7 @@ func runHelp(std stdio, args []string) int {
 		return exitUsage
 	}
 	// Every command prints its full help on -h.
-	return cmd.run(stdio{in: std.in, out: std.out, err: std.out}, []string{"-h"})
+	return cmd.run(stdio{in: std.in, out: std.out, err: std.out, env: std.env}, []string{"-h"})
 }
 
 func runVersion(std stdio, args []string) int {
@@ -309,12 +321,8 @@ func version() string {
 	return Version
 }
 
-// setupLogging sends log/slog records to w, at the level named by
-// $METNOS_LOG (debug, info, warn or error; warn when unset).
-func setupLogging(w io.Writer) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(os.Getenv("METNOS_LOG"))); err != nil {
-		level = slog.LevelWarn
-	}
+// setupLogging sends log/slog records to w, from level on
+// (METNOS_LOG, info by default as for run's log).
+func setupLogging(w io.Writer, level slog.Level) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})))
 }

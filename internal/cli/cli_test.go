@@ -13,6 +13,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/metnos/agent/internal/config"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/sandbox/shim"
@@ -56,7 +57,11 @@ func TestScripts(t *testing.T) {
 			switch cond {
 			case "fullsandbox":
 				// Every layer: bwrap's namespaces, Landlock, seccomp.
-				c := sandbox.Probe()
+				e, err := readEnvironment(os.Getenv)
+				if err != nil {
+					return false, err
+				}
+				c := sandbox.Probe(sandboxOptions(e))
 				return c.BwrapUsable && c.LandlockABI > 0 && c.Seccomp && c.Disabled == "", nil
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
@@ -180,14 +185,21 @@ func TestCommandEnv(t *testing.T) {
 	t.Setenv("TERM", "xterm")
 	t.Setenv("TZ", "")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "hunter2")
+	cfg := func() config.Config {
+		e, err := readEnvironment(os.Getenv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.cfg
+	}
 	p := policy.Policy{System: []string{"/usr", "/bin"}}
-	got := strings.Join(commandEnv(p, policy.Host{Home: "/home/u"}), " ")
+	got := strings.Join(commandEnv(p, policy.Host{Home: "/home/u"}, cfg()), " ")
 	want := "PATH=/usr/bin:/bin HOME=/home/u LANG=C.UTF-8 TERM=xterm"
 	if got != want {
 		t.Errorf("commandEnv = %q, want %q", got, want)
 	}
 	t.Setenv("PATH", "/nowhere")
-	if got := commandEnv(p, policy.Host{Home: "/h"})[0]; got != "PATH="+defaultPath {
+	if got := commandEnv(p, policy.Host{Home: "/h"}, cfg())[0]; got != "PATH="+defaultPath {
 		t.Errorf("with nothing visible: %q, want the default PATH", got)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"runtime/debug"
 	"time"
 
@@ -40,7 +39,8 @@ type connectOptions struct {
 // flags or tailnet.json: it starts the embedded node, and the client
 // dials through it). node is nil on the OS network; otherwise close it
 // when done.
-func connect(ctx context.Context, data string, o connectOptions, log *slog.Logger) (c *client.Client, node *tailnet.Node, err error) {
+func connect(ctx context.Context, e environment, o connectOptions, log *slog.Logger) (c *client.Client, node *tailnet.Node, err error) {
+	data := e.lay.Data
 	key, err := pairing.LoadOrCreateKey(data)
 	if err != nil {
 		return nil, nil, err
@@ -65,14 +65,14 @@ func connect(ctx context.Context, data string, o connectOptions, log *slog.Logge
 	if server == "" {
 		return nil, nil, errors.New("no server URL: pass --server, or pair again")
 	}
-	tc, useTailnet, err := o.tailnet.config(data, name)
+	tc, useTailnet, err := o.tailnet.config(data, name, e.cfg.TailnetAuthKey)
 	if err != nil {
 		return nil, nil, err
 	}
 	if !useTailnet {
 		return client.New(server, key, deviceID, nil), nil, nil
 	}
-	node, err = joinTailnet(ctx, data, tc, o.wait, log)
+	node, err = joinTailnet(ctx, data, tc, o.wait, e.cfg.GoMemLimit == "", log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -80,8 +80,9 @@ func connect(ctx context.Context, data string, o connectOptions, log *slog.Logge
 }
 
 // joinTailnet starts the embedded node, within wait (0: 5 minutes), and
-// records its configuration in tailnet.json.
-func joinTailnet(ctx context.Context, dataDir string, c tailnet.Config, wait time.Duration, log *slog.Logger) (*tailnet.Node, error) {
+// records its configuration in tailnet.json; with setMemLimit (no
+// GOMEMLIMIT) it sets a soft memory limit first.
+func joinTailnet(ctx context.Context, dataDir string, c tailnet.Config, wait time.Duration, setMemLimit bool, log *slog.Logger) (*tailnet.Node, error) {
 	if wait == 0 {
 		wait = 5 * time.Minute
 	}
@@ -97,7 +98,7 @@ func joinTailnet(ctx context.Context, dataDir string, c tailnet.Config, wait tim
 	}
 	// The node's buffers make the heap grow in bursts; a soft limit lets
 	// the collector give the memory back while the agent idles.
-	if os.Getenv("GOMEMLIMIT") == "" {
+	if setMemLimit {
 		debug.SetMemoryLimit(24 << 20)
 	}
 	n, err := tailnet.Start(ctx, dataDir, c, log)

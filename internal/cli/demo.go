@@ -38,8 +38,12 @@ func runDemo(std stdio, args []string) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	d := &demo{w: std.out}
-	err := d.run(ctx, *keep, *verbose, std.err)
+	e, err := std.environment()
+	if err != nil {
+		return fail(std, err)
+	}
+	d := &demo{w: std.out, env: e}
+	err = d.run(ctx, *keep, *verbose, std.err)
 	if err != nil {
 		fmt.Fprintf(std.err, "\nmetnos-agent demo: %v\n", err)
 		return exitFailure
@@ -54,6 +58,8 @@ type demo struct {
 	srv    *refserver.Server
 	device string
 	step   int
+	// env is the environment the command read.
+	env environment
 }
 
 func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.w, format+"\n", args...) }
@@ -77,7 +83,10 @@ func (d *demo) run(ctx context.Context, keep, verbose bool, stderr io.Writer) (e
 		}
 		d.say("\nCleaned up %s (use --keep to look around).", d.dir)
 	}()
-	data, cache := filepath.Join(d.dir, "agent", "data"), filepath.Join(d.dir, "agent", "cache")
+	// The layout of this user, with the agent's folders in the demo's.
+	lay := d.env.lay
+	lay.Data, lay.Cache = filepath.Join(d.dir, "agent", "data"), filepath.Join(d.dir, "agent", "cache")
+	data := lay.Data
 
 	// The server.
 	d.srv, err = refserver.New(refserver.Config{Executors: examples.Executors, Shim: examples.Shim, PollCheck: 10 * time.Millisecond})
@@ -114,7 +123,7 @@ func (d *demo) run(ctx context.Context, keep, verbose bool, stderr io.Writer) (e
 	d.say("  ✓ paired            device %s… %q, server key pinned", reg.DeviceID[:12], reg.Name)
 
 	// The agent, in this process.
-	logf, err := openLog(filepath.Join(data, "client.log"))
+	logf, err := openLog(lay.Log())
 	if err != nil {
 		return err
 	}
@@ -123,9 +132,13 @@ func (d *demo) run(ctx context.Context, keep, verbose bool, stderr io.Writer) (e
 	if verbose {
 		errw = stderr
 	}
+	ac, err := agentConfig(environment{cfg: d.env.cfg, lay: lay})
+	if err != nil {
+		return err
+	}
 	log := newLogger(logf, errw, slog.LevelInfo)
-	a, err := agent.New(agent.Config{Client: client.New(url, key, reg.DeviceID, nil), DataDir: data, CacheDir: cache, Version: version(),
-		Logger: log, Watchdog: exitOnOverrun(log)})
+	ac.Client, ac.Version, ac.Logger, ac.Watchdog = client.New(url, key, reg.DeviceID, nil), version(), log, exitOnOverrun(log)
+	a, err := agent.New(ac)
 	if err != nil {
 		return err
 	}
@@ -260,10 +273,11 @@ func (d *demo) run(ctx context.Context, keep, verbose bool, stderr io.Writer) (e
 // which the reverse invocations marked the organise undone, and its
 // audit log, verified.
 func (d *demo) records() error {
-	data := filepath.Join(d.dir, "agent", "data")
+	lay := d.env.lay
+	lay.Data = filepath.Join(d.dir, "agent", "data")
 	d.step++
 	d.say("\n%d. the device's own records (metnos-agent history, metnos-agent audit verify)", d.step)
-	j, err := undo.Load(agent.JournalDir(data))
+	j, err := undo.Load(lay.Journal())
 	if err != nil {
 		return err
 	}
@@ -276,7 +290,7 @@ func (d *demo) records() error {
 		}
 		d.say("   %-16s %-10s %s", e.Executor, e.State(), note)
 	}
-	rep, err := audit.Verify(filepath.Join(data, audit.DirName))
+	rep, err := audit.Verify(lay.Audit())
 	if err != nil {
 		return err
 	}

@@ -103,7 +103,11 @@ func runDoctor(std stdio, args []string) int {
 	if fs.NArg() > 0 {
 		return usageError(std.err, "doctor", "doctor takes no arguments")
 	}
-	r := doctor()
+	e, err := std.environment()
+	if err != nil {
+		return fail(std, err)
+	}
+	r := doctor(e)
 	if *asJSON {
 		enc := json.NewEncoder(std.out)
 		enc.SetIndent("", "  ")
@@ -113,17 +117,16 @@ func runDoctor(std stdio, args []string) int {
 		}
 		return exitOK
 	}
-	printDoctor(std.out, r)
-	if data, _, err := dirs(); err == nil {
-		fmt.Fprintln(std.out)
-		printTailnet(std.out, data)
-	}
+	printDoctor(std.out, r, e.lay.Cache)
+	fmt.Fprintln(std.out)
+	printTailnet(std.out, e.lay.Data)
 	return exitOK
 }
 
-// doctor probes the machine and plans every profile.
-func doctor() doctorReport {
-	c := sandbox.Probe()
+// doctor probes the machine and plans every profile in e.
+func doctor(e environment) doctorReport {
+	opts := sandboxOptions(e)
+	c := sandbox.Probe(opts)
 	r := doctorReport{
 		Version:  version(),
 		Caps:     c,
@@ -152,9 +155,7 @@ func doctor() doctorReport {
 		}
 	}
 
-	if _, cache, err := dirs(); err != nil {
-		r.Python.Error = err.Error()
-	} else if py, err := agent.FindPython(cache); err != nil {
+	if py, err := agent.FindPython(e.lay, e.cfg.Python, e.cfg.Path); err != nil {
 		r.Python.Error = err.Error()
 	} else {
 		r.Python.Python = py
@@ -163,7 +164,7 @@ func doctor() doctorReport {
 		}
 	}
 
-	host, herr := policy.HostFromEnv()
+	host, herr := deviceHost(e, r.UID)
 	for _, prof := range doctorProfiles {
 		var pr profileReport
 		if herr != nil {
@@ -171,17 +172,13 @@ func doctor() doctorReport {
 			r.Profiles[string(prof)] = pr
 			continue
 		}
-		pol, err := policy.ForProfile(policy.ProfileInput{
-			Profile: prof,
-			Network: prof == policy.ProfileFull,
-			Host:    host,
-		})
+		pol, err := policy.ForProfile(doctorInput(prof, host))
 		if err != nil {
 			pr.Error = err.Error()
 			r.Profiles[string(prof)] = pr
 			continue
 		}
-		pl := sandbox.PlanFor(pol, policy.LevelNone)
+		pl := sandbox.PlanFor(opts, pol, policy.LevelNone)
 		pr = profileReport{
 			Sandbox: pl.Sandbox,
 			Best:    pl.Best,
@@ -192,6 +189,12 @@ func doctor() doctorReport {
 		r.Profiles[string(prof)] = pr
 	}
 	return r
+}
+
+// doctorInput is the policy input of a profile doctor reports: as exec
+// builds it with no --read or --write; only full has the network.
+func doctorInput(prof policy.Profile, host policy.Host) policy.ProfileInput {
+	return policy.ProfileInput{Profile: prof, Network: prof == policy.ProfileFull, Host: host}
 }
 
 // readSysctl returns the trimmed contents of a /proc/sys file, or ""
@@ -206,7 +209,7 @@ func readSysctl(path string) string {
 
 // printDoctor writes the report as two aligned tables: the machine,
 // then the profiles.
-func printDoctor(w io.Writer, r doctorReport) {
+func printDoctor(w io.Writer, r doctorReport, cache string) {
 	c := r.Caps
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
@@ -225,10 +228,8 @@ func printDoctor(w io.Writer, r doctorReport) {
 		}
 		row("python", v)
 	}
-	if _, cache, err := dirs(); err == nil {
-		for _, d := range fetch.Downloading(cache) {
-			row("download", fmt.Sprintf("%s: %d of %d bytes (resumes on the next runtime install)", d.URL, d.Done, d.Total))
-		}
+	for _, d := range fetch.Downloading(cache) {
+		row("download", fmt.Sprintf("%s: %d of %d bytes (resumes on the next runtime install)", d.URL, d.Done, d.Total))
 	}
 	if c.Disabled != "" {
 		row("disabled", c.Disabled)

@@ -12,12 +12,12 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/metnos/agent/internal/config"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 )
@@ -76,13 +76,6 @@ func runExec(std stdio, args []string) int {
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
-	if f.memory == 0 {
-		// Unset: the agent's variable, else the sandbox's default for
-		// this system (the backends read no environment).
-		if mb, err := strconv.ParseInt(strings.TrimSpace(os.Getenv("METNOS_EXEC_MEM_MB")), 10, 32); err == nil && mb > 0 {
-			f.memory = byteSize(mb << 20)
-		}
-	}
 	argv := fs.Args()
 	if len(argv) == 0 || argv[0] == "" {
 		return usageError(std.err, "exec", "exec needs a command")
@@ -100,12 +93,21 @@ func runExec(std stdio, args []string) int {
 		return usageError(std.err, "exec", "--timeout and --max-procs must be positive")
 	}
 
+	e, err := std.environment()
+	if err != nil {
+		return fail(std, err)
+	}
+	if f.memory == 0 {
+		// Unset: METNOS_EXEC_MEM_MB, else the sandbox's default for
+		// this system.
+		f.memory = byteSize(e.cfg.ExecMemoryBytes)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return execute(ctx, std, f, argv)
+	return execute(ctx, std, e, f, argv)
 }
 
-func execute(ctx context.Context, std stdio, f execFlags, argv []string) int {
+func execute(ctx context.Context, std stdio, e environment, f execFlags, argv []string) int {
 	fail := func(err error) int {
 		// The sandbox's errors start with "sandbox: "; ours says who speaks.
 		msg := strings.TrimPrefix(err.Error(), "sandbox: ")
@@ -115,27 +117,13 @@ func execute(ctx context.Context, std stdio, f execFlags, argv []string) int {
 		}
 		return exitAgent
 	}
-	host, err := policy.HostFromEnv()
+	// The agent's own folders, where this OS keeps them, are in the
+	// host: the key and the pairing are never visible to a command.
+	host, err := deviceHost(e, os.Getuid())
 	if err != nil {
 		return fail(err)
 	}
-	// The agent's own folders where this OS keeps them (on macOS and
-	// Windows not among the Linux ones HostFromEnv knows): the key and
-	// the pairing are never visible to a command (review finding).
-	if data, cache, err := dirs(); err == nil {
-		for _, d := range []string{data, cache} {
-			if !slices.Contains(host.AgentDataDirs, d) {
-				host.AgentDataDirs = append(host.AgentDataDirs, d)
-			}
-		}
-	}
-	in := policy.ProfileInput{
-		Profile: policy.Profile(f.profile),
-		Read:    f.read,
-		Write:   f.write,
-		Network: f.net,
-		Host:    host,
-	}
+	in := execInput(f, host)
 	pol, err := policy.ForProfile(in)
 	if err != nil {
 		return fail(err)
@@ -173,7 +161,7 @@ func execute(ctx context.Context, std stdio, f execFlags, argv []string) int {
 	req := sandbox.Request{
 		Argv:   argv,
 		Stdin:  stdin,
-		Env:    commandEnv(pol, host),
+		Env:    commandEnv(pol, host, e.cfg),
 		Dir:    dir,
 		Policy: pol,
 		Limits: sandbox.Limits{
@@ -183,6 +171,7 @@ func execute(ctx context.Context, std stdio, f execFlags, argv []string) int {
 		},
 		MinSandbox: policy.Level(f.minSandbox),
 		Logger:     slog.Default(),
+		Options:    sandboxOptions(e),
 	}
 	slog.Debug("exec", "argv", req.Argv, "dir", req.Dir, "policy", pol.Fingerprint(), "profile", pol.Profile)
 
@@ -216,6 +205,17 @@ func execute(ctx context.Context, std stdio, f execFlags, argv []string) int {
 		fmt.Fprint(std.err, "metnos-agent: killed by the kernel: out of memory\n")
 	}
 	return code
+}
+
+// execInput is the policy input of exec's flags on host.
+func execInput(f execFlags, host policy.Host) policy.ProfileInput {
+	return policy.ProfileInput{
+		Profile: policy.Profile(f.profile),
+		Read:    f.read,
+		Write:   f.write,
+		Network: f.net,
+		Host:    host,
+	}
 }
 
 // execResult is what exec --json prints when the command ran: the
@@ -326,12 +326,12 @@ const defaultPath = "/usr/local/bin:/usr/bin:/bin"
 
 // commandEnv is the command's whole environment: PATH (the agent's,
 // filtered to the directories the policy shows), HOME, LANG, and TERM
-// and TZ when set. Nothing else of the agent's environment goes in: it
-// may hold secrets.
-func commandEnv(p policy.Policy, h policy.Host) []string {
+// and TZ when set, from cfg. Nothing else of the agent's environment
+// goes in: it may hold secrets.
+func commandEnv(p policy.Policy, h policy.Host, cfg config.Config) []string {
 	var dirs []string
 	seen := map[string]bool{}
-	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
+	for _, d := range filepath.SplitList(cfg.Path) {
 		if !filepath.IsAbs(d) || seen[d] {
 			continue
 		}
@@ -344,14 +344,14 @@ func commandEnv(p policy.Policy, h policy.Host) []string {
 	if path == "" {
 		path = defaultPath
 	}
-	lang := os.Getenv("LANG")
+	lang := cfg.Lang
 	if lang == "" {
-		lang = "C.UTF-8"
+		lang = config.DefaultLang
 	}
 	env := []string{"PATH=" + path, "HOME=" + h.Home, "LANG=" + lang}
-	for _, k := range []string{"TERM", "TZ"} {
-		if v, ok := os.LookupEnv(k); ok && v != "" {
-			env = append(env, k+"="+v)
+	for _, kv := range [][2]string{{"TERM", cfg.Term}, {"TZ", cfg.TZ}} {
+		if kv[1] != "" {
+			env = append(env, kv[0]+"="+kv[1])
 		}
 	}
 	return env

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/metnos/agent/agent"
 	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/internal/chainlog"
 	"github.com/metnos/agent/internal/lockfile"
@@ -32,11 +31,11 @@ edited or removed record is reported.`)
 	if fs.NArg() > 0 {
 		return usageError(std.err, "history", "unexpected argument %q", fs.Arg(0))
 	}
-	data, _, err := dirs()
+	e, err := std.environment()
 	if err != nil {
 		return fail(std, err)
 	}
-	dir := agent.JournalDir(data)
+	dir := e.lay.Journal()
 	j, err := undo.Load(dir)
 	if err != nil {
 		return fail(std, err)
@@ -216,18 +215,18 @@ or add --offline.`)
 	default:
 		return usageError(std.err, "undo", "name one INVOCATION_ID, or --last")
 	}
-	data, _, err := dirs()
+	env, err := std.environment()
 	if err != nil {
 		return fail(std, err)
 	}
 	if !*dry && !*offline {
-		if url, why := serverAnswers(data, warnLogger(std)); url != "" && why == nil {
+		if url, why := serverAnswers(env, warnLogger(std)); url != "" && why == nil {
 			return fail(std, fmt.Errorf("this device is paired with %s and the server answers: ask Metnos to undo, so that its undo log stays true (or run again with --offline to undo here anyway)", url))
 		} else if url != "" {
 			fmt.Fprintf(std.err, "metnos-agent: the paired server %s does not answer (%v): undoing here; Metnos's undo log will not know\n", url, why)
 		}
 	}
-	dir := agent.JournalDir(data)
+	dir := env.lay.Journal()
 	if !*dry {
 		lk, err := lockfile.Lock(filepath.Join(dir, "undo.lock"))
 		if err != nil {
@@ -251,7 +250,7 @@ or add --offline.`)
 		id = e.InvocationID
 	}
 	e, _ := j.Entry(id)
-	rep, err := j.Undo(id, agent.HistoryDir(data), *dry)
+	rep, err := j.Undo(id, env.lay.Blobs(), *dry)
 	if err != nil {
 		return fail(std, err)
 	}
@@ -269,12 +268,12 @@ or add --offline.`)
 // tailnet when one is configured, where joining may take up to 30 s and
 // the server then has 20 s (the node's first request waits for a path
 // to the server's node).
-func serverAnswers(data string, log *slog.Logger) (url string, why error) {
-	st, err := pairing.LoadState(data)
+func serverAnswers(e environment, log *slog.Logger) (url string, why error) {
+	st, err := pairing.LoadState(e.lay.Data)
 	if err != nil || !st.Paired() || st.ServerURL == nil {
 		return "", nil
 	}
-	c, node, err := connect(context.Background(), data, connectOptions{wait: 30 * time.Second}, log)
+	c, node, err := connect(context.Background(), e, connectOptions{wait: 30 * time.Second}, log)
 	if err != nil {
 		return *st.ServerURL, err
 	}

@@ -7,33 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/wire"
 )
-
-// dirs returns the data and cache directories (the Rust client's, so
-// an existing pairing is picked up). $METNOS_DATA_DIR and
-// $METNOS_CACHE_DIR override them.
-func dirs() (data, cache string, err error) {
-	if data = os.Getenv("METNOS_DATA_DIR"); data == "" {
-		if data, err = pairing.DataDir(); err != nil {
-			return "", "", err
-		}
-	}
-	if cache = os.Getenv("METNOS_CACHE_DIR"); cache == "" {
-		if cache, err = pairing.CacheDir(); err != nil {
-			return "", "", err
-		}
-	}
-	if data, err = filepath.Abs(data); err != nil {
-		return "", "", err
-	}
-	cache, err = filepath.Abs(cache)
-	return data, cache, err
-}
 
 func runRegister(std stdio, args []string) int {
 	fs := newFlagSet("register", std.err, "Pair this device with a Metnos server using a one-time token from its admin page (Devices).")
@@ -50,11 +28,12 @@ func runRegister(std stdio, args []string) int {
 	if !strings.HasPrefix(*server, "http://") && !strings.HasPrefix(*server, "https://") {
 		return usageError(std.err, "register", "--server %q must be an http:// URL", *server)
 	}
-	data, _, err := dirs()
+	e, err := std.environment()
 	if err != nil {
 		return fail(std, err)
 	}
-	c, node, err := connect(context.Background(), data, connectOptions{server: *server, unpaired: true, name: *name, tailnet: tf}, warnLogger(std))
+	data := e.lay.Data
+	c, node, err := connect(context.Background(), e, connectOptions{server: *server, unpaired: true, name: *name, tailnet: tf}, warnLogger(std))
 	if err != nil {
 		return fail(std, err)
 	}
@@ -87,10 +66,11 @@ func runWhoami(std stdio, args []string) int {
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
-	data, _, err := dirs()
+	e, err := std.environment()
 	if err != nil {
 		return fail(std, err)
 	}
+	data := e.lay.Data
 	key, err := pairing.LoadOrCreateKey(data)
 	if err != nil {
 		return fail(std, err)
@@ -137,11 +117,11 @@ func runUnpair(std stdio, args []string) int {
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
-	data, _, err := dirs()
+	e, err := std.environment()
 	if err != nil {
 		return fail(std, err)
 	}
-	err = os.Remove(filepath.Join(data, pairing.StateFile))
+	err = os.Remove(e.lay.State())
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		fmt.Fprintln(std.out, "this device was not paired")

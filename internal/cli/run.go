@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
-	goruntime "runtime"
 	"syscall"
 
 	"github.com/metnos/agent/agent"
@@ -31,11 +29,12 @@ func runRun(std stdio, args []string) int {
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
-	data, cache, err := dirs()
+	e, err := std.environment()
 	if err != nil {
 		return fail(std, err)
 	}
-	lock, err := lockfile.Lock(filepath.Join(data, "client.lock"))
+	data, cache := e.lay.Data, e.lay.Cache
+	lock, err := lockfile.Lock(e.lay.Lock())
 	if errors.Is(err, lockfile.ErrLocked) {
 		fmt.Fprintf(std.err, "metnos-agent: another agent is already running for this user: %v\n", err)
 		return exitLocked
@@ -44,19 +43,15 @@ func runRun(std stdio, args []string) int {
 		return fail(std, err)
 	}
 	defer lock.Release()
-	logf, err := openLog(filepath.Join(data, "client.log"))
+	logf, err := openLog(e.lay.Log())
 	if err != nil {
 		return fail(std, err)
 	}
 	defer logf.Close()
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(os.Getenv("METNOS_LOG"))); err != nil {
-		level = slog.LevelInfo
-	}
-	log := newLogger(logf, std.err, level)
+	log := newLogger(logf, std.err, e.cfg.LogLevel)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c, node, err := connect(ctx, data, connectOptions{server: *server, tailnet: tf}, log)
+	c, node, err := connect(ctx, e, connectOptions{server: *server, tailnet: tf}, log)
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return exitFailure
@@ -65,11 +60,9 @@ func runRun(std stdio, args []string) int {
 		defer node.Close()
 		log.Info("joined the tailnet", "node", node.Name())
 	}
-	runtimeVar := "METNOS_PYTHON_RUNTIME"
-	if goruntime.GOOS == "windows" {
-		runtimeVar = "METNOS_PYTHON_RUNTIME_WIN" // what the Windows installer sets (§7)
-	}
-	if name := os.Getenv(runtimeVar); name != "" {
+	// METNOS_PYTHON_RUNTIME, or on Windows METNOS_PYTHON_RUNTIME_WIN,
+	// what the Windows installer sets (§7).
+	if name := e.cfg.PythonRuntime; name != "" {
 		// As the Rust client: the runtime the installer pinned, from the
 		// paired server's signed descriptor, before the first poll; a
 		// failure is only logged (executors then use what FindPython
@@ -78,15 +71,19 @@ func runRun(std stdio, args []string) int {
 			log.Error("the Python runtime could not be installed; executors use the next Python found", "runtime", name, "err", err)
 		}
 	}
-	a, err := agent.New(agent.Config{Client: c, OnHeartbeat: func(ctx context.Context) {
+	ac, err := agentConfig(e)
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		return exitFailure
+	}
+	ac.Client, ac.Logger, ac.Version, ac.MinSandbox = c, log, version(), policy.Level(minSandbox)
+	ac.OnHeartbeat = func(ctx context.Context) {
 		if node != nil {
 			node.Report(ctx)
 		}
-	},
-		DataDir: data, CacheDir: cache, Logger: log,
-		Version: version(), MinSandbox: policy.Level(minSandbox),
-		Watchdog: exitOnOverrun(log),
-	})
+	}
+	ac.Watchdog = exitOnOverrun(log)
+	a, err := agent.New(ac)
 	if err != nil {
 		log.Error("cannot start", "err", err)
 		return exitFailure

@@ -35,18 +35,19 @@ func runRuntimeInstall(std stdio, args []string) int {
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
-	_, cache, err := dirs()
+	e, err := std.environment()
 	if err != nil {
 		return fail(std, err)
 	}
+	cache := e.lay.Cache
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var src fetch.Source
 	switch {
 	case *from != "" && *url == "" && *sha == "":
-		data, _, _ := dirs()
+		data := e.lay.Data
 		log := progressOptions(std, *from).Logger
-		c, node, err := connect(ctx, data, connectOptions{}, log)
+		c, node, err := connect(ctx, e, connectOptions{}, log)
 		if err != nil {
 			return fail(std, err)
 		}
@@ -81,10 +82,11 @@ func runRuntimeStatus(std stdio, args []string) int {
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
-	_, cache, err := dirs()
+	e, err := std.environment()
 	if err != nil {
 		return fail(std, err)
 	}
+	cache := e.lay.Cache
 	type status struct {
 		Installed   *fetch.Runtime   `json:"installed"`
 		Python      *agent.Python    `json:"python"`
@@ -95,7 +97,7 @@ func runRuntimeStatus(std stdio, args []string) int {
 	if rt, err := fetch.Current(cache); err == nil {
 		s.Installed = &rt
 	}
-	if py, err := agent.FindPython(cache); err == nil {
+	if py, err := agent.FindPython(e.lay, e.cfg.Python, e.cfg.Path); err == nil {
 		s.Python = &py
 	} else {
 		s.PythonError = err.Error()

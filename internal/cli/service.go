@@ -42,30 +42,33 @@ func (e *envFlag) Set(s string) error {
 
 // newService returns the service manager for this user and OS.
 func newService(std stdio, dryRun bool) (*service.Manager, error) {
-	data, cache, err := dirs()
+	e, err := std.environment()
 	if err != nil {
 		return nil, err
 	}
+	data, cache := e.lay.Data, e.lay.Cache
 	s := &service.Manager{
 		GOOS: goruntime.GOOS, DataDir: data, CacheDir: cache,
 		LingerDir: "/var/lib/systemd/linger",
 		Runner:    service.ExecRunner{}, Out: std.out, DryRun: dryRun,
 		UID: os.Getuid(),
 	}
+	// USERDOMAIN\USERNAME on Windows, USER elsewhere, when the user
+	// database gives no name.
+	s.User = e.cfg.User
+	s.Home = e.lay.Home
 	if goruntime.GOOS == "windows" {
-		s.User = os.Getenv("USERDOMAIN") + `\` + os.Getenv("USERNAME")
 		if u, err := user.Current(); err == nil {
 			s.User = u.Username // DOMAIN\name
 		}
 		return s, nil
 	}
-	if s.Home, err = pairing.HomeDir(); err != nil {
-		return nil, err
+	if s.Home == "" {
+		return nil, errors.New("the home folder is not known: set $HOME")
 	}
-	if c := os.Getenv("XDG_CONFIG_HOME"); filepath.IsAbs(c) {
+	if c := e.cfg.Paths.XDGConfigHome; filepath.IsAbs(c) {
 		s.ConfigHome = c
 	}
-	s.User = os.Getenv("USER")
 	if u, err := user.Current(); err == nil {
 		s.User = u.Username
 	}
@@ -100,8 +103,12 @@ func runInstall(std stdio, args []string) int {
 	}
 	c := service.Config{Exe: exe, Args: []string{"run"}, DataDir: s.DataDir, User: s.User}
 	// The service must use the directories this command uses.
+	e, err := std.environment()
+	if err != nil {
+		return fail(std, err)
+	}
 	for _, k := range []string{"METNOS_DATA_DIR", "METNOS_CACHE_DIR"} {
-		if os.Getenv(k) != "" && !hasEnv(env, k) {
+		if e.cfg.Paths.Getenv(k) != "" && !hasEnv(env, k) {
 			v := s.DataDir
 			if k == "METNOS_CACHE_DIR" {
 				v = s.CacheDir

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/metnos/agent/internal/config"
 	"github.com/metnos/agent/tailnet"
 )
 
@@ -26,9 +27,10 @@ func addTailnetFlags(fs *flag.FlagSet) tailnetFlags {
 	}
 }
 
-// config merges the flags with what dataDir/tailnet.json keeps; ok is
-// false when no tailnet is configured (the OS network is used).
-func (f tailnetFlags) config(dataDir, deviceName string) (tailnet.Config, bool, error) {
+// config merges the flags with what dataDir/tailnet.json keeps, and
+// envKey (METNOS_TAILNET_AUTHKEY) when no flag gives a key; ok is false
+// when no tailnet is configured (the OS network is used).
+func (f tailnetFlags) config(dataDir, deviceName string, envKey config.Secret) (tailnet.Config, bool, error) {
 	c, ok, err := tailnet.LoadConfig(dataDir)
 	if err != nil {
 		return c, false, err
@@ -36,7 +38,7 @@ func (f tailnetFlags) config(dataDir, deviceName string) (tailnet.Config, bool, 
 	control, name, keyFile := deref(f.control), deref(f.name), deref(f.authKeyFile)
 	key := deref(f.authKey)
 	if key == "" {
-		key = os.Getenv("METNOS_TAILNET_AUTHKEY")
+		key = string(envKey)
 	}
 	if keyFile != "" {
 		if key, err = tailnet.ReadAuthKey(keyFile); err != nil {

@@ -276,3 +276,22 @@ func TestPathsFeedLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestSandboxDisabled is the sandbox package's former Windows test of
+// its METNOS_SANDBOX parser, which FromEnv now is, on every system.
+func TestSandboxDisabled(t *testing.T) {
+	for v, off := range map[string]bool{"": false, "1": false, "on": false, "0": true, "OFF": true, " no ": true, "false": true} {
+		c, err := FromEnv("windows", func(name string) string {
+			if name == "METNOS_SANDBOX" {
+				return v
+			}
+			return ""
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.SandboxDisabled != ""; got != off {
+			t.Errorf("METNOS_SANDBOX=%q: disabled %v, want %v", v, got, off)
+		}
+	}
+}

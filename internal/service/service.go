@@ -92,7 +92,8 @@ type Manager struct {
 	// GOOS selects the supervisor: "linux" (and other Unix), "darwin"
 	// or "windows".
 	GOOS string
-	// Home is the user's home directory; ConfigHome is
+	// Home is the user's home directory (purge never removes a folder
+	// that holds it; "": unknown); ConfigHome is
 	// $XDG_CONFIG_HOME when absolute, else empty (Linux).
 	Home, ConfigHome string
 	// User is the login name (loginctl) or DOMAIN\name (Windows); UID
@@ -469,7 +470,7 @@ func (s *Manager) purge(ctx context.Context) error {
 		if d == "" || !exists(d) {
 			continue
 		}
-		if err := purgeable(d); err != nil {
+		if err := purgeable(d, s.Home); err != nil {
 			return err
 		}
 		if s.DryRun {
@@ -541,13 +542,14 @@ func (s *Manager) Status(ctx context.Context) (Status, error) {
 // purgeable refuses to remove a folder that is not the agent's own: the
 // data and cache folders may come from METNOS_DATA_DIR and
 // METNOS_CACHE_DIR, and a mistyped one must not cost the user a home or
-// a shared cache. The agent's folders are named "metnos" (any case).
-func purgeable(d string) error {
+// a shared cache. The agent's folders are named "metnos" (any case);
+// none holds home, the user's home folder ("": unknown).
+func purgeable(d, home string) error {
 	clean := filepath.Clean(d)
 	if !strings.EqualFold(filepath.Base(clean), "metnos") {
 		return fmt.Errorf("service: not purging %s: it is not a folder named metnos, so it may hold more than the agent's files (remove what you want of it by hand)", d)
 	}
-	if home, err := os.UserHomeDir(); err == nil && fspath.Within(filepath.Clean(home), clean) {
+	if home != "" && fspath.Within(filepath.Clean(home), clean) {
 		return fmt.Errorf("service: not purging %s: it holds your home folder", d)
 	}
 	return nil

@@ -396,11 +396,11 @@ func TestUninstallPurge(t *testing.T) {
 func TestPurgeOnlyTheAgentsFolders(t *testing.T) {
 	home, _ := os.UserHomeDir()
 	for _, d := range []string{filepath.Join(t.TempDir(), ".cache"), home, "/"} {
-		if err := purgeable(d); err == nil {
+		if err := purgeable(d, home); err == nil {
 			t.Errorf("%s would be purged", d)
 		}
 	}
-	if err := purgeable(filepath.Join(t.TempDir(), "metnos")); err != nil {
+	if err := purgeable(filepath.Join(t.TempDir(), "metnos"), home); err != nil {
 		t.Error(err)
 	}
 }

@@ -53,7 +53,9 @@ func run(status *os.File, spec Spec, argv []string) int {
 
 	// The command's environment comes from spec.EnvFD (the shim's own is
 	// empty, so that nothing in it, LD_PRELOAD above all, acts on a host
-	// program).
+	// program). Reading its own environment here is not configuration:
+	// it is the shim's startup, in the process the sandbox made, and
+	// the only place outside the command line allowed to (test/repo).
 	env := os.Environ()
 	if spec.EnvFD > 0 {
 		if env, err = readEnv(spec.EnvFD); err != nil {

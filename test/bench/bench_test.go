@@ -121,7 +121,7 @@ func TestStartupRatios(t *testing.T) {
 			{"agent-exec-selfshim", command(append([]string{soloAgent, "exec", "--"}, w...), childEnv)},
 			{"sandbox.Run", func() (time.Duration, error) {
 				start := time.Now()
-				out, err := sandbox.Run(context.Background(), sandbox.Request{Argv: w, Policy: policy})
+				out, err := sandbox.Run(context.Background(), sandbox.Request{Argv: w, Policy: policy, Options: testbin.SandboxOptions()})
 				d := time.Since(start)
 				if err != nil {
 					return d, err
@@ -201,7 +201,7 @@ func agentSandboxWord(t *testing.T, agent string, env []string) string {
 // supervised profile for this host, network cut.
 func defaultPolicy(t *testing.T) policy.Policy {
 	t.Helper()
-	h, err := policy.HostFromEnv()
+	h, err := testbin.Host()
 	if err != nil {
 		t.Fatal(err)
 	}

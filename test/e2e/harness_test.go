@@ -138,7 +138,9 @@ func requireSandbox(t *testing.T) {
 	}
 }
 
-func bestSandbox() string { return sandbox.PlanFor(policy.Policy{}, policy.LevelNone).Best }
+func bestSandbox() string {
+	return sandbox.PlanFor(testbin.SandboxOptions(), policy.Policy{}, policy.LevelNone).Best
+}
 
 func (w *world) env() []string {
 	var env []string

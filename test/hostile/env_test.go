@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 )
@@ -48,7 +49,7 @@ __attribute__((constructor)) static void mark(void) { close(open("`+mark+`", O_C
 		os.Remove(mark)
 
 		pol := fx.profile(t, policy.ProfileSupervised, nil, nil, false)
-		out, err := sandbox.Run(context.Background(), sandbox.Request{Argv: []string{"/bin/true"}, Env: env, Policy: pol, Limits: sandbox.Limits{Timeout: 20 * time.Second}})
+		out, err := sandbox.Run(context.Background(), sandbox.Request{Argv: []string{"/bin/true"}, Env: env, Policy: pol, Limits: sandbox.Limits{Timeout: 20 * time.Second}, Options: testbin.SandboxOptions()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +96,7 @@ func TestEnvNotInCommandLines(t *testing.T) {
 		go func() {
 			out, err := sandbox.Run(context.Background(), sandbox.Request{
 				Argv: []string{python, "-c", "import os, time; print(len(os.environ['BIG1']) + len(os.environ['BIG2']), os.environ['API_TOKEN'][:6]); time.sleep(1.5)"},
-				Env:  env, Policy: pol, Limits: sandbox.Limits{Timeout: 20 * time.Second}})
+				Env:  env, Policy: pol, Limits: sandbox.Limits{Timeout: 20 * time.Second}, Options: testbin.SandboxOptions()})
 			if err != nil {
 				t.Error(err)
 			}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 )
@@ -111,6 +112,7 @@ func TestRefused(t *testing.T) {
 			pol := c.policy(t)
 			out, err := sandbox.Run(t.Context(), sandbox.Request{
 				Argv: canary(t), Env: fx.env(), Policy: pol, MinSandbox: c.min,
+				Options: testbin.SandboxOptions(),
 			})
 			if !errors.Is(err, sandbox.ErrRefused) {
 				t.Errorf("Run was not refused (err %v, sandbox %q): a policy this machine cannot enforce must not run", err, out.Sandbox)

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 )
@@ -83,7 +84,7 @@ func requireSandbox(t *testing.T, needBwrap bool) {
 	if _, err := os.Stat(python); err != nil {
 		t.Fatalf("the hostile suite needs %s: %v", python, err)
 	}
-	c := sandbox.Probe()
+	c := sandbox.Probe(testbin.SandboxOptions())
 	var missing []string
 	if needBwrap && !c.BwrapUsable {
 		missing = append(missing, "bwrap: "+c.BwrapError)
@@ -414,10 +415,11 @@ func tryInside(fx *fixture, pol policy.Policy, argv []string, lim sandbox.Limits
 		lim.Timeout = 20 * time.Second
 	}
 	out, err := sandbox.Run(context.Background(), sandbox.Request{
-		Argv:   argv,
-		Env:    fx.env(),
-		Policy: pol,
-		Limits: lim,
+		Argv:    argv,
+		Env:     fx.env(),
+		Policy:  pol,
+		Limits:  lim,
+		Options: testbin.SandboxOptions(),
 	})
 	return result{stdout: string(out.Stdout), stderr: string(out.Stderr), exit: out.ExitCode, out: out}, err
 }

@@ -1,6 +1,8 @@
 // Package repo holds checks on the repository itself: every package says
-// what it is, the sandbox shim, started for every run, stays lean, and
-// the packaged service unit is the one the agent installs.
+// what it is, the sandbox shim, started for every run, stays lean, the
+// packaged service unit is the one the agent installs, no library reads
+// the environment, the sandbox and the policy spell none of the agent's
+// folders, and the reference server imports no device code.
 package repo
 
 import (

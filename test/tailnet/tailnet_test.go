@@ -147,7 +147,7 @@ func TestAgentOverTailnet(t *testing.T) {
 		}
 		// Executors still get the full sandbox under an agent that may not
 		// listen (no_new_privs and the listen ban are inherited).
-		if !strings.Contains(string(info.ResultBody), `"sandbox":"`+sandbox.PlanFor(policy.Policy{}, policy.LevelNone).Best+`"`) {
+		if !strings.Contains(string(info.ResultBody), `"sandbox":"`+sandbox.PlanFor(testbin.SandboxOptions(), policy.Policy{}, policy.LevelNone).Best+`"`) {
 			t.Errorf("run %d: %s", run, info.ResultBody)
 		}
 		if l := listeningTCP(t, cmd.Process.Pid); len(l) != 0 {

@@ -1,0 +1,129 @@
+package cli
+
+import (
+	"errors"
+	"os"
+	goruntime "runtime"
+	"strings"
+
+	"github.com/metnos/agent/agent"
+	"github.com/metnos/agent/internal/config"
+	"github.com/metnos/agent/internal/layout"
+	"github.com/metnos/agent/policy"
+	"github.com/metnos/agent/sandbox"
+)
+
+// environment is what every command runs with: the configuration, read
+// once from the process environment, and the agent's layout computed
+// from it. Nothing below the command line reads the environment: each
+// command passes these down.
+type environment struct {
+	cfg config.Config
+	lay layout.Layout
+}
+
+// readEnvironment reads the configuration from getenv and computes the
+// layout on this system. A malformed variable is an error naming it.
+func readEnvironment(getenv func(string) string) (environment, error) {
+	cfg, err := config.FromEnv(goruntime.GOOS, getenv)
+	if err != nil {
+		return environment{}, err
+	}
+	lay, err := layout.CurrentWith(cfg.Paths.Getenv)
+	if err != nil {
+		return environment{cfg: cfg}, err
+	}
+	return environment{cfg: cfg, lay: lay}, nil
+}
+
+// environment returns the environment Main read, or reads it now when
+// the command was run without Main (a test's in-process run).
+func (std stdio) environment() (environment, error) {
+	if std.env != nil {
+		return std.env.e, std.env.err
+	}
+	return readEnvironment(os.Getenv)
+}
+
+// envResult is one reading of the environment, and its error.
+type envResult struct {
+	e   environment
+	err error
+}
+
+// deviceHost describes this device to the policy: the home folder and
+// the agent's own folders from the layout, the session's sockets from
+// the configuration. run, exec and doctor all build their Host here, so
+// that they derive the same policy for the same profile.
+func deviceHost(e environment, uid int) (policy.Host, error) {
+	if e.lay.Home == "" {
+		return policy.Host{}, errors.New("sandbox: the home folder is not known: set $HOME")
+	}
+	return policy.Host{
+		Home:          e.lay.Home,
+		UID:           uid,
+		RuntimeDir:    e.cfg.Paths.XDGRuntimeDir,
+		DBusSession:   e.cfg.DBusSessionBus,
+		SSHAuthSock:   e.cfg.SSHAuthSock,
+		AgentDataDirs: e.lay.AgentDirs(),
+	}, nil
+}
+
+// agentConfig is the agent's configuration from e: its layout, the Host
+// of [deviceHost], the sandbox's options and the settings of the
+// environment. The caller adds the client, the logger and the rest.
+func agentConfig(e environment) (agent.Config, error) {
+	host, err := deviceHost(e, os.Getuid())
+	if err != nil {
+		return agent.Config{}, err
+	}
+	return agent.Config{
+		Layout:           e.lay,
+		Host:             host,
+		Sandbox:          sandboxOptions(e),
+		Python:           e.cfg.Python,
+		Path:             e.cfg.Path,
+		Lang:             e.cfg.Lang,
+		MemoryBytes:      e.cfg.ExecMemoryBytes,
+		SpoolRetention:   e.cfg.SpoolRetention,
+		HistoryRetention: e.cfg.HistoryRetention,
+		HistoryQuota:     e.cfg.HistoryQuotaBytes,
+	}, nil
+}
+
+// sandboxOptions are the sandbox's settings from the configuration and
+// the layout: METNOS_SANDBOX, METNOS_BWRAP (else bwrap on PATH),
+// METNOS_SHIM (else metnos-shim beside metnos-agent) and the layout's
+// placeholder locks.
+func sandboxOptions(e environment) sandbox.Options {
+	return sandbox.Options{
+		Disabled:   e.cfg.SandboxDisabled,
+		Bwrap:      e.cfg.Bwrap,
+		SearchPath: e.cfg.Path,
+		Shim:       shimPath(e.cfg.Shim),
+		LockDir:    e.lay.PlaceholderLocks(os.Getuid(), os.TempDir()),
+	}
+}
+
+// shimPath is the sandbox shim: given (METNOS_SHIM) when set, else
+// metnos-shim next to this executable when this is metnos-agent (the
+// lean shim of a release), else "" (the sandbox runs this executable as
+// its shim).
+func shimPath(given string) string {
+	if given != "" || goruntime.GOOS != "linux" {
+		return given
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	sib, ok := strings.CutSuffix(self, "metnos-agent")
+	if !ok {
+		return ""
+	}
+	sib += "metnos-shim"
+	if fi, err := os.Stat(sib); err == nil && fi.Mode()&0o111 != 0 {
+		return sib
+	}
+	return ""
+}

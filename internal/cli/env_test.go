@@ -1,0 +1,94 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/metnos/agent/internal/config"
+	"github.com/metnos/agent/internal/layout"
+	"github.com/metnos/agent/policy"
+)
+
+// TestSamePolicyEverywhere: doctor, exec and run derive the same policy
+// (its fingerprint, which the audit log and every result record) for
+// the same profile, on the layout of each operating system, and the
+// agent's folders are masked in it (issue 12: doctor used to miss the
+// macOS and Windows folders that run and exec masked).
+func TestSamePolicyEverywhere(t *testing.T) {
+	for _, c := range []struct {
+		goos, home string
+		env        map[string]string
+	}{
+		{"linux", "/home/ada", map[string]string{"XDG_CONFIG_HOME": "/home/ada/cfg", "METNOS_DATA_DIR": "/srv/metnos-data"}},
+		{"darwin", "/Users/ada", nil},
+		{"windows", `C:\Users\ada`, map[string]string{"LOCALAPPDATA": `C:\Users\ada\AppData\Local`, "APPDATA": `C:\Users\ada\AppData\Roaming`}},
+	} {
+		t.Run(c.goos, func(t *testing.T) {
+			getenv := func(k string) string { return c.env[k] }
+			cfg, err := config.FromEnv(c.goos, getenv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lay, err := layout.For(c.goos, cfg.Paths.Getenv, c.home)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := environment{cfg: cfg, lay: lay}
+			for _, prof := range doctorProfiles {
+				net := prof == policy.ProfileFull
+				// doctor: its host and its input for the profile.
+				dh, err := deviceHost(e, os.Getuid())
+				if err != nil {
+					t.Fatal(err)
+				}
+				eh, err := deviceHost(e, os.Getuid())
+				if err != nil {
+					t.Fatal(err)
+				}
+				ac, err := agentConfig(e)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(dh, eh) || !reflect.DeepEqual(dh, ac.Host) {
+					t.Fatalf("hosts differ:\ndoctor %+v\nexec   %+v\nrun    %+v", dh, eh, ac.Host)
+				}
+				for _, d := range []string{lay.Data, lay.Cache} {
+					if !slices.Contains(ac.Host.AgentDataDirs, d) {
+						t.Errorf("%s: the agent's folder %s is not in the host's AgentDataDirs %v", prof, d, ac.Host.AgentDataDirs)
+					}
+				}
+				if !filepath.IsAbs(lay.Home) {
+					// Another system's paths (Windows' on Unix): the
+					// policy cannot be derived here; the hosts it would
+					// be derived from are equal.
+					continue
+				}
+				dp, err := policy.ForProfile(doctorInput(prof, dh))
+				if err != nil {
+					t.Fatalf("doctor %s: %v", prof, err)
+				}
+				// exec --profile prof (--net for full), no grants.
+				ep, err := policy.ForProfile(execInput(execFlags{profile: string(prof), net: net}, eh))
+				if err != nil {
+					t.Fatalf("exec %s: %v", prof, err)
+				}
+				// run: the Host the agent is given.
+				rp, err := policy.ForProfile(policy.ProfileInput{Profile: prof, Network: net, Host: ac.Host})
+				if err != nil {
+					t.Fatalf("run %s: %v", prof, err)
+				}
+				if dp.Fingerprint() != ep.Fingerprint() || dp.Fingerprint() != rp.Fingerprint() {
+					t.Errorf("%s: doctor %s, exec %s, run %s", prof, dp.Fingerprint(), ep.Fingerprint(), rp.Fingerprint())
+				}
+				for _, d := range lay.AgentDirs() {
+					if _, ok := policy.CoveredByMask(d, dp.Masks); !ok {
+						t.Errorf("%s: the agent's folder %s is not masked", prof, d)
+					}
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,31 @@
+package sandbox
+
+// Options are what the caller tells the sandbox about this machine and
+// its own configuration: which bubblewrap and shim to use, where the
+// placeholder locks go, and whether the sandbox is turned off. The
+// package reads no environment variable and knows none of the caller's
+// folders: the agent reads its configuration once and passes it in
+// here. The zero Options use the defaults written on each field.
+type Options struct {
+	// Disabled, when not "", turns every layer off and says why (it
+	// becomes Caps.Disabled and the reason of every run): the command
+	// then runs unconfined. For tests and debugging only.
+	Disabled string
+	// Bwrap is the bubblewrap binary to use on Linux, wherever it is
+	// (made absolute). "": the first bwrap in a trusted system folder of
+	// SearchPath that is owned by root and writable by nobody else.
+	Bwrap string
+	// SearchPath is the PATH list bwrap is looked for in when Bwrap is
+	// "" (Linux): normally the caller's own PATH. "": the trusted system
+	// folders themselves, in their order.
+	SearchPath string
+	// Shim is the shim binary on Linux. "": this executable, which must
+	// then call shim.MainIfShim first thing in main.
+	Shim string
+	// LockDir is the folder of the Linux placeholder locks: one per
+	// user, the same for every run of that user in any process, so every
+	// caller on a machine must pass the same. It is created (0700) if
+	// missing and must be a private folder of this user. "": a folder
+	// named after this uid in the temporary folder.
+	LockDir string
+}
