@@ -1,4 +1,4 @@
-// Package agent is a paired device's run loop (§6.2): it long-polls the
+// Package agent is a paired device's run loop (docs/protocol.md §7.2): it long-polls the
 // server, heartbeats, verifies each invocation and runs it once in the
 // sandbox, and delivers every result at least once.
 //
@@ -37,7 +37,7 @@ import (
 )
 
 // Config is what an [Agent] runs with. Zero fields take the protocol's
-// defaults (Appendix C).
+// defaults (docs/protocol.md §16).
 type Config struct {
 	// Layout is where the agent keeps everything: its data and cache
 	// folders (the Rust client's) and the files in them.
@@ -83,7 +83,7 @@ type Config struct {
 	// node records its state then).
 	OnHeartbeat func(context.Context)
 	// Watchdog is called, on a goroutine of its own, when an execution
-	// overruns its deadline by 10 s (§6.2 step 5); the run goes on
+	// overruns its deadline by 10 s (docs/protocol.md §7.2 step 8); the run goes on
 	// meanwhile. Nil means no watchdog: the agent waits for the run
 	// however long it takes. The agent never exits the process itself:
 	// the command's run passes a watchdog that logs and exits 124, for
@@ -221,8 +221,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		// The cursor is always null. The Rust client sends the last id
 		// it saw, which hides from it every invocation with a smaller
-		// id: one a dead agent's orphaned long-poll claimed (§12.17),
-		// or any ordinary one after a durable id (§12.1). The ledger
+		// id: one a dead agent's orphaned long-poll claimed (docs/protocol.md §6.5),
+		// or any ordinary one after a durable id (docs/protocol.md §17.1). The ledger
 		// already keeps anything from running twice, and the server
 		// hands out again only invocations without a result, after
 		// their deadline.
@@ -238,7 +238,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.noteShim(resp.ShimSHA256)
 		if resp.Invocation != nil {
 			if err := a.handle(ctx, resp.Invocation); err != nil {
-				// A malformed invocation counts as a failed poll (§6.2
+				// A malformed invocation counts as a failed poll (docs/protocol.md §7.2
 				// step 1): back off.
 				a.sleep(ctx, &backoff)
 				continue
@@ -251,7 +251,7 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // sleep waits backoff × a jitter in [0.75, 1.25), then doubles backoff
-// up to 10 s (Appendix C).
+// up to 10 s (docs/protocol.md §16).
 func (a *Agent) sleep(ctx context.Context, backoff *time.Duration) {
 	wait := time.Duration(float64(*backoff) * (0.75 + rand.Float64()*0.5))
 	select {
@@ -280,7 +280,7 @@ func (a *Agent) heartbeats(ctx context.Context) {
 	}
 }
 
-// profile is the heartbeat's profile (§5.4), with the sandbox this
+// profile is the heartbeat's profile (docs/protocol.md §5.4), with the sandbox this
 // machine really gives and the Python executors run with.
 func (a *Agent) profile() map[string]any {
 	p := map[string]any{
@@ -316,7 +316,7 @@ func (a *Agent) spoolResult(id string, body []byte) error {
 	return nil
 }
 
-// flush delivers every spooled result, byte for byte (§5.5): accepted
+// flush delivers every spooled result, byte for byte (docs/protocol.md §5.5): accepted
 // ones leave the spool, refused ones (4xx but 408, 423, 425, 429) go to
 // dead-results, and on a transport error or a retryable status it stops
 // until the next round. It reports whether the spool is now empty.

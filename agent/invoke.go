@@ -54,7 +54,7 @@ func (inv *invocation) readArgs() error {
 	return nil
 }
 
-// handle takes one invocation from a poll response through §6.2:
+// handle takes one invocation from a poll response through docs/protocol.md §7.2:
 // shape, ledger, signature, id, then execution, and spools its result
 // for the next flush to deliver.
 // An invocation that fails its checks is not run; it gets a result with
@@ -156,7 +156,7 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 		return result.DeviceError(fmt.Errorf("executor %s not run: %w", inv.ex.Name, err)), true
 	}
 	// The marker comes after the executor is known: whether it can
-	// write decides what a crash means (§12.6).
+	// write decides what a crash means (docs/protocol.md §17.3).
 	if err := a.spool.Start(inv.ID, inv.Reversibility, inv.ex.Manifest.Facts.Writes()); err != nil {
 		return result.DeviceError(fmt.Errorf("writing the STARTED marker: %w", err)), true
 	}
@@ -245,7 +245,7 @@ func refusedEnv(k string) string {
 var noModule = regexp.MustCompile(`No module named '([A-Za-z0-9_.]+)'`)
 
 // run runs the executor in the sandbox and maps its output; once, a
-// missing shim module makes it fetch the shim again and retry (§6.4).
+// missing shim module makes it fetch the shim again and retry (docs/protocol.md §8).
 // req and shimDir are what execute built (and journaled the grants of);
 // the request is built again only for the retry, with the shim the
 // self-heal fetched (once: it used to be fetched a second time here).
@@ -276,7 +276,7 @@ func (a *Agent) run(ctx context.Context, inv *invocation, req sandbox.Request, s
 		default:
 			r = result.FromStdout(out.Stdout)
 			if r.ErrorClass == "device_error" {
-				// Self-heal (§6.4), only for a module of the shim that is
+				// Self-heal (docs/protocol.md §8), only for a module of the shim that is
 				// missing from this device's copy, and only once.
 				m := noModule.FindStringSubmatch(string(out.Stderr))
 				if attempt == 0 && m != nil && !shimHas(shimDir, m[1]) && limit-time.Since(start) > time.Second {
@@ -326,7 +326,7 @@ func stderrTail(b []byte) string {
 }
 
 // request builds the sandbox request of one invocation from the signed
-// manifest and the arguments (§6.4, §8.1): the capabilities' grants,
+// manifest and the arguments (docs/protocol.md §8, §12.1): the capabilities' grants,
 // the manifest's min_sandbox, the executor, the shim and the
 // interpreter read-only, the user data folder writable, a clean
 // environment, the arguments on stdin. It reads the arguments as
@@ -386,7 +386,7 @@ func (a *Agent) request(inv *invocation, shimDir string, limit time.Duration) (s
 	}, nil
 }
 
-// env is the executor's environment (§6.4): a few inherited variables,
+// env is the executor's environment (docs/protocol.md §8): a few inherited variables,
 // the Python settings, the server's env_injections, then the agent's
 // own variables, which win.
 func (a *Agent) env(inv *invocation, shimDir string) []string {

@@ -1,7 +1,7 @@
 // Package client is the device's side of every request to the Metnos
 // server: registration, poll, heartbeat, result delivery, the executor
 // and shim bundles, the runtime descriptor and the runtime archives
-// (shared/metnos-protocol.md §4–§7).
+// (docs/protocol.md §4–§11).
 //
 // # What it guarantees
 //
@@ -42,7 +42,7 @@ import (
 	"github.com/metnos/agent/wire"
 )
 
-// Timeouts of the protocol's requests (§5.1, Appendix C).
+// Timeouts of the protocol's requests (docs/protocol.md §5.1, §16).
 const (
 	RegisterTimeout = 15 * time.Second
 	SignedTimeout   = 40 * time.Second // poll (25 s block + 15 s), heartbeat, result
@@ -96,11 +96,11 @@ func (c *Client) DeviceID() string { return c.deviceID }
 func (c *Client) HTTPClient() *http.Client { return c.hc }
 
 // RuntimeURL is the URL of a runtime archive on the server, GET
-// /agent/runtime/{filename} (§7), for a ranged download.
+// /agent/runtime/{filename} (docs/protocol.md §11), for a ranged download.
 func (c *Client) RuntimeURL(filename string) string { return c.base + wire.PathRuntime + filename }
 
 // ServerError is a response of the server other than 2xx, with the
-// error code and message of its JSON body (§4.3) when it had one.
+// error code and message of its JSON body (docs/protocol.md §4.2) when it had one.
 type ServerError struct {
 	URL     string
 	Status  int
@@ -141,7 +141,7 @@ var serverErrorWords = map[string]string{
 }
 
 // Retryable reports whether a result delivery that failed with status
-// may succeed later (§5.5): 408, 423, 425, 429 and every 5xx, and also
+// may succeed later (docs/protocol.md §5.5): 408, 423, 425, 429 and every 5xx, and also
 // every 3xx (a proxy in the way, which the protocol never sends).
 func Retryable(status int) bool {
 	switch status {
@@ -212,7 +212,7 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, signe
 }
 
 // Register pairs the device key with the server using a one-time token
-// (§4.3).
+// (docs/protocol.md §4.2).
 func (c *Client) Register(ctx context.Context, token string) (wire.Registration, error) {
 	body, _ := json.Marshal(map[string]string{
 		"token":      token,
@@ -232,7 +232,7 @@ func (c *Client) Register(ctx context.Context, token string) (wire.Registration,
 }
 
 // Poll long-polls for the next invocation after cursor ("" for none),
-// asking the server to hold the request up to block (§5.3).
+// asking the server to hold the request up to block (docs/protocol.md §5.3).
 func (c *Client) Poll(ctx context.Context, cursor string, block time.Duration) (wire.PollResponse, error) {
 	var cur any
 	if cursor != "" {
@@ -262,7 +262,7 @@ func (c *Client) Poll(ctx context.Context, cursor string, block time.Duration) (
 	return r, nil
 }
 
-// Heartbeat sends the device profile (§5.4).
+// Heartbeat sends the device profile (docs/protocol.md §5.4).
 func (c *Client) Heartbeat(ctx context.Context, profile map[string]any) error {
 	// Field order device_id, profile, as the Rust client's struct.
 	p, err := wire.Canonical(profile)
@@ -275,13 +275,13 @@ func (c *Client) Heartbeat(ctx context.Context, profile map[string]any) error {
 	return err
 }
 
-// Deliver posts a spooled result body, byte for byte (§5.5).
+// Deliver posts a spooled result body, byte for byte (docs/protocol.md §5.5).
 func (c *Client) Deliver(ctx context.Context, body []byte) error {
 	_, err := c.do(ctx, http.MethodPost, wire.PathResult, body, true, SignedTimeout)
 	return err
 }
 
-// Executor fetches an executor bundle (§5.6). It is not verified.
+// Executor fetches an executor bundle (docs/protocol.md §5.6). It is not verified.
 func (c *Client) Executor(ctx context.Context, name string) (wire.ExecutorBundle, error) {
 	b, err := c.do(ctx, http.MethodGet, wire.PathExecutor+name, nil, false, FetchTimeout)
 	if err != nil {
@@ -294,7 +294,7 @@ func (c *Client) Executor(ctx context.Context, name string) (wire.ExecutorBundle
 	return bu, nil
 }
 
-// Shim fetches the shim bundle (§5.7). It is not verified.
+// Shim fetches the shim bundle (docs/protocol.md §5.7). It is not verified.
 func (c *Client) Shim(ctx context.Context) (wire.ShimBundle, error) {
 	b, err := c.do(ctx, http.MethodGet, wire.PathShim, nil, false, FetchTimeout)
 	if err != nil {
@@ -308,7 +308,7 @@ func (c *Client) Shim(ctx context.Context) (wire.ShimBundle, error) {
 }
 
 // RuntimeDescriptor fetches the signed descriptor envelope of a runtime
-// archive (§7), as the server sent it: check it with
+// archive (docs/protocol.md §11), as the server sent it: check it with
 // [wire.VerifyRuntimeDescriptor].
 func (c *Client) RuntimeDescriptor(ctx context.Context, filename string) ([]byte, error) {
 	if !wire.ValidRuntimeName(filename) {

@@ -2,13 +2,13 @@
 // with our own small stdlib-only Python shim (executor_helpers) they
 // import, and a generator of small real JPEG photos carrying EXIF dates.
 //
-// The executors follow the Metnos runner protocol (protocol §6.4): each is
+// The executors follow the Metnos runner protocol (docs/protocol.md §8): each is
 // a directory with a manifest.toml and the Python files its [code].files
 // lists; the agent runs `<python> <entry.py>` with PYTHONPATH=<shim
 // dir>:<executor dir>, the arguments as one JSON object on stdin, and reads
 // one JSON object from stdout. The mutating ones (organize_photos,
 // move_files, delete_files) keep backup blobs and report result rows in the
-// shapes the server's undo translates (§6.7); move_files and delete_dirs
+// shapes the server's undo translates (docs/protocol.md §10.1); move_files and delete_dirs
 // are what that undo calls back on the device.
 //
 // The manifests carry digest = "sha256:0": a signer fills in the real

@@ -84,7 +84,7 @@ type failure struct {
 var executorNames = []string{"echo_args", "list_folder", "organize_photos", "move_files", "delete_dirs", "delete_files"}
 
 // runner runs the embedded executors, copied to a temporary directory, as
-// the agent does (§6.4): `<python> <entry>`, environment cleared, args on
+// the agent does (docs/protocol.md §8): `<python> <entry>`, environment cleared, args on
 // stdin.
 type runner struct {
 	py, root, shim, data string
@@ -168,7 +168,7 @@ func (r *runner) runRaw(t *testing.T, name string, stdin []byte, env ...string) 
 	cmd.Stdin = bytes.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	_ = cmd.Run() // the exit code is not part of the protocol (§6.4)
+	_ = cmd.Run() // the exit code is not part of the protocol (docs/protocol.md §8)
 	if ctx.Err() != nil {
 		t.Fatalf("%s: timed out", name)
 	}
@@ -272,7 +272,7 @@ type call struct {
 }
 
 // reverseCalls translates a result with the manifest's reverse_pattern
-// the way the server's undo does (§6.7): swap_src_dst → move_files grouped
+// the way the server's undo does (docs/protocol.md §10.1): swap_src_dst → move_files grouped
 // by source folder with dst_template "<parent>/{name}" (a literal
 // template for a rename); restore_blob_backup → move_files with copy:true,
 // dst_template "{dst}" and entries {src: blob_path, dst: path}, in

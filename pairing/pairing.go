@@ -1,7 +1,7 @@
 // Package pairing keeps the device's identity: its Ed25519 key and the
 // state.json that pins the server it is paired with. Both live where the
-// Metnos Rust client keeps them and in the same format (protocol §2.1,
-// §2.4, Appendix A), so metnos-agent picks up an existing pairing as it
+// Metnos Rust client keeps them and in the same format (docs/protocol.md §2.1,
+// §2.4, §14), so metnos-agent picks up an existing pairing as it
 // is, and the Rust client would pick up ours.
 package pairing
 
@@ -121,5 +121,5 @@ func SaveState(dataDir string, s State) error {
 }
 
 // LocalFingerprint is what whoami calls the device key's fingerprint:
-// the lower-case hex of the raw public key (not a hash, §2.1).
+// the lower-case hex of the raw public key (not a hash, docs/protocol.md §2.1).
 func LocalFingerprint(pub ed25519.PublicKey) string { return hex.EncodeToString(pub) }

@@ -29,7 +29,7 @@ func copyFixture(t *testing.T) string {
 }
 
 // An existing Rust-client installation is picked up as it is: the key
-// (the spec's test seed) gives the spec's public key and both
+// (the protocol's test seed, docs/protocol.md §3.5) gives its public key and both
 // fingerprints, and the pinned server key decodes.
 func TestRustClientInstallation(t *testing.T) {
 	dir := copyFixture(t)

@@ -13,7 +13,8 @@ import (
 	"github.com/metnos/agent/wire"
 )
 
-// Autonomy is the Metnos autonomy level (seed 000 §6).
+// Autonomy is the Metnos autonomy level: how far an executor may act
+// without the user's confirmation (docs/protocol.md §12).
 type Autonomy string
 
 // The autonomy levels. The empty Autonomy means AutonomySupervised.
@@ -46,8 +47,7 @@ type DeriveInput struct {
 }
 
 // Derive builds the [ProfileManifest] Policy of one executor invocation
-// from its manifest capabilities and arguments (protocol §8.1, seed 000
-// §3.5):
+// from its manifest capabilities and arguments (docs/protocol.md §12.1):
 //
 //   - a capability of family net or network (the text before the first
 //     ':' or '.' of its name) opens the network;
@@ -231,8 +231,7 @@ type ProfileInput struct {
 	Host Host
 }
 
-// ForProfile builds the Policy of a named profile (seed 001 §3, seed
-// 003) with the explicit grants of in added:
+// ForProfile builds the Policy of a named profile (docs/protocol.md §12) with the explicit grants of in added:
 //
 //   - readonly: the whole root readable, every grant read-only;
 //   - supervised: the system paths and the grants only;

@@ -36,7 +36,8 @@ type Host struct {
 	SystemPaths []string
 }
 
-// defaultSystemPaths are the read-only system paths of seed 000 §3.1.
+// defaultSystemPaths are the system paths every run may read (never
+// write): programs, libraries, /etc and Python's shared data.
 var defaultSystemPaths = []string{
 	"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32",
 	"/etc", "/opt", "/var/lib/python3",
@@ -51,8 +52,8 @@ type nucleusEntry struct {
 
 // homeNucleus is the home-relative part of the device nucleus: the
 // credentials, keys, browser profiles and password stores of the user.
-// It is fixed here on purpose (seed 001 §8): a change needs a change of
-// code. The agent's own folders are not here: they come in as
+// It is fixed here on purpose, not configurable: a change needs a
+// change of code. The agent's own folders are not here: they come in as
 // Host.AgentDataDirs.
 var homeNucleus = []nucleusEntry{
 	{"~/.ssh", MaskDir},
@@ -132,7 +133,7 @@ func Nucleus(h Host) []Mask {
 }
 
 // SessionIPC returns the masks that hide the user's live session from
-// the sandbox (seed 003): $XDG_RUNTIME_DIR, /run/user/<uid> and
+// the sandbox (without them a network cut is no cut): $XDG_RUNTIME_DIR, /run/user/<uid> and
 // /tmp/.X11-unix, and the D-Bus session socket named by h.DBusSession
 // when it lies outside those directories. Abstract sockets need no
 // mask. The masks are returned whether or not the paths exist; an

@@ -125,7 +125,7 @@ type Mask struct {
 type Profile string
 
 // The profiles. ProfileManifest is what [Derive] builds from an
-// executor's manifest; the others are fixed shapes (seed 001 §3, seed 003)
+// executor's manifest; the others are fixed shapes (docs/protocol.md §12)
 // to which explicit grants may still be added.
 const (
 	// ProfileManifest: system paths read-only plus the manifest's and
@@ -144,7 +144,7 @@ const (
 	// PIDs visible, the network cut and the session IPC masked (the
 	// session bus, X11, terminals, ssh-agent; /tmp is private, as the
 	// user's tmux and editor sockets live there); refused rather than
-	// weakened when the cut cannot be enforced (seed 003).
+	// weakened when the cut cannot be enforced.
 	ProfileFullFSNoNet Profile = "full-fs-no-net"
 )
 

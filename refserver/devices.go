@@ -19,7 +19,7 @@ type DeviceInfo struct {
 	ID            string
 	Name          string
 	Owner         string
-	Fingerprint   string // SHA-256 hex of the raw public key (§2.3)
+	Fingerprint   string // SHA-256 hex of the raw public key (docs/protocol.md §2.3)
 	PublicKey     ed25519.PublicKey
 	OSFamily      string
 	OSArch        string
@@ -77,7 +77,7 @@ func (s *Server) Revoke(deviceID string) error {
 	return nil
 }
 
-// handleRegister is POST /agent/register (§4.3).
+// handleRegister is POST /agent/register (docs/protocol.md §4.2).
 func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 	_, m, ok := readObject(w, r)
 	if !ok {
@@ -154,7 +154,7 @@ func registerResponse(d *device, server ed25519.PublicKey) map[string]any {
 	}
 }
 
-// authDevice applies the checks shared by poll and heartbeat (§5.2) in
+// authDevice applies the checks shared by poll and heartbeat (docs/protocol.md §5.2) in
 // order and returns the parsed body and the device id. On failure it has
 // already answered.
 func (s *Server) authDevice(w http.ResponseWriter, r *http.Request) (map[string]any, string, bool) {

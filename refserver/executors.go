@@ -248,7 +248,7 @@ func (s *Server) SetExecutorFile(name, p string, data []byte) error {
 	return nil
 }
 
-// handleExecutor is GET /agent/executor/{name} (§5.6).
+// handleExecutor is GET /agent/executor/{name} (docs/protocol.md §5.6).
 func (s *Server) handleExecutor(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if !wire.ValidExecutorName(name) {

@@ -23,7 +23,7 @@ func blockFor(v any) time.Duration {
 	return time.Duration(min(ms, MaxBlockMS)) * time.Millisecond
 }
 
-// handlePoll is POST /agent/poll (§5.3).
+// handlePoll is POST /agent/poll (docs/protocol.md §5.3).
 func (s *Server) handlePoll(w http.ResponseWriter, r *http.Request) {
 	m, id, ok := s.authDevice(w, r)
 	if !ok {
@@ -75,7 +75,7 @@ func (s *Server) handlePoll(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// handleHeartbeat is POST /agent/heartbeat (§5.4).
+// handleHeartbeat is POST /agent/heartbeat (docs/protocol.md §5.4).
 func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	m, id, ok := s.authDevice(w, r)
 	if !ok {
@@ -92,7 +92,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
 }
 
-// handleResult is POST /agent/result (§5.5).
+// handleResult is POST /agent/result (docs/protocol.md §5.5).
 func (s *Server) handleResult(w http.ResponseWriter, r *http.Request) {
 	sig := r.Header.Get(wire.SigHeader)
 	if sig == "" {

@@ -190,7 +190,7 @@ func TestCursorSemantics(t *testing.T) {
 	if inv := h.pollInvocation(d, a); inv.ID != b {
 		t.Errorf("cursor %s got %s, want %s", a, inv.ID, b)
 	}
-	// §12.1: a durable id sorts after every inv-<hex> id, so a cursor set
+	// docs/protocol.md §17.1: a durable id sorts after every inv-<hex> id, so a cursor set
 	// to it hides later normal invocations.
 	dur := h.enqueue(d, "echo_args", 3, EnqueueOptions{ID: "inv-durable-0123456789abcdef0123456789abcdef"})
 	if inv := h.pollInvocation(d, b); inv.ID != dur {

@@ -78,7 +78,7 @@ type invocation struct {
 
 // Enqueue queues an invocation of executor for a device and returns its
 // id. manifest_sha256 and code_sha256 come from the loaded executor; the
-// invocation is signed over the fields of §3.4. args is a JSON-like Go
+// invocation is signed over the fields of docs/protocol.md §3.4. args is a JSON-like Go
 // value (map[string]any, []any, string, int, int64, json.Number, bool,
 // nil, or anything encoding/json turns into those); it is round-tripped
 // through JSON so that what is signed is what the device decodes. Floats
@@ -292,7 +292,7 @@ func (s *Server) ExpireOlderThan(d time.Duration) int {
 }
 
 // claimLocked hands out the lowest eligible invocation for a device
-// after cursor (§5.3), or nil.
+// after cursor (docs/protocol.md §5.3), or nil.
 func (s *Server) claimLocked(deviceID, cursor string, now time.Time) *invocation {
 	var best *invocation
 	for _, inv := range s.order {

@@ -16,7 +16,7 @@ const blobBatch = 100
 
 // ReverseCalls translates an executor's reverse patterns and the payload
 // of its result into executor calls to run on the same device, exactly
-// as Metnos's build_remote_reverse_calls does (§6.7). Patterns it cannot
+// as Metnos's build_remote_reverse_calls does (docs/protocol.md §10.1). Patterns it cannot
 // translate are returned in unsupported, in order.
 func ReverseCalls(patterns []string, payload map[string]any) (calls []Call, unsupported []string) {
 	rows, _ := payload["results"].([]any)

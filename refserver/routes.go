@@ -6,7 +6,7 @@ import (
 	"github.com/metnos/agent/wire"
 )
 
-// deviceMux routes the device-facing endpoints (§5.1).
+// deviceMux routes the device-facing endpoints (docs/protocol.md §5.1).
 func (s *Server) deviceMux() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+wire.PathRegister, s.handleRegister)

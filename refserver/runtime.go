@@ -42,7 +42,7 @@ func (s *Server) openRuntime(w http.ResponseWriter, name string) (*os.File, fs.F
 	return f, st, true
 }
 
-// handleRuntimeDescriptor is GET /agent/runtime/descriptor/{filename} (§7).
+// handleRuntimeDescriptor is GET /agent/runtime/descriptor/{filename} (docs/protocol.md §11).
 func (s *Server) handleRuntimeDescriptor(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("filename")
 	f, st, ok := s.openRuntime(w, name)
@@ -64,7 +64,7 @@ func (s *Server) handleRuntimeDescriptor(w http.ResponseWriter, r *http.Request)
 	writeJSON(w, http.StatusOK, env)
 }
 
-// handleRuntimeFile is GET /agent/runtime/{filename} (§7); Range requests
+// handleRuntimeFile is GET /agent/runtime/{filename} (docs/protocol.md §11); Range requests
 // are answered with 206.
 func (s *Server) handleRuntimeFile(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("filename")

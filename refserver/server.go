@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// Protocol constants the server applies (Appendix C of the protocol);
+// Protocol constants the server applies (docs/protocol.md §16);
 // the ones both sides apply are in package wire.
 const (
 	// MaxBlockMS caps the long-poll block_ms a device may ask for.

@@ -116,7 +116,7 @@ func (s *Server) ShimDigest() string {
 	return s.shim.digest()
 }
 
-// handleShim is GET /agent/shim (§5.7).
+// handleShim is GET /agent/shim (docs/protocol.md §5.7).
 func (s *Server) handleShim(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	b := wire.ShimBundle{Files: s.shim.encoded(), Sig: s.shim.sig, SHA256: s.shim.sha}

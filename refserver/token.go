@@ -16,14 +16,14 @@ import (
 	"github.com/metnos/agent/wire"
 )
 
-// TokenPrefix starts every device pairing token (§4.2).
+// TokenPrefix starts every device pairing token (docs/protocol.md §4.1).
 const TokenPrefix = "DEV."
 
 // TokenOwner is the owner user id written into the tokens this server
 // issues (Metnos's default actor).
 const TokenOwner = "host"
 
-// deviceNameRule is the device name rule of §4.2.
+// deviceNameRule is the device name rule of docs/protocol.md §4.1.
 var deviceNameRule = regexp.MustCompile(`^[A-Za-z0-9._-]{1,40}$`)
 
 // tokenUse is what the server remembers of an issued token.

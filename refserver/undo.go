@@ -24,7 +24,7 @@ type UndoPlan struct {
 }
 
 // Undo reverses a turn on a device as Metnos's undo_last_turn does for
-// device effects (§6.7): for every done invocation of turnID on deviceID
+// device effects (docs/protocol.md §10.1): for every done invocation of turnID on deviceID
 // not undone yet, newest first, it translates its executor's
 // reverse_pattern and its result's payload with [ReverseCalls] and
 // enqueues each call on the same device as an ordinary signed

@@ -61,7 +61,7 @@
 //     or read-only grant beneath it), the parent is mounted in its stead and Landlock gives
 //     it nothing but the removal of empty directories, so that the
 //     command can remove the directory (a mount point cannot be removed:
-//     protocol §12.15). seccomp then refuses mode, owner, time and xattr
+//     docs/protocol.md §12.6). seccomp then refuses mode, owner, time and xattr
 //     changes by path for the whole run, as without bwrap. The parent's
 //     other entries can be stat-ed by name, their links read (readlink),
 //     their extended attributes read, and the parent watched with inotify

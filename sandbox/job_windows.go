@@ -10,7 +10,7 @@ import (
 
 const (
 	// jobKilledExitCode is the exit status TerminateJobObject gives the
-	// processes of a run killed at its deadline (protocol §8.3).
+	// processes of a run killed at its deadline (docs/protocol.md §12.4).
 	jobKilledExitCode = 137
 	// jobLimitFlags are the limits every run's job carries. Neither
 	// BREAKAWAY_OK nor SILENT_BREAKAWAY_OK is set: no process of the

@@ -38,10 +38,10 @@ func DefaultLimits() Limits {
 
 const (
 	// jobProcessLimit is the most processes a run may have alive at
-	// once on Windows (protocol §8.3, Appendix C).
+	// once on Windows (docs/protocol.md §12.4, §16).
 	jobProcessLimit = 8
 	// jobDefaultMemory is the per-process memory limit on Windows when
-	// the Request sets none (protocol §8.3).
+	// the Request sets none (docs/protocol.md §12.4).
 	jobDefaultMemory = 512 << 20
 )
 

@@ -4,7 +4,7 @@ import "testing"
 
 // TestLimitsFor: zero fields are unset and take the backend's default;
 // a set field is kept as it is, whatever its value (on Windows
-// "exec --memory 1G" is 1 GiB, not the 512 MiB default: issue 12).
+// "exec --memory 1G" is 1 GiB, not the 512 MiB default).
 func TestLimitsFor(t *testing.T) {
 	d := DefaultLimits()
 	for _, tc := range []struct {

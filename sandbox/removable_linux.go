@@ -35,7 +35,7 @@ type layout struct {
 // or /dev, which the command may write as a whole. Then every writable grant inside another writable grant is
 // left to that grant's mount rather than mounted again (the view is
 // the same), so that the command can remove it: a mount point cannot
-// be removed (EBUSY, protocol §12.15).
+// be removed (EBUSY, docs/protocol.md §12.6).
 func withRemovableParents(p policy.Policy, inBwrap bool) layout {
 	l := layout{parentOf: map[string]bool{}, inParent: map[string]bool{}}
 	grants := append([]policy.Grant(nil), p.Grants...)

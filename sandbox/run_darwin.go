@@ -205,7 +205,7 @@ func startWithRlimits(cmd *exec.Cmd, lim Limits) error {
 	ps, err := unix.SysctlKinfoProcSlice("kern.proc.uid", os.Getuid())
 	if err != nil {
 		// Guessing would set a limit below what already runs, and every
-		// run would fail: refuse instead (review finding).
+		// run would fail: refuse instead.
 		return fmt.Errorf("sandbox: counting this user's processes for RLIMIT_NPROC: %w", err)
 	}
 	procs := len(ps)

@@ -2,7 +2,7 @@
 
 // # What Run guarantees on Windows
 //
-// The Windows backend gives "job-object" (protocol §8.3; AppContainer is
+// The Windows backend gives "job-object" (docs/protocol.md §12.4; AppContainer is
 // a later step):
 //
 //   - The command is created suspended (CREATE_SUSPENDED, CREATE_NO_WINDOW),

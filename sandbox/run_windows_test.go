@@ -445,8 +445,8 @@ func TestWindowsNotFound(t *testing.T) {
 
 // TestWindowsOutputOfALeftoverEnds: with no job (METNOS_SANDBOX=off), a
 // grandchild that outlives the command keeps writing to its stdout; Run
-// returns all the same, its output cut off after the grace (review
-// finding: Run hung for good).
+// returns all the same, its output cut off after the grace (Run once
+// hung for good there).
 func TestWindowsOutputOfALeftoverEnds(t *testing.T) {
 	req := helper(t, "gcspew")
 	req.Options.Disabled = "disabled by METNOS_SANDBOX=off"
@@ -467,8 +467,8 @@ func TestWindowsOutputOfALeftoverEnds(t *testing.T) {
 }
 
 // TestWindowsBatchFilesRefused: cmd.exe would parse the arguments of a
-// batch file in ways no quoting makes safe (review finding: an argument
-// `x" & echo INJECTED & rem "` ran echo).
+// batch file in ways no quoting makes safe (an argument
+// `x" & echo INJECTED & rem "` would run echo).
 func TestWindowsBatchFilesRefused(t *testing.T) {
 	dir := winetest.TempDir(t)
 	bat := filepath.Join(dir, "t.cmd")

@@ -338,7 +338,7 @@ func TestSeatbeltRuleOrder(t *testing.T) {
 		t.Error("own grants and the masks beneath them are out of order")
 	}
 	// The folders above a mask inside an own folder cannot be moved away
-	// either: denied after the own folder's allow (review finding).
+	// either: denied after the own folder's allow.
 	if idx(`(param "OWN_WRITE_0")`) > idx(`(param "OWN_MASK_PARENT_0")`) {
 		t.Error("the own folder's allow comes after the deny of moving the folders above its masks")
 	}

@@ -19,7 +19,7 @@ import (
 )
 
 // scratchPrefix starts the name of every run's scratch folder:
-// metnos-exec-<agent pid>-<32 hex> in the agent's TEMP (protocol §8.3).
+// metnos-exec-<agent pid>-<32 hex> in the agent's TEMP (docs/protocol.md §12.4).
 const scratchPrefix = "metnos-exec-"
 
 // newScratch creates a fresh, empty scratch folder for one run.

@@ -2,8 +2,8 @@
 // on it, and can put those changes back without the server.
 //
 // The Metnos server owns the undo log and normally undoes a device's
-// changes by sending their reverse as ordinary invocations (protocol
-// §6.7); executors keep a backup blob of a file before they destroy it,
+// changes by sending their reverse as ordinary invocations (docs/protocol.md
+// §10.1); executors keep a backup blob of a file before they destroy it,
 // under <user data>/_history/<turn>/blob/. This package adds, on the
 // device:
 //

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// These are the attacks of a review of the local undo: an executor's
+// These are attacks on the local undo: an executor's
 // result rows, and what it planted in the folders it could write, try
 // to make the undo, which runs outside the sandbox, act elsewhere.
 

@@ -434,7 +434,7 @@ func (e *Entry) copy() Entry {
 	return c
 }
 
-// Row is one result row that describes a change (§6.7): a move from
+// Row is one result row that describes a change (docs/protocol.md §10.1): a move from
 // Src to Dst, a file at Path (created, or destroyed with a backup
 // blob), with the blob's path and hash and the original file's mode and
 // times when the executor gave them.

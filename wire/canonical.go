@@ -1,11 +1,11 @@
 // Package wire holds what metnos-agent and the Metnos server exchange:
 // canonical JSON, Ed25519 signatures and the messages of the device
-// protocol (shared/metnos-protocol.md).
+// protocol (docs/protocol.md).
 //
 // # Canonical JSON
 //
 // The server signs canonical(payload) and the device rebuilds the same
-// bytes from the JSON it parsed (§3.1–§3.2): keys sorted by code point,
+// bytes from the JSON it parsed (docs/protocol.md §3.1–§3.2): keys sorted by code point,
 // no whitespace, strings in raw UTF-8 with only '"', '\\' and the C0
 // controls escaped (lower-case \u00xx), integers only. encoding/json is
 // not canonical (it escapes <, >, & and U+2028/U+2029, and floats would
@@ -16,7 +16,7 @@
 //
 // Server-to-device objects carry a signature over their canonical bytes;
 // device-to-server bodies are signed as the exact bytes sent, and a
-// re-delivered body is sent byte for byte again (§3.1). Signatures travel
+// re-delivered body is sent byte for byte again (docs/protocol.md §3.1). Signatures travel
 // as unpadded base64url.
 //
 // # Messages

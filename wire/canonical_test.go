@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// testKey is the protocol spec's throwaway test key (§3.5).
+// testKey is the protocol's throwaway test key (docs/protocol.md §3.5).
 func testKey(t *testing.T) ed25519.PrivateKey {
 	t.Helper()
 	seed, _ := hex.DecodeString("000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f")
@@ -29,7 +29,7 @@ func decode(t *testing.T, s string) any {
 	return v
 }
 
-// checkVector checks canonical(v) against the spec's bytes and the
+// checkVector checks canonical(v) against the protocol's bytes and the
 // test key's signature over them.
 func checkVector(t *testing.T, v any, wantCanon []byte, wantSig string) {
 	t.Helper()

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Invocation is one invocation of a poll response (§6.1), parsed and
+// Invocation is one invocation of a poll response (docs/protocol.md §7.1), parsed and
 // type-checked. Raw keeps the object as decoded, for the signature.
 type Invocation struct {
 	ID             string
@@ -31,7 +31,7 @@ type Invocation struct {
 var ErrMalformed = errors.New("wire: malformed invocation")
 
 // ParseInvocation checks the shape of an invocation as [Decode] returns
-// it (§6.2 step 1): the required string fields, env_injections values
+// it (docs/protocol.md §7.2 step 1): the required string fields, env_injections values
 // that are strings, an integer deadline ([DefaultDeadlineMS] when absent).
 func ParseInvocation(v any) (Invocation, error) {
 	m, ok := v.(map[string]any)
@@ -96,7 +96,7 @@ func ParseInvocation(v any) (Invocation, error) {
 	return inv, nil
 }
 
-// Verify checks server_sig over the invocation's signed fields (§3.4)
+// Verify checks server_sig over the invocation's signed fields (docs/protocol.md §3.4)
 // with the pinned server key.
 func (inv Invocation) Verify(server ed25519.PublicKey) error {
 	if err := VerifyCanonical(server, InvocationSigned(inv.Raw), inv.ServerSig); err != nil {
@@ -112,7 +112,7 @@ var (
 	timedID = regexp.MustCompile(`^inv-([0-9a-f]{16})[0-9a-f]{8}$`)
 )
 
-// Freshness bounds of time-ordered ids (§5.9).
+// Freshness bounds of time-ordered ids (docs/protocol.md §6.4).
 const (
 	MaxIDAge    = 48 * time.Hour
 	MaxIDFuture = 5 * time.Minute
@@ -123,7 +123,7 @@ const (
 func ValidID(id string) bool { return idRule.MatchString(id) }
 
 // CheckID accepts every id the server can produce ([A-Za-z0-9._:-]{8,256},
-// durable ids included: §12.1) and applies the freshness window only to
+// durable ids included: docs/protocol.md §17.1) and applies the freshness window only to
 // ids that carry their issue time (inv-<16 hex ns><8 hex>).
 func CheckID(id string, now time.Time) error {
 	if !ValidID(id) {

@@ -10,7 +10,7 @@ import (
 	"strings"
 )
 
-// Paths of the device endpoints (§5.1). The ones ending in '/' take the
+// Paths of the device endpoints (docs/protocol.md §5.1). The ones ending in '/' take the
 // executor name or the runtime archive name after them.
 const (
 	PathRegister          = "/agent/register"
@@ -29,15 +29,15 @@ const (
 const SigHeader = "X-Metnos-Device-Sig"
 
 // DefaultDeadlineMS is the deadline_ms of an invocation that has none
-// (Appendix C).
+// (docs/protocol.md §16).
 const DefaultDeadlineMS = 60000
 
-// MaxBodyBytes is the server's limit on a request body (Appendix C):
+// MaxBodyBytes is the server's limit on a request body (docs/protocol.md §16):
 // larger bodies are refused with 413.
 const MaxBodyBytes = 4 << 20
 
 // Error codes of the server's {"error": code, "message": text} bodies
-// (§4.3, §5).
+// (docs/protocol.md §4.2, §5).
 const (
 	CodeInvalidJSON        = "invalid_json"
 	CodeMissingField       = "missing_field"
@@ -54,7 +54,7 @@ const (
 )
 
 // Error classes a result's error_class carries when the device, not the
-// executor, sets it (§6.6).
+// executor, sets it (docs/protocol.md §9.2).
 const (
 	ClassTimeout                 = "timeout"
 	ClassDeviceError             = "device_error"
@@ -63,7 +63,7 @@ const (
 	ClassResultTooLarge          = "result_too_large"
 )
 
-// Registration is the server's answer to POST /agent/register (§4.3).
+// Registration is the server's answer to POST /agent/register (docs/protocol.md §4.2).
 type Registration struct {
 	DeviceID        string  `json:"device_id"`
 	Name            string  `json:"name"`
@@ -73,7 +73,7 @@ type Registration struct {
 	ServerPublicKey *string `json:"server_public_key"`
 }
 
-// PollResponse is the answer to POST /agent/poll (§5.3). Invocation is
+// PollResponse is the answer to POST /agent/poll (docs/protocol.md §5.3). Invocation is
 // the invocation object as [Decode] returns it (nil when none); see
 // [ParseInvocation].
 type PollResponse struct {
@@ -82,7 +82,7 @@ type PollResponse struct {
 	ServerClientVersion string
 }
 
-// ExecutorBundle is the body of GET /agent/executor/{name} (§5.6).
+// ExecutorBundle is the body of GET /agent/executor/{name} (docs/protocol.md §5.6).
 type ExecutorBundle struct {
 	Name         string            `json:"name"`
 	ManifestTOML string            `json:"manifest_toml"` // standard base64
@@ -90,7 +90,7 @@ type ExecutorBundle struct {
 	Files        map[string]string `json:"files"`         // path -> standard base64
 }
 
-// ShimBundle is the body of GET /agent/shim (§5.7): the Python helpers
+// ShimBundle is the body of GET /agent/shim (docs/protocol.md §5.7): the Python helpers
 // every executor imports.
 type ShimBundle struct {
 	Files  map[string]string `json:"files"` // wire path -> standard base64
@@ -133,7 +133,7 @@ func SafePath(p string) bool {
 }
 
 // ExecutorNamePattern is the rule of executor names, in GET
-// /agent/executor/{name} and in the invocation's executor (§5.6).
+// /agent/executor/{name} and in the invocation's executor (docs/protocol.md §5.6).
 const ExecutorNamePattern = `^[a-z][a-z0-9_-]{1,64}$`
 
 var executorName = regexp.MustCompile(ExecutorNamePattern)
@@ -142,7 +142,7 @@ var executorName = regexp.MustCompile(ExecutorNamePattern)
 func ValidExecutorName(name string) bool { return executorName.MatchString(name) }
 
 // ServerFingerprint is the server's fingerprint of a device: SHA-256 of
-// the raw public key, lower-case hex (§2.3), the value state.json keeps.
+// the raw public key, lower-case hex (docs/protocol.md §2.3), the value state.json keeps.
 func ServerFingerprint(pub ed25519.PublicKey) string {
 	sum := sha256.Sum256(pub)
 	return hex.EncodeToString(sum[:])

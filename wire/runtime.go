@@ -11,7 +11,7 @@ import (
 )
 
 // RuntimeDescriptor is the server's signed description of a Python
-// runtime archive (§7).
+// runtime archive (docs/protocol.md §11).
 type RuntimeDescriptor struct {
 	Version       int64  `json:"version"`
 	Filename      string `json:"filename"`
@@ -22,7 +22,7 @@ type RuntimeDescriptor struct {
 var runtimeNameRule = regexp.MustCompile(`^[A-Za-z0-9._+-]+$`)
 
 // ValidRuntimeName reports whether name is a runtime archive name a
-// device may ask for (§7): non-empty, at most 240 characters of
+// device may ask for (docs/protocol.md §11): non-empty, at most 240 characters of
 // [A-Za-z0-9._+-], no "..", ending in .tar.gz.
 func ValidRuntimeName(name string) bool {
 	return len(name) <= 240 && runtimeNameRule.MatchString(name) &&

@@ -66,7 +66,7 @@ func VerifyCanonical(pub ed25519.PublicKey, v any, sig string) error {
 }
 
 // InvocationSigned returns the object the server signs for an
-// invocation (§3.4): exactly the fixed field list, defaults filled in
+// invocation (docs/protocol.md §3.4): exactly the fixed field list, defaults filled in
 // for missing optional fields, managed_provider_grants only when
 // non-empty and execution_context only when present and not null. inv is
 // the invocation as [Decode] returns it; server_sig and any other field

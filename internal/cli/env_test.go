@@ -15,8 +15,8 @@ import (
 // TestSamePolicyEverywhere: doctor, exec and run derive the same policy
 // (its fingerprint, which the audit log and every result record) for
 // the same profile, on the layout of each operating system, and the
-// agent's folders are masked in it (issue 12: doctor used to miss the
-// macOS and Windows folders that run and exec masked).
+// agent's folders are masked in it (doctor once missed the macOS
+// and Windows folders that run and exec masked).
 func TestSamePolicyEverywhere(t *testing.T) {
 	for _, c := range []struct {
 		goos, home string

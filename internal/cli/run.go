@@ -17,7 +17,7 @@ import (
 	"github.com/metnos/agent/policy"
 )
 
-// exitLocked is the status when another agent already runs (§9.2).
+// exitLocked is the status when another agent already runs (docs/protocol.md §13.1).
 const exitLocked = 3
 
 func runRun(std stdio, args []string) int {
@@ -61,7 +61,7 @@ func runRun(std stdio, args []string) int {
 		log.Info("joined the tailnet", "node", node.Name())
 	}
 	// METNOS_PYTHON_RUNTIME, or on Windows METNOS_PYTHON_RUNTIME_WIN,
-	// what the Windows installer sets (§7).
+	// what the Windows installer sets (docs/protocol.md §11).
 	if name := e.cfg.PythonRuntime; name != "" {
 		// As the Rust client: the runtime the installer pinned, from the
 		// paired server's signed descriptor, before the first poll; a
@@ -96,7 +96,7 @@ func runRun(std stdio, args []string) int {
 	return exitOK
 }
 
-// exitOnOverrun is the agent's watchdog (§6.2 step 5): a run still
+// exitOnOverrun is the agent's watchdog (docs/protocol.md §7.2 step 8): a run still
 // going 10 s after its deadline is out of the agent's hands, so the
 // process logs it and exits 124, as timeout(1), for the supervisor to
 // restart it; the restarted agent reports the invocation as

@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// In the data folder (protocol Appendix A).
+// In the data folder (docs/protocol.md §14).
 
 // Key is the device's Ed25519 seed, 32 raw bytes: <data>/key.
 func (l Layout) Key() string { return l.join(l.Data, "key") }
@@ -78,7 +78,7 @@ func (l Layout) TailnetState() string { return l.join(l.Data, "tailnet") }
 // <data>/tailnet/status.json.
 func (l Layout) TailnetStatus() string { return l.join(l.Data, "tailnet", "status.json") }
 
-// In the cache folder (protocol Appendix A).
+// In the cache folder (docs/protocol.md §14).
 
 // Executors holds the verified executor bundles: <cache>/executors.
 func (l Layout) Executors() string { return l.join(l.Cache, "executors") }

@@ -9,8 +9,8 @@
 //
 // What it guarantees:
 //
-//   - The data and cache folders are the Metnos Rust client's (protocol
-//     §2.4), and the names inside them are its names (Appendix A), so
+//   - The data and cache folders are the Metnos Rust client's (docs/protocol.md
+//     §2.4), and the names inside them are its names (docs/protocol.md §14), so
 //     either client finds the other's key, pairing, spool and runtime.
 //     METNOS_DATA_DIR and METNOS_CACHE_DIR move the folders, never the
 //     names inside them.

@@ -10,8 +10,8 @@ import (
 	"unicode/utf16"
 )
 
-// Names of the agent's service, and of the Rust client's (protocol
-// §9.3), which [Manager.Install] takes over from.
+// Names of the agent's service, and of the Rust client's (docs/protocol.md
+// §13.4), which [Manager.Install] takes over from.
 const (
 	// systemdUnitName is the agent's systemd user unit.
 	systemdUnitName = "metnos-agent.service"
@@ -105,7 +105,7 @@ func winAbs(p string) bool {
 // SystemdUnit renders the agent's systemd user unit. Restart=always
 // with StartLimitIntervalSec=0 as the Rust client's unit: the agent
 // exits 0 to be restarted after a self-update, and exit 3 (another
-// agent holds the lock, §9.2) is retried every restartSec too, so that
+// agent holds the lock, docs/protocol.md §13.1) is retried every restartSec too, so that
 // the service takes over as soon as the other instance (a manual
 // "metnos-agent run", a Rust client) goes away instead of staying dead
 // until the next login.

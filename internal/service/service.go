@@ -354,7 +354,7 @@ func (s *Manager) installLaunchd(ctx context.Context, plist []byte) error {
 	}
 	// bootout returns before launchd lets go of the label; bootstrap
 	// fails meanwhile ("5: Input/output error"), so it is retried for a
-	// while (review finding; reported to take up to ~5 s).
+	// while (reported to take up to ~5 s).
 	var err error
 	for wait := 0; wait < 15; wait++ {
 		if _, err = s.run(ctx, "launchctl", "bootstrap", fmt.Sprintf("gui/%d", s.UID), path); err == nil || s.DryRun {

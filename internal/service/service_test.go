@@ -392,7 +392,7 @@ func TestUninstallPurge(t *testing.T) {
 
 // TestPurgeOnlyTheAgentsFolders: a data or cache folder given by
 // METNOS_DATA_DIR or METNOS_CACHE_DIR that is not named metnos (a shared
-// cache, a home) is not removed by --purge (review finding).
+// cache, a home) is not removed by --purge.
 func TestPurgeOnlyTheAgentsFolders(t *testing.T) {
 	home, _ := os.UserHomeDir()
 	for _, d := range []string{filepath.Join(t.TempDir(), ".cache"), home, "/"} {

@@ -17,8 +17,8 @@ import (
 // created), against the same renames done by a plain Go loop of
 // os.Rename, in the same run, 3 rounds each (the forward moves are the
 // baseline, made again before each undo). It prints the medians, the
-// ratio undo / plain loop, and how far the undo is from the seeds'
-// "ten thousand photos in a second". Then the journal's cost per
+// ratio undo / plain loop, and how far the undo is from the design's
+// goal of "ten thousand photos in a second". Then the journal's cost per
 // invocation in the run loop: the begin and change records (two
 // fsynced, chained appends) and the audit line of a one-row change,
 // against one fsynced append of a line to a file. Information only.

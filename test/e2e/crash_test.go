@@ -259,7 +259,7 @@ func TestKillAtRandom(t *testing.T) {
 // unreachable, and picks work up again when it is back.
 func TestServerDownThenUp(t *testing.T) {
 	// The long-poll cut by the outage may still claim the invocation on
-	// the server (§12.17): a short deadline and grace bound the wait.
+	// the server (docs/protocol.md §6.5): a short deadline and grace bound the wait.
 	w := newWorld(t, shortGrace)
 	w.pair()
 	p := w.start()
@@ -340,7 +340,7 @@ func holdPlaceholderLock(t *testing.T, path string) func() {
 }
 
 // TestShimSelfHeal: a shim module missing from the device's copy is
-// fetched again, once, and the run retried (§6.4); a new shim on the
+// fetched again, once, and the run retried (docs/protocol.md §8); a new shim on the
 // server is picked up before the next run.
 func TestShimSelfHeal(t *testing.T) {
 	w := newWorld(t)
@@ -379,7 +379,7 @@ func must[T any](v T, err error) T {
 }
 
 // TestOrphanedPoll: a dead agent's long-poll, still open on the server,
-// claims the invocation queued next (§12.17). The restarted agent gets
+// claims the invocation queued next (docs/protocol.md §6.5). The restarted agent gets
 // it once its deadline has passed, even though newer invocations ran
 // in between (the Rust client's cursor hides it until another restart).
 func TestOrphanedPoll(t *testing.T) {

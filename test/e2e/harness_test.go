@@ -351,7 +351,7 @@ type proxy struct {
 	conns  map[net.Conn]bool
 	// sticky keeps the server side of a connection open when the
 	// client goes away, as a server that does not notice a dead
-	// client's long-poll (§12.17).
+	// client's long-poll (docs/protocol.md §6.5).
 	sticky bool
 }
 

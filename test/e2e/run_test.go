@@ -106,7 +106,7 @@ func TestExecuteDone(t *testing.T) {
 	}
 }
 
-// TestExecutorEnvironment: the executor gets the environment of §6.4,
+// TestExecutorEnvironment: the executor gets the environment of docs/protocol.md §8,
 // can write its user data folder, and cannot read the device key.
 func TestExecutorEnvironment(t *testing.T) {
 	w := newWorld(t)
@@ -141,7 +141,7 @@ func TestExecutorEnvironment(t *testing.T) {
 }
 
 // TestDurableIDDoesNotBlock: an invocation with a durable id runs, and
-// so do the ordinary ones queued after it (§12.1).
+// so do the ordinary ones queued after it (docs/protocol.md §17.1).
 func TestDurableIDDoesNotBlock(t *testing.T) {
 	w := newWorld(t)
 	w.pair()

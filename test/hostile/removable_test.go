@@ -36,7 +36,7 @@ func removableSetup(t *testing.T, fx *fixture) {
 }
 
 // TestRemovableDirs: a directory an argument names can be removed (it
-// is not a mount point, protocol §12.15), while its parent, mounted in
+// is not a mount point, docs/protocol.md §12.6), while its parent, mounted in
 // its stead, gives nothing else away: its other entries stay unreadable,
 // unlistable, unchangeable and in place.
 func TestRemovableDirs(t *testing.T) {

@@ -1,6 +1,6 @@
 // Package bundle is a device's cache of what the server signs and the
-// agent runs: executors (§6.3), in <cache>/executors/<name>-<sha16>, and
-// the shim (§6.4), in <cache>/shim.
+// agent runs: executors (docs/protocol.md §7.3), in <cache>/executors/<name>-<sha16>, and
+// the shim (docs/protocol.md §8), in <cache>/shim.
 //
 // What it guarantees: nothing is written to the cache, and nothing is
 // returned from it, that does not verify against the pinned server key
@@ -30,7 +30,7 @@ import (
 )
 
 // Manifest is what the agent reads of an executor's manifest.toml
-// (§6.3); everything else in the file is signed but not interpreted.
+// (docs/protocol.md §7.3); everything else in the file is signed but not interpreted.
 type Manifest struct {
 	Name string `toml:"name"`
 	Code struct {
@@ -42,7 +42,7 @@ type Manifest struct {
 		MinSandbox string `toml:"min_sandbox"`
 	} `toml:"placement"`
 	Dependencies []any `toml:"dependencies"`
-	// ReversePattern is one pattern name or a list of them (§6.7);
+	// ReversePattern is one pattern name or a list of them (docs/protocol.md §10.1);
 	// see [Manifest.Reverse].
 	ReversePattern any `toml:"reverse_pattern"`
 
@@ -86,7 +86,7 @@ var ErrUnverified = errors.New("executor does not verify")
 var digestRule = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
 
 // checkRequest applies the rules the client checks before asking the
-// server for an executor (§5.6): the name's shape and 64-hex digests.
+// server for an executor (docs/protocol.md §5.6): the name's shape and 64-hex digests.
 func checkRequest(name, manifestSHA, codeSHA string) error {
 	if !wire.ValidExecutorName(name) {
 		return fmt.Errorf("executor name %q is not one the server serves", name)
@@ -207,7 +207,7 @@ func Materialize(cacheDir string, b wire.ExecutorBundle, name, manifestSHA, code
 }
 
 // Cached returns the cached executor after verifying it again, as on
-// every use (§6.3). A cache entry that no longer verifies is deleted and
+// every use (docs/protocol.md §7.3). A cache entry that no longer verifies is deleted and
 // the error wraps [ErrUnverified]: fetch it again. A missing entry is
 // reported with [os.ErrNotExist].
 func Cached(cacheDir, name, manifestSHA, codeSHA string, server ed25519.PublicKey) (Executor, error) {

@@ -1,5 +1,5 @@
 // Package result is the message a device POSTs to /agent/result
-// (§6.6): how an executor's stdout maps to it, the results the device
+// (docs/protocol.md §9.2): how an executor's stdout maps to it, the results the device
 // makes itself (timeout, device error, outcome unknown), and the exact
 // bytes it is sent as.
 //
@@ -17,10 +17,10 @@ import (
 	"github.com/metnos/agent/wire"
 )
 
-// MaxResultBytes is the server's limit on a result body (§12.11).
+// MaxResultBytes is the server's limit on a result body (docs/protocol.md §17.4).
 const MaxResultBytes = 4 << 20
 
-// Result is the message POSTed to /agent/result (§6.6).
+// Result is the message POSTed to /agent/result (docs/protocol.md §9.2).
 type Result struct {
 	InvocationID string
 	DeviceID     string
@@ -43,7 +43,7 @@ type Result struct {
 	Policy string
 }
 
-// FromStdout maps an executor's stdout to a Result (§6.5): stdout must
+// FromStdout maps an executor's stdout to a Result (docs/protocol.md §9.1): stdout must
 // be one JSON value; ok, entries (or results), ok_count (or
 // n_processed), error and error_class are read from it when it is an
 // object, and payload is the whole value. A stdout that is not JSON is
@@ -89,14 +89,14 @@ func FromStdout(stdout []byte) Result {
 	return r
 }
 
-// Timeout is the result of a run the deadline killed (§6.5).
+// Timeout is the result of a run the deadline killed (docs/protocol.md §9.1).
 func Timeout(sandboxWord string) Result {
 	return Result{Entries: []any{}, Payload: map[string]any{}, Sandbox: sandboxWord,
 		Error: "deadline exceeded", ErrorClass: "timeout"}
 }
 
 // DeviceError is the result of anything that failed on the device
-// before or around the run (§6.5): fetch, verification, sandbox,
+// before or around the run (docs/protocol.md §9.1): fetch, verification, sandbox,
 // non-JSON output.
 func DeviceError(err error) Result {
 	return Result{Entries: []any{}, Payload: map[string]any{}, Sandbox: "none",

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// The spec's example result, byte for byte (§6.6).
+// The protocol's example result, byte for byte (docs/protocol.md §9.2).
 func TestResultBodyMatchesSpec(t *testing.T) {
 	r := FromStdout([]byte(` {"entries":[{"echo":{"n":3}}],"ok":true,"ok_count":1,"score":0.5}` + "\n"))
 	r.InvocationID, r.DeviceID, r.ElapsedMS, r.Sandbox = "inv-18ed65bd51bdc701fcd26b58", "7d23…68d5", 12, "none"

@@ -1,5 +1,5 @@
 // Package spool is a device's write-ahead state for exactly-once
-// execution and at-least-once delivery (§5.8), in <data_dir>/spool as
+// execution and at-least-once delivery (docs/protocol.md §6), in <data_dir>/spool as
 // the Rust client keeps it.
 //
 // What it guarantees: a STARTED marker is on disk before a run starts,
@@ -29,7 +29,7 @@ import (
 )
 
 // Spool is the device's write-ahead state for exactly-once execution and
-// at-least-once delivery (§5.8), in <data_dir>/spool as the Rust client
+// at-least-once delivery (docs/protocol.md §6), in <data_dir>/spool as the Rust client
 // keeps it: results/<id>.json (spooled bodies, sent byte for byte until
 // accepted), started/<id>.json (the write-ahead marker), executed.log
 // (one id a line, fsynced) and dead-results/.
@@ -228,8 +228,8 @@ func (s *Spool) Expire(cut time.Time) []string {
 	return gone
 }
 
-// Recover resolves the STARTED markers a crash left (§5.8, with the
-// stricter rule of issue 3): a marker whose result was spooled is
+// Recover resolves the STARTED markers a crash left (docs/protocol.md §6, with
+// the agent's stricter rule of docs/protocol.md §17): a marker whose result was spooled is
 // dropped; a read-only invocation of an executor that cannot write is
 // dropped (it may run again); any other gets an "outcome unknown"
 // result spooled for deviceID and is recorded as executed, never re-run.

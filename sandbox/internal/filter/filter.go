@@ -31,8 +31,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// deniedCalls lists the syscalls the filter always refuses with EPERM (seed
-// 001 §7 and what the peers' escape tests taught): tracing other
+// deniedCalls lists the syscalls the filter always refuses with EPERM (the
+// usual container deny list and what other sandboxes' escape tests taught): tracing other
 // processes, kernel and module control, mounts and namespaces, eBPF,
 // keyrings, io_uring, and handle-based opens that sidestep path checks.
 // Names this architecture lacks are skipped. It is unexported, and read
