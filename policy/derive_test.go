@@ -3,14 +3,12 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/derive")
+	"github.com/metnos/agent/internal/golden"
+)
 
 func TestDeriveHintRoot(t *testing.T) {
 	for _, c := range []struct {
@@ -714,7 +712,7 @@ func checkGolden(t *testing.T, name string, p Policy, root string) {
 	if strings.Contains(got, root) {
 		t.Fatalf("%s still names the temporary directory:\n%s", name, got)
 	}
-	compareGolden(t, filepath.Join("testdata", "derive", name+".golden"), got)
+	golden.Compare(t, filepath.Join("testdata", "derive", name+".golden"), []byte(got))
 }
 
 // Arguments naming kernel interfaces or system paths do not hand them to
@@ -779,26 +777,4 @@ func manifestOf(min string, caps []Capability) Manifest {
 		panic(err)
 	}
 	return m
-}
-
-// compareGolden compares got with the golden file, or rewrites it with
-// -update.
-func compareGolden(t *testing.T, file, got string) {
-	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatalf("%v (go test -run Golden -update creates it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs from the golden file (go test -run Golden -update rewrites it):\n%s", file, got)
-	}
 }

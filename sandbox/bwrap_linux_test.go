@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/metnos/agent/internal/golden"
 	"github.com/metnos/agent/policy"
 )
 
@@ -60,22 +61,7 @@ func checkPlanGolden(t *testing.T, name, root string, got any) {
 		t.Fatal(err)
 	}
 	text := strings.ReplaceAll(string(b), root, "$ROOT") + "\n"
-	file := filepath.Join("testdata", "plan", name+".golden")
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if text != string(want) {
-		t.Errorf("%s differs from %s (go test ./sandbox -run %s -update rewrites it):\n%s", name, file, t.Name(), text)
-	}
+	golden.Compare(t, filepath.Join("testdata", "plan", name+".golden"), []byte(text))
 }
 
 func TestBwrapArgsGolden(t *testing.T) {

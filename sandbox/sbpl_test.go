@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/text/unicode/norm"
 
+	"github.com/metnos/agent/internal/golden"
 	"github.com/metnos/agent/policy"
 )
 
@@ -123,35 +124,13 @@ func TestSeatbeltGolden(t *testing.T) {
 				name, value, _ := strings.Cut(args[i+1], "=")
 				b.WriteString(";; " + name + " " + strconv.Quote(value) + "\n")
 			}
-			compareGolden(t, filepath.Join("testdata", "sbpl", c.name+".golden"), b.String())
+			golden.Compare(t, filepath.Join("testdata", "sbpl", c.name+".golden"), []byte(b.String()))
 		})
 	}
 	for _, prof := range policy.Profiles() {
 		if !seen[prof] {
 			t.Errorf("no seatbelt golden case for profile %s", prof)
 		}
-	}
-}
-
-// compareGolden compares got with the golden file, or rewrites it with
-// -update (the derive and seatbelt golden tests).
-func compareGolden(t *testing.T, file, got string) {
-	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatalf("%v (go test -run Golden -update creates it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs from the golden file (go test -run Golden -update rewrites it):\n%s", file, got)
 	}
 }
 

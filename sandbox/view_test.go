@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"flag"
 	"testing"
 
 	"github.com/metnos/agent/policy"
@@ -10,8 +9,6 @@ import (
 // planFixture lays out a small host tree under a temp dir: a home with
 // a present and an absent nucleus entry, a grant, a read-only grant
 // beneath it and a system dir. It returns the root and a Policy over it.
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
-
 func TestWithin(t *testing.T) {
 	for _, c := range []struct {
 		path, root string

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,29 +11,9 @@ import (
 	"testing"
 	"unicode/utf16"
 
+	"github.com/metnos/agent/internal/golden"
 	"github.com/metnos/agent/internal/lockfile"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
-
-// golden compares got with testdata/name, or rewrites it with -update.
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./internal/service -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from the golden file (go test ./internal/service -update rewrites it):\n%s", name, got)
-	}
-}
 
 // The same awkward names on every OS: spaces, quotes, unicode, systemd's
 // specifier %, shell's $, XML's &<>, a backslash.
@@ -75,7 +54,7 @@ func TestGoldenFiles(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden(t, tt.name, b)
+			golden.Compare(t, filepath.Join("testdata", tt.name), b)
 		})
 	}
 }

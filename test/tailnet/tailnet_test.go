@@ -23,6 +23,8 @@ import (
 	"testing/fstest"
 	"time"
 
+	"tailscale.com/tstest/integration/testcontrol"
+
 	"github.com/metnos/agent/examples"
 	"github.com/metnos/agent/internal/tailnettest"
 	"github.com/metnos/agent/internal/testbin"
@@ -82,30 +84,8 @@ func listeningTCP(t *testing.T, pid int) []string {
 func TestAgentOverTailnet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tc := tailnettest.Start(t)
-	control := tc.HTTPTestServer.URL
-	srv, err := refserver.New(refserver.Config{Executors: executorsFS(t), Shim: examples.Shim, PollCheck: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	tailnettest.ServeNode(t, ctx, control, srv.Handler())
-
-	home := t.TempDir()
-	os.Chmod(home, 0o755)
-	env := append(os.Environ(), "HOME="+home, "METNOS_LOG=debug")
-	env = append(env, tailnettest.Knobs...)
-	keyFile := filepath.Join(home, "authkey")
-	os.WriteFile(keyFile, []byte("tskey-test\n"), 0o644)
-	cli := func(args ...string) (int, string) {
-		cmd := exec.Command(filepath.Join(binDir, "metnos-agent"), args...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); ok {
-			return ee.ExitCode(), string(out)
-		}
-		return 0, string(out)
-	}
+	w := newWorld(t, ctx, refserver.Config{PollCheck: 20 * time.Millisecond}, 0o644)
+	tc, srv, control, home, env, keyFile, cli := w.tc, w.srv, w.control, w.home, w.env, w.keyFile, w.cli
 	tok, _ := srv.IssueToken("laptop", 10*time.Minute)
 	reg := []string{"register", "--server", "http://metnos:8765", "--token", tok, "--tailnet-control-url", control, "--tailnet-authkey-file", keyFile, "--name", "laptop"}
 	if code, out := cli(reg...); code == 0 || !strings.Contains(out, "chmod 600") {
@@ -292,35 +272,13 @@ func executorsFS(t *testing.T) fs.FS {
 func TestServerOnlyOverTailnet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tc := tailnettest.Start(t)
-	control := tc.HTTPTestServer.URL
 	const archive = "cpython-3.99.1+test-x86_64-unknown-linux-gnu-install_only.tar.gz"
 	runtimeDir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(runtimeDir, archive), fakeRuntime(t, "3.99.1"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := refserver.New(refserver.Config{Executors: executorsFS(t), Shim: examples.Shim, RuntimeDir: runtimeDir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	tailnettest.ServeNode(t, ctx, control, srv.Handler())
-
-	home := t.TempDir()
-	os.Chmod(home, 0o755)
-	env := append(os.Environ(), "HOME="+home)
-	env = append(env, tailnettest.Knobs...)
-	keyFile := filepath.Join(home, "authkey")
-	os.WriteFile(keyFile, []byte("tskey-test\n"), 0o600)
-	cli := func(args ...string) (int, string) {
-		cmd := exec.CommandContext(ctx, filepath.Join(binDir, "metnos-agent"), args...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); ok {
-			return ee.ExitCode(), string(out)
-		}
-		return 0, string(out)
-	}
+	w := newWorld(t, ctx, refserver.Config{RuntimeDir: runtimeDir}, 0o600)
+	srv, control, home, keyFile, cli := w.srv, w.control, w.home, w.keyFile, w.cli
 	tok, _ := srv.IssueToken("laptop", 10*time.Minute)
 	if code, out := cli("register", "--server", "http://metnos:8765", "--token", tok, "--tailnet-control-url", control, "--tailnet-authkey-file", keyFile, "--name", "laptop"); code != 0 {
 		t.Fatalf("register over the tailnet: exit %d\n%s", code, out)
@@ -338,6 +296,46 @@ func TestServerOnlyOverTailnet(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(home, ".cache", "metnos", "runtime", "runtime-descriptor.json")); err != nil || !strings.Contains(string(b), archive) {
 		t.Errorf("the signed descriptor was not cached: %v %s", err, b)
 	}
+}
+
+// world is a reference server reachable only on a tailnet of its own
+// on loopback, and a home for the agent with an auth key file of mode
+// keyMode; cli runs the agent there.
+type world struct {
+	srv                    *refserver.Server
+	tc                     *testcontrol.Server
+	control, home, keyFile string
+	env                    []string
+	cli                    func(args ...string) (int, string)
+}
+
+func newWorld(t *testing.T, ctx context.Context, cfg refserver.Config, keyMode os.FileMode) world {
+	t.Helper()
+	tc := tailnettest.Start(t)
+	w := world{tc: tc, control: tc.HTTPTestServer.URL, home: t.TempDir()}
+	cfg.Executors, cfg.Shim = executorsFS(t), examples.Shim
+	srv, err := refserver.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	w.srv = srv
+	tailnettest.ServeNode(t, ctx, w.control, srv.Handler())
+	os.Chmod(w.home, 0o755)
+	w.env = append(os.Environ(), "HOME="+w.home, "METNOS_LOG=debug")
+	w.env = append(w.env, tailnettest.Knobs...)
+	w.keyFile = filepath.Join(w.home, "authkey")
+	os.WriteFile(w.keyFile, []byte("tskey-test\n"), keyMode)
+	w.cli = func(args ...string) (int, string) {
+		cmd := exec.CommandContext(ctx, filepath.Join(binDir, "metnos-agent"), args...)
+		cmd.Env = w.env
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), string(out)
+		}
+		return 0, string(out)
+	}
+	return w
 }
 
 // fakeRuntime is a runtime archive whose interpreter is a shell script
