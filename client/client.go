@@ -45,7 +45,7 @@ import (
 // Timeouts of the protocol's requests (docs/protocol.md §5.1, §16).
 const (
 	RegisterTimeout = 15 * time.Second
-	SignedTimeout   = 40 * time.Second // poll (25 s block + 15 s), heartbeat, result
+	SignedTimeout   = 40 * time.Second // heartbeat, result (a poll waits its block + 15 s)
 	FetchTimeout    = 30 * time.Second // executor and shim bundles, runtime descriptor
 	PollBlock       = 25 * time.Second
 )
@@ -118,7 +118,7 @@ func (e *ServerError) Error() string {
 	case e.Code != "":
 		return fmt.Sprintf("%s: the server answered %d %s: %s", e.URL, e.Status, e.Code, e.Message)
 	case e.Status == http.StatusRequestEntityTooLarge:
-		return fmt.Sprintf("%s: the server refused the body as too large (413, its limit is 4 MiB)", e.URL)
+		return fmt.Sprintf("%s: the server refused the body as too large (413, its limit is %d MiB)", e.URL, wire.MaxBodyBytes>>20)
 	}
 	return fmt.Sprintf("%s: the server answered %d %s", e.URL, e.Status, strings.TrimSpace(e.Message))
 }
