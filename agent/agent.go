@@ -158,7 +158,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, errors.New("agent: the server client is not the paired device's")
 	}
 	host := cfg.Host
-	sp, err := spool.Open(cfg.Layout.Data)
+	sp, err := spool.Open(cfg.Layout)
 	if err != nil {
 		return nil, err
 	}
