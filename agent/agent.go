@@ -291,7 +291,7 @@ func (a *Agent) profile() map[string]any {
 		"sandbox_level":  a.best,
 		"agent":          "metnos-agent",
 	}
-	for _, d := range fetch.Downloading(a.cfg.Layout.Cache) {
+	for _, d := range fetch.Downloading(a.cfg.Layout) {
 		// A runtime download under way (or left half-way).
 		p["runtime_download"] = fmt.Sprintf("%s: %d/%d bytes", d.URL, d.Done, d.Total)
 	}
