@@ -120,7 +120,7 @@ func runDoctor(std stdio, args []string) int {
 	}
 	printDoctor(std.out, r, e.lay)
 	fmt.Fprintln(std.out)
-	printTailnet(std.out, e.lay.Data)
+	printTailnet(std.out, e.lay)
 	return exitOK
 }
 

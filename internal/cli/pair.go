@@ -107,7 +107,7 @@ func runWhoami(std stdio, args []string) int {
 			fmt.Fprintf(w, "server key (pinned): none (%v)\n", err)
 		}
 	}
-	printTailnet(w, data)
+	printTailnet(w, e.lay)
 	fmt.Fprintf(w, "data dir:            %s\n", data)
 	return exitOK
 }
