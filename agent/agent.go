@@ -143,7 +143,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.HistoryRetention == 0 {
 		cfg.HistoryRetention = 30 * 24 * time.Hour
 	}
-	st, err := pairing.LoadState(cfg.Layout.Data)
+	st, err := pairing.LoadState(cfg.Layout)
 	if err != nil {
 		return nil, err
 	}

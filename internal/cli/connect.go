@@ -41,14 +41,13 @@ type connectOptions struct {
 // dials through it). node is nil on the OS network; otherwise close it
 // when done.
 func connect(ctx context.Context, e environment, o connectOptions, log *slog.Logger) (c *client.Client, node *tailnet.Node, err error) {
-	data := e.lay.Data
-	key, err := pairing.LoadOrCreateKey(data)
+	key, err := pairing.LoadOrCreateKey(e.lay)
 	if err != nil {
 		return nil, nil, err
 	}
 	server, deviceID, name := o.server, "", o.name
 	if !o.unpaired {
-		st, err := pairing.LoadState(data)
+		st, err := pairing.LoadState(e.lay)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -112,7 +112,7 @@ func exitOnOverrun(log *slog.Logger) func(invocationID string) {
 // server's signed descriptor describes it, both fetched through c (the
 // client connect made).
 func installFromServer(ctx context.Context, c *client.Client, lay layout.Layout, name string, log *slog.Logger) error {
-	st, err := pairing.LoadState(lay.Data)
+	st, err := pairing.LoadState(lay)
 	if err != nil {
 		return err
 	}
