@@ -143,7 +143,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.HistoryRetention == 0 {
 		cfg.HistoryRetention = 30 * 24 * time.Hour
 	}
-	st, err := pairing.LoadState(cfg.Layout.Data)
+	st, err := pairing.LoadState(cfg.Layout)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +158,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, errors.New("agent: the server client is not the paired device's")
 	}
 	host := cfg.Host
-	sp, err := spool.Open(cfg.Layout.Data)
+	sp, err := spool.Open(cfg.Layout)
 	if err != nil {
 		return nil, err
 	}
@@ -291,7 +291,7 @@ func (a *Agent) profile() map[string]any {
 		"sandbox_level":  a.best,
 		"agent":          "metnos-agent",
 	}
-	for _, d := range fetch.Downloading(a.cfg.Layout.Cache) {
+	for _, d := range fetch.Downloading(a.cfg.Layout) {
 		// A runtime download under way (or left half-way).
 		p["runtime_download"] = fmt.Sprintf("%s: %d/%d bytes", d.URL, d.Done, d.Total)
 	}

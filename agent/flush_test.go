@@ -27,18 +27,17 @@ func testAgent(t *testing.T, url string) *Agent {
 	t.Helper()
 	dir := t.TempDir()
 	t.Setenv("HOME", dir)
-	data := filepath.Join(dir, "data")
-	key, err := pairing.LoadOrCreateKey(data)
+	// What the command line passes from its environment and layout.
+	lay := layout.Layout{Data: filepath.Join(dir, "data"), Cache: filepath.Join(dir, "cache"), Home: dir}
+	key, err := pairing.LoadOrCreateKey(lay)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
 	id, k := "0123456789abcdef0123456789abcdef", wire.PublicKeyWire(pub)
-	if err := pairing.SaveState(data, pairing.State{DeviceID: &id, ServerURL: &url, ServerPublicKey: &k}); err != nil {
+	if err := pairing.SaveState(lay, pairing.State{DeviceID: &id, ServerURL: &url, ServerPublicKey: &k}); err != nil {
 		t.Fatal(err)
 	}
-	// What the command line passes from its environment and layout.
-	lay := layout.Layout{Data: data, Cache: filepath.Join(dir, "cache"), Home: dir}
 	a, err := New(Config{Layout: lay, Client: client.New(url, key, id, nil),
 		Host:   policy.Host{Home: dir, UID: os.Getuid(), AgentDataDirs: lay.AgentDirs()},
 		Python: os.Getenv("METNOS_PYTHON"), Path: os.Getenv("PATH"),

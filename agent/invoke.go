@@ -175,7 +175,7 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 
 // executor returns the verified executor, from the cache or fetched.
 func (a *Agent) executor(ctx context.Context, inv *invocation) (bundle.Executor, error) {
-	ex, err := bundle.Cached(a.cfg.Layout.Cache, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
+	ex, err := bundle.Cached(a.cfg.Layout, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
 	switch {
 	case err == nil:
 		return ex, nil
@@ -188,7 +188,7 @@ func (a *Agent) executor(ctx context.Context, inv *invocation) (bundle.Executor,
 	if err != nil {
 		return bundle.Executor{}, err
 	}
-	return bundle.Materialize(a.cfg.Layout.Cache, b, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
+	return bundle.Materialize(a.cfg.Layout, b, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
 }
 
 // noteShim drops the loaded shim when the server announces another.
@@ -213,7 +213,7 @@ func (a *Agent) ensureShim(ctx context.Context, force bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dir, sha, err := bundle.InstallShim(a.cfg.Layout.Cache, b, a.server)
+	dir, sha, err := bundle.InstallShim(a.cfg.Layout, b, a.server)
 	if err != nil {
 		return "", err
 	}

@@ -44,9 +44,6 @@ import (
 	"github.com/metnos/agent/internal/chainlog"
 )
 
-// DirName is the audit log's directory inside the agent's data dir.
-const DirName = "audit"
-
 // Record is one invocation, as [Log.Write] records it.
 type Record struct {
 	// Time is when the invocation ended; it is written as "time", in

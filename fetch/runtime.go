@@ -17,6 +17,7 @@ import (
 
 	"github.com/metnos/agent/internal/atomicfile"
 	"github.com/metnos/agent/internal/fspath"
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/internal/lockfile"
 	"github.com/metnos/agent/wire"
 )
@@ -43,48 +44,46 @@ type Runtime struct {
 	Version string `json:"version,omitempty"`
 }
 
-// RuntimeDir is where runtimes live under the agent's cache directory
-// (the Rust client's <cache>/runtime).
-func RuntimeDir(cacheDir string) string { return filepath.Join(cacheDir, "runtime") }
-
 var safeArchiveName = regexp.MustCompile(`^[A-Za-z0-9._+-]{1,240}$`)
 
-// Install downloads (or finds, already verified, in the cache) the
-// archive of src, extracts it into a new versions/<sha16> folder, runs
-// its interpreter once, and only then points <cache>/runtime/python at
-// it; older versions are removed after the switch. One install runs at
-// a time (a lock on runtime/.lock): a second one fails at once.
-func Install(ctx context.Context, cacheDir string, src Source, o Options) (Runtime, error) {
+// Install downloads (or finds, already verified, in lay's cache) the
+// archive of src, to [layout.Layout.RuntimeArchive], extracts it into a
+// new <sha16> folder of [layout.Layout.RuntimeVersions], runs its
+// interpreter once, and only then points [layout.Layout.RuntimePython]
+// at it; older versions are removed after the switch. One install runs
+// at a time (a lock on [layout.Layout.RuntimeLock]): a second one fails
+// at once.
+func Install(ctx context.Context, lay layout.Layout, src Source, o Options) (Runtime, error) {
 	o.defaults()
-	dir := RuntimeDir(cacheDir)
+	versions := lay.RuntimeVersions()
 	if src.Filename == "" {
 		src.Filename = filepath.Base(strings.SplitN(src.URL, "?", 2)[0])
 	}
 	if !safeArchiveName.MatchString(src.Filename) || strings.Contains(src.Filename, "..") {
 		return Runtime{}, fmt.Errorf("runtime: archive name %q is not a plain file name", src.Filename)
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "versions"), 0o755); err != nil {
+	if err := os.MkdirAll(versions, 0o755); err != nil {
 		return Runtime{}, fmt.Errorf("runtime: %w", err)
 	}
-	lock, err := lockfile.Lock(filepath.Join(dir, ".lock"))
+	lock, err := lockfile.Lock(lay.RuntimeLock())
 	if err != nil {
 		return Runtime{}, fmt.Errorf("runtime: another install is running: %w", err)
 	}
 	defer lock.Release()
 
 	// Leftovers of an install that crashed.
-	if stale, _ := filepath.Glob(filepath.Join(dir, "versions", ".staging-*")); len(stale) > 0 {
+	if stale, _ := filepath.Glob(filepath.Join(versions, ".staging-*")); len(stale) > 0 {
 		for _, p := range stale {
 			os.RemoveAll(p)
 		}
 	}
-	archive := filepath.Join(dir, src.Filename+".verified")
+	archive := lay.RuntimeArchive(src.Filename)
 	if err := File(ctx, src.URL, archive, src.Pin, o); err != nil {
 		return Runtime{}, err
 	}
 	pin := strings.ToLower(src.Pin.SHA256)
-	final := filepath.Join(dir, "versions", pin[:16])
-	previous, _ := Current(cacheDir)
+	final := filepath.Join(versions, pin[:16])
+	previous, _ := Current(lay)
 	rt, err := unpacked(ctx, archive, final, pin)
 	if err != nil {
 		// A damaged copy (a crash, a disk error): once more from the archive.
@@ -94,17 +93,17 @@ func Install(ctx context.Context, cacheDir string, src Source, o Options) (Runti
 			return Runtime{}, fmt.Errorf("runtime %s: the interpreter does not run here, the previous runtime stays: %w", src.Filename, err)
 		}
 	}
-	if rt, err = switchTo(dir, rt); err != nil {
+	if rt, err = switchTo(lay, rt); err != nil {
 		return Runtime{}, err
 	}
 	b, _ := json.Marshal(rt)
-	atomicfile.WriteFile(filepath.Join(dir, "current.json"), b, 0o644)
+	atomicfile.WriteFile(lay.RuntimeCurrent(), b, 0o644)
 	// Older versions go once the new one is in place, but for the one
 	// that was current until now: an executor started by a running agent
 	// may still be using it.
-	ents, _ := os.ReadDir(filepath.Join(dir, "versions"))
+	ents, _ := os.ReadDir(versions)
 	for _, e := range ents {
-		p := filepath.Join(dir, "versions", e.Name())
+		p := filepath.Join(versions, e.Name())
 		if p == final || (previous.Dir != "" && fspath.Within(previous.Dir, p)) {
 			continue
 		}
@@ -195,15 +194,15 @@ func probe(ctx context.Context, interp string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// Current returns the runtime <cache>/runtime/python points at, if any.
-func Current(cacheDir string) (Runtime, error) {
-	dir := RuntimeDir(cacheDir)
-	real, err := filepath.EvalSymlinks(filepath.Join(dir, "python"))
+// Current returns the runtime [layout.Layout.RuntimePython] points at,
+// if any.
+func Current(lay layout.Layout) (Runtime, error) {
+	real, err := filepath.EvalSymlinks(lay.RuntimePython())
 	if err != nil {
 		return Runtime{}, err
 	}
 	rt := Runtime{Dir: real}
-	if b, err := os.ReadFile(filepath.Join(dir, "current.json")); err == nil {
+	if b, err := os.ReadFile(lay.RuntimeCurrent()); err == nil {
 		var c Runtime
 		if json.Unmarshal(b, &c) == nil && c.Dir == real {
 			rt = c
@@ -215,11 +214,11 @@ func Current(cacheDir string) (Runtime, error) {
 	return rt, nil
 }
 
-// Downloading reports the downloads under <cache>/runtime that a state
-// file says are under way (or were left half-way).
-func Downloading(cacheDir string) []Progress {
+// Downloading reports the downloads in [layout.Layout.Runtime] that a
+// state file says are under way (or were left half-way).
+func Downloading(lay layout.Layout) []Progress {
 	var out []Progress
-	states, _ := filepath.Glob(filepath.Join(RuntimeDir(cacheDir), "*.part.json"))
+	states, _ := filepath.Glob(filepath.Join(lay.Runtime(), "*.part.json"))
 	for _, p := range states {
 		var st state
 		if b, err := os.ReadFile(p); err == nil && json.Unmarshal(b, &st) == nil {
@@ -233,12 +232,14 @@ func Downloading(cacheDir string) []Progress {
 	return out
 }
 
-// switchTo points dir/python at rt: a new link renamed over the old one
-// on Unix, atomically. On Windows, where links need privileges, the
-// unpacked folder itself is renamed into place (the previous one kept
-// as python.prev until then), and rt is updated to say so.
-func switchTo(dir string, rt Runtime) (Runtime, error) {
-	link := filepath.Join(dir, "python")
+// switchTo points lay's RuntimePython at rt: a new link renamed over
+// the old one on Unix, atomically. On Windows, where links need
+// privileges, the unpacked folder itself is renamed into place (the
+// previous one kept as python.prev until then), and rt is updated to
+// say so.
+func switchTo(lay layout.Layout, rt Runtime) (Runtime, error) {
+	link := lay.RuntimePython()
+	dir := filepath.Dir(link)
 	if runtime.GOOS == "windows" {
 		prev := link + ".prev"
 		os.RemoveAll(prev)
@@ -264,7 +265,7 @@ func switchTo(dir string, rt Runtime) (Runtime, error) {
 	}
 	// A real folder there (the Rust client's) is moved aside first.
 	if fi, err := os.Lstat(link); err == nil && fi.IsDir() {
-		if err := os.Rename(link, filepath.Join(dir, "versions", fmt.Sprintf("previous-%d", time.Now().UnixNano()))); err != nil {
+		if err := os.Rename(link, filepath.Join(lay.RuntimeVersions(), fmt.Sprintf("previous-%d", time.Now().UnixNano()))); err != nil {
 			return rt, fmt.Errorf("runtime: %w", err)
 		}
 	}
@@ -284,13 +285,13 @@ func switchTo(dir string, rt Runtime) (Runtime, error) {
 // archive filename: get fetches the signed envelope from the paired
 // server (the method RuntimeDescriptor of package client's Client:
 // fetch knows no server path), which is checked against the pinned key
-// and the name asked, and cached in runtime/runtime-descriptor.json;
+// and the name asked, and cached in [layout.Layout.RuntimeDescriptor];
 // when get fails, the cached envelope is used instead (verified again).
-func RuntimeDescriptor(ctx context.Context, cacheDir string, key ed25519.PublicKey, filename string, get func(ctx context.Context, filename string) ([]byte, error)) (wire.RuntimeDescriptor, error) {
+func RuntimeDescriptor(ctx context.Context, lay layout.Layout, key ed25519.PublicKey, filename string, get func(ctx context.Context, filename string) ([]byte, error)) (wire.RuntimeDescriptor, error) {
 	if !wire.ValidRuntimeName(filename) {
 		return wire.RuntimeDescriptor{}, fmt.Errorf("runtime: %q is not a runtime archive name (…tar.gz)", filename)
 	}
-	cache := filepath.Join(RuntimeDir(cacheDir), "runtime-descriptor.json")
+	cache := lay.RuntimeDescriptor()
 	body, err := get(ctx, filename)
 	fromCache := false
 	if err != nil {
@@ -308,7 +309,7 @@ func RuntimeDescriptor(ctx context.Context, cacheDir string, key ed25519.PublicK
 		return wire.RuntimeDescriptor{}, err
 	}
 	if !fromCache {
-		os.MkdirAll(RuntimeDir(cacheDir), 0o755)
+		os.MkdirAll(filepath.Dir(cache), 0o755)
 		atomicfile.WriteFile(cache, body, 0o644)
 	}
 	return d, nil

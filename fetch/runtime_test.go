@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/internal/lockfile"
 	"github.com/metnos/agent/internal/pbstest"
 	"github.com/metnos/agent/internal/testbin"
@@ -52,21 +53,21 @@ func TestRuntimeFromSystemPython(t *testing.T) {
 	}))
 	defer srv.Close()
 	sum := sha256.Sum256(archive)
-	cache := t.TempDir()
+	lay := layout.Layout{Cache: t.TempDir()}
 	name := "cpython-" + ver + "+test-x86_64-unknown-linux-gnu-install_only.tar.gz"
-	rt, err := Install(context.Background(), cache, Source{URL: srv.URL + "/" + name, Pin: Pin{SHA256: hex.EncodeToString(sum[:]), Size: int64(len(archive))}}, Options{})
+	rt, err := Install(context.Background(), lay, Source{URL: srv.URL + "/" + name, Pin: Pin{SHA256: hex.EncodeToString(sum[:]), Size: int64(len(archive))}}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(rt.Version, ver) {
 		t.Errorf("the runtime says it is %q, want %s.x", rt.Version, ver)
 	}
-	cur, err := Current(cache)
+	cur, err := Current(lay)
 	if err != nil || cur.Dir != rt.Dir {
 		t.Fatalf("Current: %+v %v", cur, err)
 	}
 	// The agent's path for the provisioned runtime resolves to it.
-	if p, err := filepath.EvalSymlinks(filepath.Join(cache, "runtime", "python", "bin", "python3")); err != nil || !strings.HasPrefix(p, rt.Dir) {
+	if p, err := filepath.EvalSymlinks(filepath.Join(lay.Cache, "runtime", "python", "bin", "python3")); err != nil || !strings.HasPrefix(p, rt.Dir) {
 		t.Fatalf("runtime/python/bin/python3 -> %s (%v)", p, err)
 	}
 
@@ -107,10 +108,10 @@ func TestRuntimeFromSystemPython(t *testing.T) {
 	}))
 	defer srv2.Close()
 	bsum := sha256.Sum256(bad)
-	if _, err := Install(context.Background(), cache, Source{URL: srv2.URL + "/bad.tar.gz", Pin: Pin{SHA256: hex.EncodeToString(bsum[:])}}, Options{}); err == nil || !strings.Contains(err.Error(), "previous runtime stays") {
+	if _, err := Install(context.Background(), lay, Source{URL: srv2.URL + "/bad.tar.gz", Pin: Pin{SHA256: hex.EncodeToString(bsum[:])}}, Options{}); err == nil || !strings.Contains(err.Error(), "previous runtime stays") {
 		t.Fatalf("a runtime that does not run: %v", err)
 	}
-	if cur, err := Current(cache); err != nil || cur.Dir != rt.Dir {
+	if cur, err := Current(lay); err != nil || cur.Dir != rt.Dir {
 		t.Fatalf("after a failed install the runtime is %+v (%v)", cur, err)
 	}
 }
@@ -119,7 +120,7 @@ func TestRuntimeFromSystemPython(t *testing.T) {
 // folder then goes; an install while another holds the lock fails at
 // once and changes nothing.
 func TestInstallSwitchAndLock(t *testing.T) {
-	cache := t.TempDir()
+	lay := layout.Layout{Cache: t.TempDir()}
 	serve := func(version string) (Source, func()) {
 		arc := tarball(t, "gz", []entry{{name: "python/bin/python3", typ: tar.TypeReg, mode: 0o755, body: "#!/bin/sh\necho " + version + "\n"}})
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -132,40 +133,40 @@ func TestInstallSwitchAndLock(t *testing.T) {
 	defer c1()
 	s2, c2 := serve("3.99.2")
 	defer c2()
-	r1, err := Install(context.Background(), cache, s1, Options{})
+	r1, err := Install(context.Background(), lay, s1, Options{})
 	if err != nil || r1.Version != "3.99.1" {
 		t.Fatalf("first: %+v %v", r1, err)
 	}
-	lock, err := lockfile.Lock(filepath.Join(RuntimeDir(cache), ".lock"))
+	lock, err := lockfile.Lock(filepath.Join(filepath.Join(lay.Cache, "runtime"), ".lock"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Install(context.Background(), cache, s2, Options{}); err == nil || !strings.Contains(err.Error(), "another install is running") {
+	if _, err := Install(context.Background(), lay, s2, Options{}); err == nil || !strings.Contains(err.Error(), "another install is running") {
 		t.Fatalf("an install under the lock: %v", err)
 	}
-	if cur, _ := Current(cache); cur.Dir != r1.Dir {
+	if cur, _ := Current(lay); cur.Dir != r1.Dir {
 		t.Fatal("the locked-out install changed the runtime")
 	}
 	lock.Release()
-	r2, err := Install(context.Background(), cache, s2, Options{})
+	r2, err := Install(context.Background(), lay, s2, Options{})
 	if err != nil || r2.Version != "3.99.2" {
 		t.Fatalf("second: %+v %v", r2, err)
 	}
-	if cur, _ := Current(cache); cur.Dir != r2.Dir || cur.Version != "3.99.2" {
+	if cur, _ := Current(lay); cur.Dir != r2.Dir || cur.Version != "3.99.2" {
 		t.Fatalf("current after the switch: %+v", cur)
 	}
 	// The one current until now stays (an executor may be using it);
 	// the one before goes.
 	s3, c3 := serve("3.99.3")
 	defer c3()
-	r3, err := Install(context.Background(), cache, s3, Options{})
+	r3, err := Install(context.Background(), lay, s3, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var left []string
-	ents, _ := os.ReadDir(filepath.Join(RuntimeDir(cache), "versions"))
+	ents, _ := os.ReadDir(filepath.Join(filepath.Join(lay.Cache, "runtime"), "versions"))
 	for _, e := range ents {
-		left = append(left, filepath.Join(RuntimeDir(cache), "versions", e.Name(), "python"))
+		left = append(left, filepath.Join(filepath.Join(lay.Cache, "runtime"), "versions", e.Name(), "python"))
 	}
 	if len(left) != 2 || !slices.Contains(left, r3.Dir) || !slices.Contains(left, r2.Dir) {
 		t.Fatalf("versions left: %v, want the current %s and the previous %s", left, r3.Dir, r2.Dir)
@@ -175,7 +176,7 @@ func TestInstallSwitchAndLock(t *testing.T) {
 // TestInstallRepairsDamagedCopy: an unpacked runtime without its
 // completion marker (a crash before it was synced) is unpacked again.
 func TestInstallRepairsDamagedCopy(t *testing.T) {
-	cache := t.TempDir()
+	lay := layout.Layout{Cache: t.TempDir()}
 	arc := tarball(t, "gz", []entry{{name: "python/bin/python3", typ: tar.TypeReg, mode: 0o755, body: "#!/bin/sh\necho 3.99.9\n"}})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.ServeContent(w, r, "a", time.Unix(0, 0), bytes.NewReader(arc))
@@ -183,14 +184,14 @@ func TestInstallRepairsDamagedCopy(t *testing.T) {
 	defer srv.Close()
 	sum := sha256.Sum256(arc)
 	src := Source{URL: srv.URL + "/cpython.tar.gz", Pin: Pin{SHA256: hex.EncodeToString(sum[:])}}
-	rt, err := Install(context.Background(), cache, src, Options{})
+	rt, err := Install(context.Background(), lay, src, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// What a power cut can leave: an empty interpreter, no marker.
 	os.WriteFile(rt.Interpreter, nil, 0o755)
 	os.Remove(filepath.Join(filepath.Dir(rt.Dir), ".complete"))
-	if rt, err = Install(context.Background(), cache, src, Options{}); err != nil || rt.Version != "3.99.9" {
+	if rt, err = Install(context.Background(), lay, src, Options{}); err != nil || rt.Version != "3.99.9" {
 		t.Fatalf("after damage: %+v %v", rt, err)
 	}
 }

@@ -1,8 +1,9 @@
 // Package pairing keeps the device's identity: its Ed25519 key and the
 // state.json that pins the server it is paired with. Both live where the
-// Metnos Rust client keeps them and in the same format (docs/protocol.md §2.1,
-// §2.4, §14), so metnos-agent picks up an existing pairing as it
-// is, and the Rust client would pick up ours.
+// Metnos Rust client keeps them, the [layout.Layout]'s Key and State, and
+// in the same format (docs/protocol.md §2.1, §2.4, §14), so metnos-agent
+// picks up an existing pairing as it is, and the Rust client would pick
+// up ours.
 package pairing
 
 import (
@@ -18,21 +19,15 @@ import (
 	"strings"
 
 	"github.com/metnos/agent/internal/atomicfile"
+	"github.com/metnos/agent/internal/layout"
 )
 
-// KeyFile and StateFile are the names of the identity files in the data
-// directory.
-const (
-	KeyFile   = "key"
-	StateFile = "state.json"
-)
-
-// LoadOrCreateKey reads the device key from dataDir/key (exactly the 32
-// raw bytes of an Ed25519 seed), creating the directory and a new key,
+// LoadOrCreateKey reads the device key from lay's Key (exactly the 32
+// raw bytes of an Ed25519 seed), creating its folder and a new key,
 // mode 0600, when there is none. A key file of any other size is an
 // error, never overwritten.
-func LoadOrCreateKey(dataDir string) (ed25519.PrivateKey, error) {
-	path := filepath.Join(dataDir, KeyFile)
+func LoadOrCreateKey(lay layout.Layout) (ed25519.PrivateKey, error) {
+	path := lay.Key()
 	b, err := os.ReadFile(path)
 	switch {
 	case err == nil:
@@ -47,7 +42,7 @@ func LoadOrCreateKey(dataDir string) (ed25519.PrivateKey, error) {
 	if _, err := rand.Read(seed); err != nil {
 		return nil, fmt.Errorf("pairing: making a device key: %w", err)
 	}
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("pairing: %w", err)
 	}
 	if err := atomicfile.WriteFile(path, seed, 0o600); err != nil {
@@ -86,10 +81,10 @@ func (s State) ServerKey() (ed25519.PublicKey, error) {
 	return ed25519.PublicKey(b), nil
 }
 
-// LoadState reads dataDir/state.json; a missing file is the empty,
+// LoadState reads lay's State, state.json; a missing file is the empty,
 // unpaired State.
-func LoadState(dataDir string) (State, error) {
-	path := filepath.Join(dataDir, StateFile)
+func LoadState(lay layout.Layout) (State, error) {
+	path := lay.State()
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return State{}, nil
@@ -104,17 +99,18 @@ func LoadState(dataDir string) (State, error) {
 	return s, nil
 }
 
-// SaveState writes dataDir/state.json as the Rust client does: pretty
-// JSON (two-space indent) through state.json.tmp and a rename.
-func SaveState(dataDir string, s State) error {
+// SaveState writes lay's State, state.json, as the Rust client does:
+// pretty JSON (two-space indent) through state.json.tmp and a rename.
+func SaveState(lay layout.Layout, s State) error {
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return fmt.Errorf("pairing: %w", err)
 	}
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+	path := lay.State()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("pairing: %w", err)
 	}
-	if err := atomicfile.WriteFile(filepath.Join(dataDir, StateFile), b, 0o600); err != nil {
+	if err := atomicfile.WriteFile(path, b, 0o600); err != nil {
 		return fmt.Errorf("pairing: writing the device state: %w", err)
 	}
 	return nil

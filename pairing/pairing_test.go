@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/wire"
 )
 
@@ -16,7 +17,7 @@ import (
 func copyFixture(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	for _, f := range []string{KeyFile, StateFile} {
+	for _, f := range []string{"key", "state.json"} {
 		b, err := os.ReadFile(filepath.Join("testdata", "rust-client", f))
 		if err != nil {
 			t.Fatal(err)
@@ -33,7 +34,7 @@ func copyFixture(t *testing.T) string {
 // fingerprints, and the pinned server key decodes.
 func TestRustClientInstallation(t *testing.T) {
 	dir := copyFixture(t)
-	key, err := LoadOrCreateKey(dir)
+	key, err := LoadOrCreateKey(layout.Layout{Data: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func TestRustClientInstallation(t *testing.T) {
 	if got := LocalFingerprint(pub); got != "03a107bff3ce10be1d70dd18e74bc09967e4d6309ba50d5f1ddc8664125531b8" {
 		t.Errorf("local fingerprint %s", got)
 	}
-	st, err := LoadState(dir)
+	st, err := LoadState(layout.Layout{Data: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,11 +60,11 @@ func TestRustClientInstallation(t *testing.T) {
 		t.Errorf("server key %v, %v", sk, err)
 	}
 	// Written back, state.json is byte for byte what the Rust client wrote.
-	if err := SaveState(dir, st); err != nil {
+	if err := SaveState(layout.Layout{Data: dir}, st); err != nil {
 		t.Fatal(err)
 	}
-	got, _ := os.ReadFile(filepath.Join(dir, StateFile))
-	want, _ := os.ReadFile(filepath.Join("testdata", "rust-client", StateFile))
+	got, _ := os.ReadFile(filepath.Join(dir, "state.json"))
+	want, _ := os.ReadFile(filepath.Join("testdata", "rust-client", "state.json"))
 	if !bytes.Equal(got, want) {
 		t.Errorf("state.json rewritten differently:\n%s\nwant\n%s", got, want)
 	}
@@ -71,19 +72,19 @@ func TestRustClientInstallation(t *testing.T) {
 
 func TestNewKey(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	k1, err := LoadOrCreateKey(dir)
+	k1, err := LoadOrCreateKey(layout.Layout{Data: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fi, err := os.Stat(filepath.Join(dir, KeyFile))
+	fi, err := os.Stat(filepath.Join(dir, "key"))
 	if err != nil || fi.Size() != 32 || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("key file: %v %v", fi, err)
 	}
-	k2, err := LoadOrCreateKey(dir)
+	k2, err := LoadOrCreateKey(layout.Layout{Data: dir})
 	if err != nil || !k1.Equal(k2) {
 		t.Errorf("the key changed on reload: %v", err)
 	}
-	if st, err := LoadState(dir); err != nil || st.Paired() {
+	if st, err := LoadState(layout.Layout{Data: dir}); err != nil || st.Paired() {
 		t.Errorf("a new device is paired: %+v %v", st, err)
 	}
 }
@@ -91,11 +92,11 @@ func TestNewKey(t *testing.T) {
 func TestBadKeyIsNeverOverwritten(t *testing.T) {
 	dir := t.TempDir()
 	bad := []byte("-----BEGIN PRIVATE KEY-----\n")
-	os.WriteFile(filepath.Join(dir, KeyFile), bad, 0o600)
-	if _, err := LoadOrCreateKey(dir); err == nil || !strings.Contains(err.Error(), "not a Metnos device key") {
+	os.WriteFile(filepath.Join(dir, "key"), bad, 0o600)
+	if _, err := LoadOrCreateKey(layout.Layout{Data: dir}); err == nil || !strings.Contains(err.Error(), "not a Metnos device key") {
 		t.Fatalf("got %v, want a clear error", err)
 	}
-	if got, _ := os.ReadFile(filepath.Join(dir, KeyFile)); !bytes.Equal(got, bad) {
+	if got, _ := os.ReadFile(filepath.Join(dir, "key")); !bytes.Equal(got, bad) {
 		t.Error("the unreadable key file was overwritten")
 	}
 }

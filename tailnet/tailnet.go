@@ -5,8 +5,8 @@
 //
 // # What it guarantees
 //
-//   - The node's state lives in the directory given (the agent's data
-//     directory), never in /var/lib/tailscale; the node is not ephemeral,
+//   - The node's state lives in the agent's data folder, in the
+//     [layout.Layout]'s TailnetState, never in /var/lib/tailscale; the node is not ephemeral,
 //     so it keeps its identity across restarts.
 //   - Log upload to Tailscale is off unless Config.LogUpload is set.
 //   - The node listens on nothing: the agent only dials out through it
@@ -37,6 +37,8 @@ import (
 
 	"tailscale.com/envknob"
 	"tailscale.com/tsnet"
+
+	"github.com/metnos/agent/internal/layout"
 )
 
 // Config is how the agent joins a tailnet.
@@ -52,18 +54,11 @@ type Config struct {
 	LogUpload bool `json:"log_upload,omitempty"`
 }
 
-// ConfigFile is where the agent keeps the tailnet configuration (not
-// the auth key) in its data directory, and StateDir the node's state.
-const (
-	ConfigFile = "tailnet.json"
-	StateDir   = "tailnet"
-	StatusFile = "tailnet/status.json"
-)
-
-// LoadConfig reads dataDir/tailnet.json; ok is false when there is none
+// LoadConfig reads lay's TailnetConfig; ok is false when there is none
 // (the agent then uses the OS network).
-func LoadConfig(dataDir string) (c Config, ok bool, err error) {
-	b, err := os.ReadFile(filepath.Join(dataDir, ConfigFile))
+func LoadConfig(lay layout.Layout) (c Config, ok bool, err error) {
+	p := lay.TailnetConfig()
+	b, err := os.ReadFile(p)
 	if errors.Is(err, os.ErrNotExist) {
 		return Config{}, false, nil
 	}
@@ -71,18 +66,19 @@ func LoadConfig(dataDir string) (c Config, ok bool, err error) {
 		return Config{}, false, fmt.Errorf("tailnet: %w", err)
 	}
 	if err := json.Unmarshal(b, &c); err != nil {
-		return Config{}, false, fmt.Errorf("tailnet: %s: %w", ConfigFile, err)
+		return Config{}, false, fmt.Errorf("tailnet: %s: %w", p, err)
 	}
 	return c, true, nil
 }
 
-// SaveConfig writes dataDir/tailnet.json (without the auth key).
-func SaveConfig(dataDir string, c Config) error {
+// SaveConfig writes lay's TailnetConfig (without the auth key).
+func SaveConfig(lay layout.Layout, c Config) error {
 	b, _ := json.MarshalIndent(c, "", "  ")
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+	p := lay.TailnetConfig()
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return fmt.Errorf("tailnet: %w", err)
 	}
-	return os.WriteFile(filepath.Join(dataDir, ConfigFile), b, 0o600)
+	return os.WriteFile(p, b, 0o600)
 }
 
 // ReadAuthKey reads an auth key from a file that only its owner may read
@@ -104,12 +100,13 @@ func ReadAuthKey(path string) (string, error) {
 
 // Node is a running embedded tailnet node.
 type Node struct {
-	s    *tsnet.Server
-	cfg  Config
-	dir  string
-	log  *slog.Logger
-	mu   sync.Mutex
-	last string
+	s   *tsnet.Server
+	cfg Config
+	// status is the file the node's status is recorded in.
+	status string
+	log    *slog.Logger
+	mu     sync.Mutex
+	last   string
 }
 
 // Status is what whoami and doctor show of the node.
@@ -123,10 +120,10 @@ type Status struct {
 	At         time.Time `json:"at"`
 }
 
-// Start brings the node up with its state in dataDir/tailnet and waits
-// until it is connected (or ctx ends). Without an auth key on a first
-// login, it logs the login URL to open and keeps waiting.
-func Start(ctx context.Context, dataDir string, c Config, log *slog.Logger) (*Node, error) {
+// Start brings the node up with its state in lay's TailnetState and
+// waits until it is connected (or ctx ends). Without an auth key on a
+// first login, it logs the login URL to open and keeps waiting.
+func Start(ctx context.Context, lay layout.Layout, c Config, log *slog.Logger) (*Node, error) {
 	if c.Hostname == "" {
 		return nil, errors.New("tailnet: the node needs a name")
 	}
@@ -136,11 +133,11 @@ func Start(ctx context.Context, dataDir string, c Config, log *slog.Logger) (*No
 	if !c.LogUpload {
 		envknob.Setenv("TS_NO_LOGS_NO_SUPPORT", "true")
 	}
-	dir := filepath.Join(dataDir, StateDir)
+	dir := lay.TailnetState()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("tailnet: %w", err)
 	}
-	n := &Node{cfg: c, dir: dataDir, log: log}
+	n := &Node{cfg: c, status: lay.TailnetStatus(), log: log}
 	n.s = &tsnet.Server{
 		Dir:        dir,
 		Hostname:   c.Hostname,
@@ -222,12 +219,12 @@ func (n *Node) Status(ctx context.Context) Status {
 	return st
 }
 
-// writeStatus records the status in dataDir/tailnet/status.json, for
+// writeStatus records the status in the layout's TailnetStatus, for
 // whoami and doctor (which do not start a second node on the same
 // state).
 func (n *Node) writeStatus(ctx context.Context) {
 	b, _ := json.MarshalIndent(n.Status(ctx), "", "  ")
-	p := filepath.Join(n.dir, StatusFile)
+	p := n.status
 	tmp := p + ".tmp"
 	if os.WriteFile(tmp, b, 0o600) == nil {
 		os.Rename(tmp, p)
@@ -243,9 +240,10 @@ func (n *Node) Close() error {
 	return n.s.Close()
 }
 
-// LastStatus reads what a running agent last recorded.
-func LastStatus(dataDir string) (Status, bool) {
-	b, err := os.ReadFile(filepath.Join(dataDir, StatusFile))
+// LastStatus reads what a running agent last recorded in lay's
+// TailnetStatus.
+func LastStatus(lay layout.Layout) (Status, bool) {
+	b, err := os.ReadFile(lay.TailnetStatus())
 	if err != nil {
 		return Status{}, false
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/metnos/agent/agent"
 	"github.com/metnos/agent/client"
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/tailnet"
 )
@@ -40,14 +41,13 @@ type connectOptions struct {
 // dials through it). node is nil on the OS network; otherwise close it
 // when done.
 func connect(ctx context.Context, e environment, o connectOptions, log *slog.Logger) (c *client.Client, node *tailnet.Node, err error) {
-	data := e.lay.Data
-	key, err := pairing.LoadOrCreateKey(data)
+	key, err := pairing.LoadOrCreateKey(e.lay)
 	if err != nil {
 		return nil, nil, err
 	}
 	server, deviceID, name := o.server, "", o.name
 	if !o.unpaired {
-		st, err := pairing.LoadState(data)
+		st, err := pairing.LoadState(e.lay)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -65,14 +65,14 @@ func connect(ctx context.Context, e environment, o connectOptions, log *slog.Log
 	if server == "" {
 		return nil, nil, errors.New("no server URL: pass --server, or pair again")
 	}
-	tc, useTailnet, err := o.tailnet.config(data, name, e.cfg.TailnetAuthKey)
+	tc, useTailnet, err := o.tailnet.config(e.lay, name, e.cfg.TailnetAuthKey)
 	if err != nil {
 		return nil, nil, err
 	}
 	if !useTailnet {
 		return client.New(server, key, deviceID, nil), nil, nil
 	}
-	node, err = joinTailnet(ctx, data, tc, o.wait, e.cfg.GoMemLimit == "", log)
+	node, err = joinTailnet(ctx, e.lay, tc, o.wait, e.cfg.GoMemLimit == "", log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -82,7 +82,7 @@ func connect(ctx context.Context, e environment, o connectOptions, log *slog.Log
 // joinTailnet starts the embedded node, within wait (0: 5 minutes), and
 // records its configuration in tailnet.json; with setMemLimit (no
 // GOMEMLIMIT) it sets a soft memory limit first.
-func joinTailnet(ctx context.Context, dataDir string, c tailnet.Config, wait time.Duration, setMemLimit bool, log *slog.Logger) (*tailnet.Node, error) {
+func joinTailnet(ctx context.Context, lay layout.Layout, c tailnet.Config, wait time.Duration, setMemLimit bool, log *slog.Logger) (*tailnet.Node, error) {
 	if wait == 0 {
 		wait = 5 * time.Minute
 	}
@@ -101,13 +101,13 @@ func joinTailnet(ctx context.Context, dataDir string, c tailnet.Config, wait tim
 	if setMemLimit {
 		debug.SetMemoryLimit(24 << 20)
 	}
-	n, err := tailnet.Start(ctx, dataDir, c, log)
+	n, err := tailnet.Start(ctx, lay, c, log)
 	if err != nil {
 		return nil, err
 	}
-	if err := tailnet.SaveConfig(dataDir, c); err != nil {
+	if err := tailnet.SaveConfig(lay, c); err != nil {
 		n.Close()
-		return nil, fmt.Errorf("%s: %w", dataDir, err)
+		return nil, fmt.Errorf("%s: %w", lay.Data, err)
 	}
 	return n, nil
 }

@@ -86,7 +86,6 @@ func (d *demo) run(ctx context.Context, keep, verbose bool, stderr io.Writer) (e
 	// The layout of this user, with the agent's folders in the demo's.
 	lay := d.env.lay
 	lay.Data, lay.Cache = filepath.Join(d.dir, "agent", "data"), filepath.Join(d.dir, "agent", "cache")
-	data := lay.Data
 
 	// The server.
 	d.srv, err = refserver.New(refserver.Config{Executors: examples.Executors, Shim: examples.Shim, PollCheck: 10 * time.Millisecond})
@@ -105,7 +104,7 @@ func (d *demo) run(ctx context.Context, keep, verbose bool, stderr io.Writer) (e
 	if err != nil {
 		return err
 	}
-	key, err := pairing.LoadOrCreateKey(data)
+	key, err := pairing.LoadOrCreateKey(lay)
 	if err != nil {
 		return err
 	}
@@ -115,7 +114,7 @@ func (d *demo) run(ctx context.Context, keep, verbose bool, stderr io.Writer) (e
 	if err != nil {
 		return err
 	}
-	if err := pairing.SaveState(data, pairing.State{DeviceID: &reg.DeviceID, DeviceName: &reg.Name, ServerURL: &url,
+	if err := pairing.SaveState(lay, pairing.State{DeviceID: &reg.DeviceID, DeviceName: &reg.Name, ServerURL: &url,
 		Fingerprint: &reg.Fingerprint, PairedAt: &reg.PairedAt, ServerPublicKey: reg.ServerPublicKey}); err != nil {
 		return err
 	}

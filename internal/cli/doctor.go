@@ -13,6 +13,7 @@ import (
 
 	"github.com/metnos/agent/agent"
 	"github.com/metnos/agent/fetch"
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 )
@@ -117,9 +118,9 @@ func runDoctor(std stdio, args []string) int {
 		}
 		return exitOK
 	}
-	printDoctor(std.out, r, e.lay.Cache)
+	printDoctor(std.out, r, e.lay)
 	fmt.Fprintln(std.out)
-	printTailnet(std.out, e.lay.Data)
+	printTailnet(std.out, e.lay)
 	return exitOK
 }
 
@@ -209,7 +210,7 @@ func readSysctl(path string) string {
 
 // printDoctor writes the report as two aligned tables: the machine,
 // then the profiles.
-func printDoctor(w io.Writer, r doctorReport, cache string) {
+func printDoctor(w io.Writer, r doctorReport, lay layout.Layout) {
 	c := r.Caps
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
@@ -228,7 +229,7 @@ func printDoctor(w io.Writer, r doctorReport, cache string) {
 		}
 		row("python", v)
 	}
-	for _, d := range fetch.Downloading(cache) {
+	for _, d := range fetch.Downloading(lay) {
 		row("download", fmt.Sprintf("%s: %d of %d bytes (resumes on the next runtime install)", d.URL, d.Done, d.Total))
 	}
 	if c.Disabled != "" {

@@ -269,7 +269,7 @@ or add --offline.`)
 // the server then has 20 s (the node's first request waits for a path
 // to the server's node).
 func serverAnswers(e environment, log *slog.Logger) (url string, why error) {
-	st, err := pairing.LoadState(e.lay.Data)
+	st, err := pairing.LoadState(e.lay)
 	if err != nil || !st.Paired() || st.ServerURL == nil {
 		return "", nil
 	}

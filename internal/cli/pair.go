@@ -32,7 +32,6 @@ func runRegister(std stdio, args []string) int {
 	if err != nil {
 		return fail(std, err)
 	}
-	data := e.lay.Data
 	c, node, err := connect(context.Background(), e, connectOptions{server: *server, unpaired: true, name: *name, tailnet: tf}, warnLogger(std))
 	if err != nil {
 		return fail(std, err)
@@ -51,7 +50,7 @@ func runRegister(std stdio, args []string) int {
 		dn = *name
 	}
 	st.DeviceName = &dn
-	if err := pairing.SaveState(data, st); err != nil {
+	if err := pairing.SaveState(e.lay, st); err != nil {
 		return fail(std, err)
 	}
 	fmt.Fprintf(std.out, "paired as %q (device %s) with %s\n", dn, reg.DeviceID, *server)
@@ -71,11 +70,11 @@ func runWhoami(std stdio, args []string) int {
 		return fail(std, err)
 	}
 	data := e.lay.Data
-	key, err := pairing.LoadOrCreateKey(data)
+	key, err := pairing.LoadOrCreateKey(e.lay)
 	if err != nil {
 		return fail(std, err)
 	}
-	st, err := pairing.LoadState(data)
+	st, err := pairing.LoadState(e.lay)
 	if err != nil {
 		return fail(std, err)
 	}
@@ -107,7 +106,7 @@ func runWhoami(std stdio, args []string) int {
 			fmt.Fprintf(w, "server key (pinned): none (%v)\n", err)
 		}
 	}
-	printTailnet(w, data)
+	printTailnet(w, e.lay)
 	fmt.Fprintf(w, "data dir:            %s\n", data)
 	return exitOK
 }

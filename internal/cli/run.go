@@ -12,6 +12,7 @@ import (
 	"github.com/metnos/agent/agent"
 	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/fetch"
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/internal/lockfile"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/policy"
@@ -33,7 +34,6 @@ func runRun(std stdio, args []string) int {
 	if err != nil {
 		return fail(std, err)
 	}
-	data, cache := e.lay.Data, e.lay.Cache
 	lock, err := lockfile.Lock(e.lay.Lock())
 	if errors.Is(err, lockfile.ErrLocked) {
 		fmt.Fprintf(std.err, "metnos-agent: another agent is already running for this user: %v\n", err)
@@ -67,7 +67,7 @@ func runRun(std stdio, args []string) int {
 		// paired server's signed descriptor, before the first poll; a
 		// failure is only logged (executors then use what FindPython
 		// finds).
-		if err := installFromServer(ctx, c, data, cache, name, log); err != nil {
+		if err := installFromServer(ctx, c, e.lay, name, log); err != nil {
 			log.Error("the Python runtime could not be installed; executors use the next Python found", "runtime", name, "err", err)
 		}
 	}
@@ -111,8 +111,8 @@ func exitOnOverrun(log *slog.Logger) func(invocationID string) {
 // installFromServer installs the runtime archive name as the paired
 // server's signed descriptor describes it, both fetched through c (the
 // client connect made).
-func installFromServer(ctx context.Context, c *client.Client, data, cache, name string, log *slog.Logger) error {
-	st, err := pairing.LoadState(data)
+func installFromServer(ctx context.Context, c *client.Client, lay layout.Layout, name string, log *slog.Logger) error {
+	st, err := pairing.LoadState(lay)
 	if err != nil {
 		return err
 	}
@@ -120,7 +120,7 @@ func installFromServer(ctx context.Context, c *client.Client, data, cache, name 
 	if err != nil {
 		return err
 	}
-	d, err := fetch.RuntimeDescriptor(ctx, cache, key, name, c.RuntimeDescriptor)
+	d, err := fetch.RuntimeDescriptor(ctx, lay, key, name, c.RuntimeDescriptor)
 	if err != nil {
 		return err
 	}
@@ -132,7 +132,7 @@ func installFromServer(ctx context.Context, c *client.Client, data, cache, name 
 			log.Info("runtime download", "file", name, "done", p.Done, "total", p.Total)
 		}
 	}
-	_, err = fetch.Install(ctx, cache, fetch.Source{URL: c.RuntimeURL(d.Filename),
+	_, err = fetch.Install(ctx, lay, fetch.Source{URL: c.RuntimeURL(d.Filename),
 		Filename: d.Filename, Pin: fetch.Pin{SHA256: d.ArchiveSHA256, Size: d.ArchiveSize}}, o)
 	return err
 }

@@ -39,13 +39,11 @@ func runRuntimeInstall(std stdio, args []string) int {
 	if err != nil {
 		return fail(std, err)
 	}
-	cache := e.lay.Cache
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var src fetch.Source
 	switch {
 	case *from != "" && *url == "" && *sha == "":
-		data := e.lay.Data
 		log := progressOptions(std, *from).Logger
 		c, node, err := connect(ctx, e, connectOptions{}, log)
 		if err != nil {
@@ -54,10 +52,10 @@ func runRuntimeInstall(std stdio, args []string) int {
 		if node != nil {
 			defer node.Close()
 		}
-		if err := installFromServer(ctx, c, data, cache, *from, log); err != nil {
+		if err := installFromServer(ctx, c, e.lay, *from, log); err != nil {
 			return fail(std, err)
 		}
-		rt, err := fetch.Current(cache)
+		rt, err := fetch.Current(e.lay)
 		if err != nil {
 			return fail(std, err)
 		}
@@ -68,7 +66,7 @@ func runRuntimeInstall(std stdio, args []string) int {
 	default:
 		return usageError(std.err, "runtime", "give --url and --sha256, or --from-server NAME")
 	}
-	rt, err := fetch.Install(ctx, cache, src, progressOptions(std, path.Base(src.URL)))
+	rt, err := fetch.Install(ctx, e.lay, src, progressOptions(std, path.Base(src.URL)))
 	if err != nil {
 		return fail(std, err)
 	}
@@ -86,7 +84,6 @@ func runRuntimeStatus(std stdio, args []string) int {
 	if err != nil {
 		return fail(std, err)
 	}
-	cache := e.lay.Cache
 	type status struct {
 		Installed   *fetch.Runtime   `json:"installed"`
 		Python      *agent.Python    `json:"python"`
@@ -94,7 +91,7 @@ func runRuntimeStatus(std stdio, args []string) int {
 		Downloads   []fetch.Progress `json:"downloads,omitempty"`
 	}
 	var s status
-	if rt, err := fetch.Current(cache); err == nil {
+	if rt, err := fetch.Current(e.lay); err == nil {
 		s.Installed = &rt
 	}
 	if py, err := agent.FindPython(e.lay, e.cfg.Python, e.cfg.Path); err == nil {
@@ -102,7 +99,7 @@ func runRuntimeStatus(std stdio, args []string) int {
 	} else {
 		s.PythonError = err.Error()
 	}
-	s.Downloads = fetch.Downloading(cache)
+	s.Downloads = fetch.Downloading(e.lay)
 	if *asJSON {
 		b, _ := json.MarshalIndent(s, "", "  ")
 		fmt.Fprintln(std.out, string(b))

@@ -117,7 +117,7 @@ func runInstall(std stdio, args []string) int {
 		}
 	}
 	c.Env = append(c.Env, env...)
-	if st, err := pairing.LoadState(s.DataDir); err == nil && st.Paired() {
+	if st, err := pairing.LoadState(e.lay); err == nil && st.Paired() {
 		fmt.Fprintf(std.out, "this device is paired (device %s); the service uses the key and pairing in %s\n", *st.DeviceID, s.DataDir)
 	} else {
 		fmt.Fprintf(std.out, "this device is not paired yet: run \"metnos-agent register\"; the service waits for it (data in %s)\n", s.DataDir)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/metnos/agent/internal/config"
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/tailnet"
 )
 
@@ -27,11 +28,11 @@ func addTailnetFlags(fs *flag.FlagSet) tailnetFlags {
 	}
 }
 
-// config merges the flags with what dataDir/tailnet.json keeps, and
+// config merges the flags with what lay's tailnet.json keeps, and
 // envKey (METNOS_TAILNET_AUTHKEY) when no flag gives a key; ok is false
 // when no tailnet is configured (the OS network is used).
-func (f tailnetFlags) config(dataDir, deviceName string, envKey config.Secret) (tailnet.Config, bool, error) {
-	c, ok, err := tailnet.LoadConfig(dataDir)
+func (f tailnetFlags) config(lay layout.Layout, deviceName string, envKey config.Secret) (tailnet.Config, bool, error) {
+	c, ok, err := tailnet.LoadConfig(lay)
 	if err != nil {
 		return c, false, err
 	}
@@ -76,8 +77,8 @@ func deref(p *string) string {
 }
 
 // printTailnet adds the tailnet lines to whoami and doctor.
-func printTailnet(w interface{ Write([]byte) (int, error) }, dataDir string) {
-	c, ok, err := tailnet.LoadConfig(dataDir)
+func printTailnet(w interface{ Write([]byte) (int, error) }, lay layout.Layout) {
+	c, ok, err := tailnet.LoadConfig(lay)
 	switch {
 	case err != nil:
 		fmt.Fprintf(w, "tailnet:             %v\n", err)
@@ -91,7 +92,7 @@ func printTailnet(w interface{ Write([]byte) (int, error) }, dataDir string) {
 		control = "Tailscale"
 	}
 	fmt.Fprintf(w, "tailnet node:        %s (control %s)\n", c.Hostname, control)
-	st, ok := tailnet.LastStatus(dataDir)
+	st, ok := tailnet.LastStatus(lay)
 	if !ok {
 		fmt.Fprintln(w, "tailnet state:       unknown (no agent has run with it yet)")
 		return

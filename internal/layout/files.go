@@ -20,9 +20,8 @@ func (l Layout) Lock() string { return l.join(l.Data, "client.lock") }
 // Log is the agent's log, rotated to client.log.1: <data>/client.log.
 func (l Layout) Log() string { return l.join(l.Data, "client.log") }
 
-// Spool is the write-ahead state of exactly-once execution:
-// <data>/spool.
-func (l Layout) Spool() string { return l.join(l.Data, "spool") }
+// The spool, <data>/spool, is the write-ahead state of exactly-once
+// execution; these are its folders and its ledger.
 
 // SpoolResults holds the results not yet accepted by the server, one
 // <id>.json each: <data>/spool/results.

@@ -41,6 +41,7 @@ import (
 
 	"github.com/metnos/agent/internal/atomicfile"
 	"github.com/metnos/agent/internal/fspath"
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/internal/lockfile"
 )
 
@@ -186,6 +187,9 @@ func (s *Manager) remove(path string) error {
 	s.say("removed %s", path)
 	return nil
 }
+
+// lock is the lock a running agent holds: the layout's Lock in DataDir.
+func (s *Manager) lock() string { return layout.Layout{Data: s.DataDir}.Lock() }
 
 func exists(path string) bool { _, err := os.Lstat(path); return err == nil }
 
@@ -464,7 +468,7 @@ func (s *Manager) purge(ctx context.Context) error {
 		return fmt.Errorf("service: not purging: the Rust client (%s) is installed and uses the same key and pairing in %s; uninstall it first", st.RustClient, s.DataDir)
 	}
 	if st.Running && !s.DryRun {
-		return fmt.Errorf("service: not purging: an agent (process %d) still holds %s; stop it and run uninstall --purge again", st.PID, filepath.Join(s.DataDir, "client.lock"))
+		return fmt.Errorf("service: not purging: an agent (process %d) still holds %s; stop it and run uninstall --purge again", st.PID, s.lock())
 	}
 	for _, d := range []string{s.DataDir, s.CacheDir} {
 		if d == "" || !exists(d) {
@@ -489,7 +493,7 @@ func (s *Manager) purge(ctx context.Context) error {
 // nothing.
 func (s *Manager) Status(ctx context.Context) (Status, error) {
 	st := Status{File: s.file()}
-	pid, held, err := lockfile.LockHolder(filepath.Join(s.DataDir, "client.lock"))
+	pid, held, err := lockfile.LockHolder(s.lock())
 	if err != nil {
 		return st, err
 	}

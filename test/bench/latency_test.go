@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/metnos/agent/examples"
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/refserver"
@@ -63,7 +64,7 @@ func TestLatency(t *testing.T) {
 	if out, err := reg.CombinedOutput(); err != nil {
 		t.Fatalf("register: %v\n%s", err, out)
 	}
-	st, _ := pairing.LoadState(filepath.Join(home, ".local", "share", "metnos"))
+	st, _ := pairing.LoadState(layout.Layout{Data: filepath.Join(home, ".local", "share", "metnos")})
 	agent := exec.Command(filepath.Join(dir, "metnos-agent"), "run")
 	agent.Env = append(env, "METNOS_LOG=warn")
 	var logBuf bytes.Buffer

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/metnos/agent/examples"
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/internal/tailnettest"
 	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/pairing"
@@ -68,7 +69,7 @@ func TestTailnet(t *testing.T) {
 		if out, err := reg.CombinedOutput(); err != nil {
 			t.Fatalf("register %s: %v\n%s", name, err, out)
 		}
-		st, _ := pairing.LoadState(filepath.Join(home, ".local", "share", "metnos"))
+		st, _ := pairing.LoadState(layout.Layout{Data: filepath.Join(home, ".local", "share", "metnos")})
 		a := &agentRun{name: name, device: *st.DeviceID, log: &bytes.Buffer{}}
 		a.cmd = exec.Command(filepath.Join(dir, "metnos-agent"), "run")
 		a.cmd.Env = env

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/refserver"
 )
 
@@ -309,19 +310,16 @@ func TestWatchdog(t *testing.T) {
 }
 
 // holdPlaceholderLock takes, exclusively, the lock the sandbox takes
-// shared before it masks path (its name and place mirror the sandbox's
-// placeholderLockDir and placeholderLocks).
+// shared before it masks path: in the layout's PlaceholderLocks, as the
+// agent's command line gives it to the sandbox, under the name the
+// sandbox's placeholderLocks gives it.
 func holdPlaceholderLock(t *testing.T, path string) func() {
 	t.Helper()
-	var dir string
-	switch rt := os.Getenv("XDG_RUNTIME_DIR"); {
-	case os.Getuid() == 0:
-		dir = "/run/metnos-agent/placeholders"
-	case filepath.IsAbs(rt):
-		dir = filepath.Join(rt, "metnos-agent", "placeholders")
-	default:
-		dir = filepath.Join(os.TempDir(), fmt.Sprintf("metnos-placeholders-%d", os.Getuid()))
+	lay, err := layout.CurrentWith(os.Getenv)
+	if err != nil {
+		t.Fatal(err)
 	}
+	dir := lay.PlaceholderLocks(os.Getuid(), os.TempDir())
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/metnos/agent/examples"
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/internal/pbstest"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/refserver"
@@ -30,7 +31,7 @@ func TestPairing(t *testing.T) {
 		t.Fatalf("a bad token: exit %d, want 1 with a clear sentence:\n%s", code, out)
 	}
 	w.pair()
-	st, err := pairing.LoadState(w.dataDir())
+	st, err := pairing.LoadState(layout.Layout{Data: w.dataDir()})
 	if err != nil || !st.Paired() || *st.DeviceID != w.device || *st.ServerURL != w.url {
 		t.Fatalf("state.json after pairing: %+v (%v)", st, err)
 	}
@@ -51,7 +52,7 @@ func TestPairing(t *testing.T) {
 	if code, _ := w.cli("register", "--server", w.url, "--token", "DEV.x.y"); code == 0 {
 		t.Fatal("a bad token was accepted")
 	}
-	if st2, _ := pairing.LoadState(w.dataDir()); *st2.DeviceID != w.device {
+	if st2, _ := pairing.LoadState(layout.Layout{Data: w.dataDir()}); *st2.DeviceID != w.device {
 		t.Fatal("a failed registration changed the pairing")
 	}
 	code, out = w.cli("unpair")

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/refserver"
 	"github.com/metnos/agent/wire"
@@ -38,11 +39,11 @@ func TestTampering(t *testing.T) {
 	t.Run("corrupted-pinned-key", func(t *testing.T) {
 		w := newWorld(t)
 		w.pair()
-		st, _ := pairing.LoadState(w.dataDir())
+		st, _ := pairing.LoadState(layout.Layout{Data: w.dataDir()})
 		other, _, _ := ed25519.GenerateKey(rand.Reader)
 		k := wire.PublicKeyWire(other)
 		st.ServerPublicKey = &k
-		if err := pairing.SaveState(w.dataDir(), st); err != nil {
+		if err := pairing.SaveState(layout.Layout{Data: w.dataDir()}, st); err != nil {
 			t.Fatal(err)
 		}
 		w.start()

@@ -26,6 +26,7 @@ import (
 	"tailscale.com/tstest/integration/testcontrol"
 
 	"github.com/metnos/agent/examples"
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/internal/tailnettest"
 	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/policy"
@@ -137,7 +138,7 @@ func TestAgentOverTailnet(t *testing.T) {
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
 		logf.Close()
-		st, ok := tailnet.LastStatus(dataDir)
+		st, ok := tailnet.LastStatus(layout.Layout{Data: dataDir})
 		if !ok || len(st.IPs) == 0 {
 			t.Fatalf("run %d left no tailnet status", run)
 		}

@@ -1,6 +1,9 @@
 // Package bundle is a device's cache of what the server signs and the
 // agent runs: executors (docs/protocol.md §7.3), in <cache>/executors/<name>-<sha16>, and
-// the shim (docs/protocol.md §8), in <cache>/shim.
+// the shim (docs/protocol.md §8), in <cache>/shim: the folders of a
+// [layout.Layout]. The files in an executor's folder (manifest.toml,
+// manifest.toml.sig and the code) and the .tmp folder beside it while it
+// is written are the package's own.
 //
 // What it guarantees: nothing is written to the cache, and nothing is
 // returned from it, that does not verify against the pinned server key
@@ -25,6 +28,7 @@ import (
 
 	toml "github.com/pelletier/go-toml/v2"
 
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/wire"
 )
@@ -97,11 +101,6 @@ func checkRequest(name, manifestSHA, codeSHA string) error {
 	return nil
 }
 
-// cacheDirName is the executor's directory in <cache>/executors.
-func cacheDirName(name, manifestSHA string) string {
-	return name + "-" + strings.ToLower(manifestSHA)[:16]
-}
-
 // verify checks manifest bytes, signature and code against the
 // invocation's digests and the pinned key, and parses the manifest.
 func verify(name, manifestSHA, codeSHA string, manifest, sig []byte, code func(string) ([]byte, error), server ed25519.PublicKey) (Manifest, error) {
@@ -145,9 +144,9 @@ func verify(name, manifestSHA, codeSHA string, manifest, sig []byte, code func(s
 }
 
 // Materialize verifies a bundle fetched for an invocation and writes it
-// into cacheDir/executors/<name>-<sha16>, through a .tmp directory and a
+// into lay's cache, in [layout.Layout.Executor], through a .tmp directory and a
 // rename, replacing what was there.
-func Materialize(cacheDir string, b wire.ExecutorBundle, name, manifestSHA, codeSHA string, server ed25519.PublicKey) (Executor, error) {
+func Materialize(lay layout.Layout, b wire.ExecutorBundle, name, manifestSHA, codeSHA string, server ed25519.PublicKey) (Executor, error) {
 	if err := checkRequest(name, manifestSHA, codeSHA); err != nil {
 		return Executor{}, err
 	}
@@ -173,7 +172,7 @@ func Materialize(cacheDir string, b wire.ExecutorBundle, name, manifestSHA, code
 	if err != nil {
 		return Executor{}, err
 	}
-	dir := filepath.Join(cacheDir, "executors", cacheDirName(name, manifestSHA))
+	dir := lay.Executor(name, manifestSHA)
 	tmp := dir + ".tmp"
 	if err := os.RemoveAll(tmp); err != nil {
 		return Executor{}, fmt.Errorf("executor %s: %w", name, err)
@@ -210,11 +209,11 @@ func Materialize(cacheDir string, b wire.ExecutorBundle, name, manifestSHA, code
 // every use (docs/protocol.md §7.3). A cache entry that no longer verifies is deleted and
 // the error wraps [ErrUnverified]: fetch it again. A missing entry is
 // reported with [os.ErrNotExist].
-func Cached(cacheDir, name, manifestSHA, codeSHA string, server ed25519.PublicKey) (Executor, error) {
+func Cached(lay layout.Layout, name, manifestSHA, codeSHA string, server ed25519.PublicKey) (Executor, error) {
 	if err := checkRequest(name, manifestSHA, codeSHA); err != nil {
 		return Executor{}, err
 	}
-	dir := filepath.Join(cacheDir, "executors", cacheDirName(name, manifestSHA))
+	dir := lay.Executor(name, manifestSHA)
 	manifest, err := os.ReadFile(filepath.Join(dir, "manifest.toml"))
 	if err != nil {
 		return Executor{}, fmt.Errorf("executor %s: %w", name, err)

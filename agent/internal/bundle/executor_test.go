@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/wire"
 )
 
@@ -53,7 +54,7 @@ func pub() ed25519.PublicKey { return serverKey.Public().(ed25519.PublicKey) }
 func TestMaterializeAndReuse(t *testing.T) {
 	cache := t.TempDir()
 	b, ms, cs := bundle(t, manifestText, code)
-	ex, err := Materialize(cache, b, "echo_args", ms, cs, pub())
+	ex, err := Materialize(layout.Layout{Cache: cache}, b, "echo_args", ms, cs, pub())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,12 +64,12 @@ func TestMaterializeAndReuse(t *testing.T) {
 	if ex.Manifest.Capabilities[0].Name != "fs:read" || ex.Manifest.Capabilities[0].Hints[0] != "~/notes/**" {
 		t.Errorf("capabilities %+v", ex.Manifest.Capabilities)
 	}
-	if _, err := Cached(cache, "echo_args", ms, cs, pub()); err != nil {
+	if _, err := Cached(layout.Layout{Cache: cache}, "echo_args", ms, cs, pub()); err != nil {
 		t.Fatalf("the cache entry does not verify: %v", err)
 	}
 	// Tampered on disk: deleted, and reported as unverified.
 	os.WriteFile(filepath.Join(ex.Dir, "lib", "helper.py"), []byte("import os; os.system('x')\n"), 0o644)
-	if _, err := Cached(cache, "echo_args", ms, cs, pub()); !errors.Is(err, ErrUnverified) {
+	if _, err := Cached(layout.Layout{Cache: cache}, "echo_args", ms, cs, pub()); !errors.Is(err, ErrUnverified) {
 		t.Fatalf("a tampered cache entry: %v", err)
 	}
 	if _, err := os.Stat(ex.Dir); !os.IsNotExist(err) {
@@ -93,20 +94,20 @@ func TestMaterializeRefuses(t *testing.T) {
 	} {
 		b, ms, cs := bundle(t, manifestText, code)
 		c(&b, &ms, &cs)
-		if _, err := Materialize(t.TempDir(), b, "echo_args", ms, cs, pub()); !errors.Is(err, ErrUnverified) {
+		if _, err := Materialize(layout.Layout{Cache: t.TempDir()}, b, "echo_args", ms, cs, pub()); !errors.Is(err, ErrUnverified) {
 			t.Errorf("%s: got %v, want ErrUnverified", name, err)
 		}
 	}
 	// An unsafe path, even signed, is refused.
 	unsafe := strings.Replace(manifestText, `"lib/helper.py"`, `"../escape.py"`, 1)
 	b, ms, _ := bundle(t, unsafe, code)
-	if _, err := Materialize(t.TempDir(), b, "echo_args", ms, strings.Repeat("a", 64), pub()); err == nil || !strings.Contains(err.Error(), "unsafe code path") {
+	if _, err := Materialize(layout.Layout{Cache: t.TempDir()}, b, "echo_args", ms, strings.Repeat("a", 64), pub()); err == nil || !strings.Contains(err.Error(), "unsafe code path") {
 		t.Errorf("unsafe path: %v", err)
 	}
 	// Dependencies are refused with a clear error.
 	deps := "dependencies = [\"requests\"]\n" + manifestText
 	b, ms, cs := bundle(t, deps, code)
-	if _, err := Materialize(t.TempDir(), b, "echo_args", ms, cs, pub()); err == nil || !strings.Contains(err.Error(), "dependencies") {
+	if _, err := Materialize(layout.Layout{Cache: t.TempDir()}, b, "echo_args", ms, cs, pub()); err == nil || !strings.Contains(err.Error(), "dependencies") {
 		t.Errorf("dependencies: %v", err)
 	}
 }

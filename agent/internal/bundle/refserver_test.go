@@ -16,6 +16,7 @@ import (
 
 	"github.com/metnos/agent/agent/internal/bundle"
 	"github.com/metnos/agent/client"
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/refserver"
 	"github.com/metnos/agent/wire"
 )
@@ -127,7 +128,7 @@ func TestExecutorBundleMaterializes(t *testing.T) {
 	h.enqueue(d, "echo_args", map[string]any{"n": 1}, refserver.EnqueueOptions{})
 	inv := h.pollInvocation(d, nil)
 	cache := t.TempDir()
-	ex, err := bundle.Materialize(cache, h.bundle("echo_args"), "echo_args", inv.ManifestSHA256, inv.CodeSHA256, h.srv.PublicKey())
+	ex, err := bundle.Materialize(layout.Layout{Cache: cache}, h.bundle("echo_args"), "echo_args", inv.ManifestSHA256, inv.CodeSHA256, h.srv.PublicKey())
 	if err != nil {
 		t.Fatalf("the agent refuses the bundle: %v", err)
 	}
@@ -153,13 +154,13 @@ func TestExecutorBundleMaterializes(t *testing.T) {
 	if err := h.srv.SetExecutorFile("echo_args", "lib/helper.py", []byte("evil = 1\n")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bundle.Materialize(cache, h.bundle("echo_args"), "echo_args", inv.ManifestSHA256, inv.CodeSHA256, h.srv.PublicKey()); !errors.Is(err, bundle.ErrUnverified) {
+	if _, err := bundle.Materialize(layout.Layout{Cache: cache}, h.bundle("echo_args"), "echo_args", inv.ManifestSHA256, inv.CodeSHA256, h.srv.PublicKey()); !errors.Is(err, bundle.ErrUnverified) {
 		t.Errorf("tampered code: %v", err)
 	}
 	if err := h.srv.SetExecutorFile("echo_args", "manifest.toml", append(manifest, '\n')); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bundle.Materialize(cache, h.bundle("echo_args"), "echo_args", inv.ManifestSHA256, inv.CodeSHA256, h.srv.PublicKey()); !errors.Is(err, bundle.ErrUnverified) {
+	if _, err := bundle.Materialize(layout.Layout{Cache: cache}, h.bundle("echo_args"), "echo_args", inv.ManifestSHA256, inv.CodeSHA256, h.srv.PublicKey()); !errors.Is(err, bundle.ErrUnverified) {
 		t.Errorf("tampered manifest: %v", err)
 	}
 	if err := h.srv.SetExecutorFile("nope", "x.py", nil); err == nil {
@@ -169,7 +170,7 @@ func TestExecutorBundleMaterializes(t *testing.T) {
 	if err := h.srv.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bundle.Materialize(cache, h.bundle("echo_args"), "echo_args", inv.ManifestSHA256, inv.CodeSHA256, h.srv.PublicKey()); err != nil {
+	if _, err := bundle.Materialize(layout.Layout{Cache: cache}, h.bundle("echo_args"), "echo_args", inv.ManifestSHA256, inv.CodeSHA256, h.srv.PublicKey()); err != nil {
 		t.Errorf("after Reload: %v", err)
 	}
 	// A manifest without a digest line gets one after [code].
@@ -184,7 +185,7 @@ func TestShimInstallsAndTamperingIsRefused(t *testing.T) {
 	h := newHarness(t)
 	d := h.pair("pc")
 	b := h.shim()
-	dir, digest, err := bundle.InstallShim(t.TempDir(), b, h.srv.PublicKey())
+	dir, digest, err := bundle.InstallShim(layout.Layout{Cache: t.TempDir()}, b, h.srv.PublicKey())
 	if err != nil {
 		t.Fatalf("the agent refuses the shim: %v", err)
 	}
@@ -202,7 +203,7 @@ func TestShimInstallsAndTamperingIsRefused(t *testing.T) {
 	if err := h.srv.SetShimFile("executor_helpers.py", []byte("evil = 1\n"), false); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := bundle.InstallShim(t.TempDir(), h.shim(), h.srv.PublicKey()); !errors.Is(err, bundle.ErrUnverified) {
+	if _, _, err := bundle.InstallShim(layout.Layout{Cache: t.TempDir()}, h.shim(), h.srv.PublicKey()); !errors.Is(err, bundle.ErrUnverified) {
 		t.Errorf("tampered shim: %v", err)
 	}
 	if h.srv.ShimDigest() != digest {
@@ -213,7 +214,7 @@ func TestShimInstallsAndTamperingIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	b2 := h.shim()
-	_, digest2, err := bundle.InstallShim(t.TempDir(), b2, h.srv.PublicKey())
+	_, digest2, err := bundle.InstallShim(layout.Layout{Cache: t.TempDir()}, b2, h.srv.PublicKey())
 	if err != nil || digest2 == digest || digest2 != h.poll(d).ShimSHA256 || len(b2.Files) != 5 {
 		t.Errorf("resigned shim: %v, %s vs %s", err, digest2, digest)
 	}

@@ -7,13 +7,15 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/wire"
 )
 
 // InstallShim verifies a shim bundle against the pinned server key and
-// writes it to cacheDir/shim (through cacheDir/shim.tmp and a rename).
+// writes it to lay's [layout.Layout.Shim] (through a .tmp folder beside
+// it and a rename).
 // It returns the directory and the shim's digest.
-func InstallShim(cacheDir string, b wire.ShimBundle, server ed25519.PublicKey) (string, string, error) {
+func InstallShim(lay layout.Layout, b wire.ShimBundle, server ed25519.PublicKey) (string, string, error) {
 	files := make(map[string]any, len(b.Files))
 	for k, v := range b.Files {
 		files[k] = v
@@ -32,7 +34,7 @@ func InstallShim(cacheDir string, b wire.ShimBundle, server ed25519.PublicKey) (
 		}
 		raw[name] = data
 	}
-	dir := filepath.Join(cacheDir, "shim")
+	dir := lay.Shim()
 	tmp := dir + ".tmp"
 	if err := os.RemoveAll(tmp); err != nil {
 		return "", "", fmt.Errorf("shim: %w", err)

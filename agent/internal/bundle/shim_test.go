@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/wire"
 )
 
@@ -29,7 +30,7 @@ func shimBundle(t *testing.T, files map[string]string) wire.ShimBundle {
 func TestInstallShim(t *testing.T) {
 	cache := t.TempDir()
 	files := map[string]string{"executor_helpers.py": "def run_stdio(): pass\n", "backends/files/local.py": "X = 1\n"}
-	dir, digest, err := InstallShim(cache, shimBundle(t, files), pub())
+	dir, digest, err := InstallShim(layout.Layout{Cache: cache}, shimBundle(t, files), pub())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,10 +47,10 @@ func TestInstallShim(t *testing.T) {
 	// Tampered after signing, or an unsafe name even if signed: refused.
 	b := shimBundle(t, files)
 	b.Files["executor_helpers.py"] = base64.StdEncoding.EncodeToString([]byte("evil"))
-	if _, _, err := InstallShim(cache, b, pub()); !errors.Is(err, ErrUnverified) {
+	if _, _, err := InstallShim(layout.Layout{Cache: cache}, b, pub()); !errors.Is(err, ErrUnverified) {
 		t.Errorf("tampered shim: %v", err)
 	}
-	if _, _, err := InstallShim(cache, shimBundle(t, map[string]string{"../x.py": ""}), pub()); !errors.Is(err, ErrUnverified) {
+	if _, _, err := InstallShim(layout.Layout{Cache: cache}, shimBundle(t, map[string]string{"../x.py": ""}), pub()); !errors.Is(err, ErrUnverified) {
 		t.Errorf("unsafe name: %v", err)
 	}
 	// The installed shim is untouched by the refused ones.

@@ -1,6 +1,8 @@
 // Package spool is a device's write-ahead state for exactly-once
 // execution and at-least-once delivery (docs/protocol.md §6), in <data_dir>/spool as
-// the Rust client keeps it.
+// the Rust client keeps it. Its folders and its ledger are the
+// [layout.Layout]'s; the name of each file in them (<id>.json, or a
+// digest of an id that is not a safe file name) is the package's own.
 //
 // What it guarantees: a STARTED marker is on disk before a run starts,
 // a result body is on disk (fsynced) before it is reported spooled, and
@@ -25,6 +27,7 @@ import (
 
 	"github.com/metnos/agent/agent/internal/result"
 	"github.com/metnos/agent/internal/atomicfile"
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/wire"
 )
 
@@ -34,9 +37,11 @@ import (
 // accepted), started/<id>.json (the write-ahead marker), executed.log
 // (one id a line, fsynced) and dead-results/.
 type Spool struct {
-	dir      string
-	executed map[string]bool
-	log      *os.File
+	// results, started and dead are the folders of spooled results,
+	// STARTED markers and refused results.
+	results, started, dead string
+	executed               map[string]bool
+	log                    *os.File
 }
 
 // marker is a STARTED marker. CanWrite is this agent's addition: an
@@ -65,16 +70,16 @@ func fileName(id string) string {
 	return "id-" + hex.EncodeToString(sum[:20])
 }
 
-// Open opens (creating) the spool in dataDir and loads the ledger.
-func Open(dataDir string) (*Spool, error) {
-	dir := filepath.Join(dataDir, "spool")
-	for _, d := range []string{"results", "started", "dead-results"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+// Open opens (creating) the spool in lay's data folder and loads the
+// ledger.
+func Open(lay layout.Layout) (*Spool, error) {
+	s := &Spool{results: lay.SpoolResults(), started: lay.SpoolStarted(), dead: lay.SpoolDeadResults(), executed: map[string]bool{}}
+	for _, d := range []string{s.results, s.started, s.dead} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("spool: %w", err)
 		}
 	}
-	s := &Spool{dir: dir, executed: map[string]bool{}}
-	logPath := filepath.Join(dir, "executed.log")
+	logPath := lay.Ledger()
 	if f, err := os.Open(logPath); err == nil {
 		sc := bufio.NewScanner(f)
 		var ids []string
@@ -97,7 +102,7 @@ func Open(dataDir string) (*Spool, error) {
 			s.executed[id] = true
 		}
 	}
-	res, _ := filepath.Glob(filepath.Join(dir, "results", "*.json"))
+	res, _ := filepath.Glob(filepath.Join(s.results, "*.json"))
 	for _, p := range res {
 		var r struct {
 			ID string `json:"invocation_id"`
@@ -125,7 +130,7 @@ func (s *Spool) Executed(id string) bool { return s.executed[id] }
 func (s *Spool) Start(id, reversibility string, canWrite bool) error {
 	m := marker{InvocationID: id, Reversibility: reversibility, StartedEpochMS: time.Now().UnixMilli(), CanWrite: &canWrite}
 	b, _ := json.Marshal(m)
-	if err := atomicfile.WriteFile(filepath.Join(s.dir, "started", fileName(id)+".json"), b, 0o600); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(s.started, fileName(id)+".json"), b, 0o600); err != nil {
 		return err
 	}
 	// From here on this process never starts it again, whatever happens
@@ -141,14 +146,14 @@ func (s *Spool) Start(id, reversibility string, canWrite bool) error {
 // It returns the spooled result, as [Spool.Pending] would list it, for
 // delivery. On an error the result may or may not be spooled.
 func (s *Spool) Finish(id string, body []byte) (Spooled, error) {
-	p := filepath.Join(s.dir, "results", fileName(id)+".json")
+	p := filepath.Join(s.results, fileName(id)+".json")
 	if err := atomicfile.WriteFile(p, body, 0o600); err != nil {
 		return Spooled{}, fmt.Errorf("spool: %w", err)
 	}
 	if err := s.record(id); err != nil {
 		return Spooled{}, err
 	}
-	if err := os.Remove(filepath.Join(s.dir, "started", fileName(id)+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(filepath.Join(s.started, fileName(id)+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return Spooled{}, fmt.Errorf("spool: %w", err)
 	}
 	return Spooled{ID: id, Body: body, path: p}, nil
@@ -175,7 +180,7 @@ type Spooled struct {
 // Pending lists the spooled results, to be sent with exactly these
 // bytes until the server accepts them.
 func (s *Spool) Pending() ([]Spooled, error) {
-	paths, err := filepath.Glob(filepath.Join(s.dir, "results", "*.json"))
+	paths, err := filepath.Glob(filepath.Join(s.results, "*.json"))
 	if err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
@@ -207,7 +212,7 @@ func (s *Spool) Delivered(r Spooled) error {
 // DeadLetter moves a result the server refused for good (4xx but 408
 // and 429) to dead-results/<id>.http-<status>.<nanos>.json.
 func (s *Spool) DeadLetter(r Spooled, status int) error {
-	dst := filepath.Join(s.dir, "dead-results", fmt.Sprintf("%s.http-%d.%d.json", fileName(r.ID), status, time.Now().UnixNano()))
+	dst := filepath.Join(s.dead, fmt.Sprintf("%s.http-%d.%d.json", fileName(r.ID), status, time.Now().UnixNano()))
 	if err := os.Rename(r.path, dst); err != nil {
 		return fmt.Errorf("spool: %w", err)
 	}
@@ -217,7 +222,7 @@ func (s *Spool) DeadLetter(r Spooled, status int) error {
 // Expire removes the spooled results written before cut, delivered or
 // not, and returns their files. Their ids stay executed.
 func (s *Spool) Expire(cut time.Time) []string {
-	old, _ := filepath.Glob(filepath.Join(s.dir, "results", "*.json"))
+	old, _ := filepath.Glob(filepath.Join(s.results, "*.json"))
 	var gone []string
 	for _, p := range old {
 		if fi, err := os.Stat(p); err == nil && fi.ModTime().Before(cut) {
@@ -235,7 +240,7 @@ func (s *Spool) Expire(cut time.Time) []string {
 // result spooled for deviceID and is recorded as executed, never re-run.
 // It returns the ids reported as unknown.
 func (s *Spool) Recover(deviceID string) ([]string, error) {
-	paths, _ := filepath.Glob(filepath.Join(s.dir, "started", "*.json"))
+	paths, _ := filepath.Glob(filepath.Join(s.started, "*.json"))
 	var unknown []string
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
@@ -243,7 +248,7 @@ func (s *Spool) Recover(deviceID string) ([]string, error) {
 		if err != nil || json.Unmarshal(b, &m) != nil || m.InvocationID == "" {
 			return unknown, fmt.Errorf("spool: STARTED marker %s is unreadable; an invocation may have been interrupted (inspect it, then remove it)", p)
 		}
-		spooled := fileExists(filepath.Join(s.dir, "results", fileName(m.InvocationID)+".json"))
+		spooled := fileExists(filepath.Join(s.results, fileName(m.InvocationID)+".json"))
 		canWrite := m.CanWrite == nil || *m.CanWrite
 		switch {
 		case spooled || s.executed[m.InvocationID]:
@@ -280,6 +285,6 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 // Body returns the spooled result of an invocation, if it is still
 // waiting for delivery.
 func (s *Spool) Body(id string) ([]byte, bool) {
-	b, err := os.ReadFile(filepath.Join(s.dir, "results", fileName(id)+".json"))
+	b, err := os.ReadFile(filepath.Join(s.results, fileName(id)+".json"))
 	return b, err == nil
 }

@@ -6,11 +6,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/metnos/agent/internal/layout"
 )
 
 func TestSpoolFinishAndDeliver(t *testing.T) {
 	data := t.TempDir()
-	s, err := Open(data)
+	s, err := Open(layout.Layout{Data: data})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +29,7 @@ func TestSpoolFinishAndDeliver(t *testing.T) {
 
 	// A restart: the id is executed, the same bytes are pending, and no
 	// marker is left.
-	s, err = Open(data)
+	s, err = Open(layout.Layout{Data: data})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,14 +72,14 @@ func TestRecoverAfterCrash(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			data := t.TempDir()
-			s, _ := Open(data)
+			s, _ := Open(layout.Layout{Data: data})
 			id := "inv-durable-" + strings.Repeat("ab", 16)
 			if err := s.Start(id, c.rev, c.canWrite); err != nil {
 				t.Fatal(err)
 			}
 			s.Close() // kill -9 here
 
-			s, err := Open(data)
+			s, err := Open(layout.Layout{Data: data})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,7 +106,7 @@ func TestDamagedLedgerRefusesToStart(t *testing.T) {
 	data := t.TempDir()
 	os.MkdirAll(filepath.Join(data, "spool"), 0o700)
 	os.WriteFile(filepath.Join(data, "spool", "executed.log"), []byte("inv-18ed65bd51bdc701fcd26b58\n../../etc/passwd\n"), 0o600)
-	if _, err := Open(data); err == nil || !strings.Contains(err.Error(), "damaged") {
+	if _, err := Open(layout.Layout{Data: data}); err == nil || !strings.Contains(err.Error(), "damaged") {
 		t.Errorf("got %v", err)
 	}
 }
@@ -118,7 +120,7 @@ func TestUnsafeIDsGetSafeFileNames(t *testing.T) {
 }
 
 func TestExpire(t *testing.T) {
-	s, err := Open(t.TempDir())
+	s, err := Open(layout.Layout{Data: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
