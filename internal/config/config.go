@@ -152,8 +152,12 @@ var pathVars = map[string]func(*Paths) *string{
 }
 
 // Getenv returns the value of the variable name as FromEnv read it: one
-// of the variables of Paths, else "".
+// of the variables of Paths (HOME and USERPROFILE both give Home, the
+// one of the two FromEnv's operating system reads), else "".
 func (p Paths) Getenv(name string) string {
+	if name == "HOME" || name == "USERPROFILE" {
+		return p.Home
+	}
 	if f, ok := pathVars[name]; ok {
 		return *f(&p)
 	}

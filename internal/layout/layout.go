@@ -224,7 +224,7 @@ func Current() (Layout, error) { return CurrentWith(os.Getenv) }
 // database, and with a relative METNOS_DATA_DIR or METNOS_CACHE_DIR
 // made absolute against the working folder, as the agent always did.
 func CurrentWith(getenv func(string) string) (Layout, error) {
-	home, herr := homeDir()
+	home, herr := homeDir(getenv)
 	env := func(name string) string {
 		v := getenv(name)
 		if (name == DataDirEnv || name == CacheDirEnv) && v != "" && v != "~" && !strings.HasPrefix(v, "~/") && !filepath.IsAbs(v) {
@@ -242,13 +242,17 @@ func CurrentWith(getenv func(string) string) (Layout, error) {
 }
 
 // homeDir returns the current user's home folder: $HOME (%USERPROFILE%
-// on Windows), or the user database's answer when $HOME is empty, as
-// the dirs crate falls back to getpwuid.
-func homeDir() (string, error) {
-	if h, err := os.UserHomeDir(); err == nil {
+// on Windows) as getenv gives it, or the user database's answer when
+// $HOME is empty, as the dirs crate falls back to getpwuid.
+func homeDir(getenv func(string) string) (string, error) {
+	if runtime.GOOS == "windows" {
+		if h := getenv("USERPROFILE"); h != "" {
+			return h, nil
+		}
+		return "", errors.New("layout: finding the home folder: %USERPROFILE% is not set")
+	}
+	if h := getenv("HOME"); h != "" {
 		return h, nil
-	} else if runtime.GOOS == "windows" {
-		return "", fmt.Errorf("layout: finding the home folder: %w", err)
 	}
 	u, err := user.Current()
 	if err == nil && u.HomeDir != "" {

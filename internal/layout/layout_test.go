@@ -188,17 +188,19 @@ func TestByHand(t *testing.T) {
 }
 
 // TestCurrentWith: this process's layout makes a relative override
-// absolute against the working folder, and finds the home in $HOME.
+// absolute against the working folder, and finds the home in the $HOME
+// (%USERPROFILE%) its getenv gives, not in the process's.
 func TestCurrentWith(t *testing.T) {
 	home := t.TempDir()
-	t.Setenv("HOME", home)
-	t.Setenv("USERPROFILE", home)
+	t.Setenv("HOME", "/not/this/one")
+	t.Setenv("USERPROFILE", `C:\not\this\one`)
 	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
 	env := map[string]string{
 		"METNOS_DATA_DIR": "rel/data", "METNOS_CACHE_DIR": "~/c", "LOCALAPPDATA": filepath.Join(home, "AppData", "Local"),
+		"HOME": home, "USERPROFILE": home,
 	}
 	l, err := CurrentWith(envOf(env))
 	if err != nil {
@@ -453,7 +455,7 @@ func TestDirsFollowXDG(t *testing.T) {
 		t.Errorf("Cache = %q, %v", l.Cache, err)
 	}
 	env["XDG_DATA_HOME"] = ""
-	t.Setenv("HOME", "/home/u")
+	env["HOME"] = "/home/u"
 	if l, _ := CurrentWith(envOf(env)); l.Data != "/home/u/.local/share/metnos" {
 		t.Errorf("Data without XDG = %q", l.Data)
 	}
