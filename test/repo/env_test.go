@@ -72,28 +72,10 @@ func TestNoEnvInLibraries(t *testing.T) {
 // Names that are not paths the agent keeps (a scratch folder's prefix
 // fixed by the protocol, a memfd's or an argument's name) stay.
 func TestNoAgentPathsInSandboxAndPolicy(t *testing.T) {
-	walkGo(t, func(rel string, f *ast.File, fset *token.FileSet) {
-		if !strings.HasPrefix(rel, "sandbox") && rel != "policy" {
-			return
+	walkStrings(t, func(rel string) bool { return strings.HasPrefix(rel, "sandbox") || rel == "policy" }, func(pos token.Position, lit, v string) {
+		if agentPath(v) {
+			t.Errorf("%s: %s names an agent folder: take it from the caller (internal/layout)", pos, lit)
 		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			switch n := n.(type) {
-			case *ast.ImportSpec:
-				return false
-			case *ast.BasicLit:
-				if n.Kind != token.STRING {
-					return true
-				}
-				v, err := strconv.Unquote(n.Value)
-				if err != nil {
-					return true
-				}
-				if agentPath(v) {
-					t.Errorf("%s: %s names an agent folder: take it from the caller (internal/layout)", fset.Position(n.Pos()), n.Value)
-				}
-			}
-			return true
-		})
 	})
 }
 
@@ -125,6 +107,33 @@ func osName(f *ast.File) string {
 
 // walkGo parses every non-test Go file of the module (but testdata and
 // hidden folders) and calls f with its folder relative to the root.
+// walkStrings calls f with every string literal of code (import paths
+// are not) in the non-test files of the packages in whose folder
+// (relative to the repository) in reports true: its position, its
+// literal text and its value.
+func walkStrings(t *testing.T, in func(rel string) bool, f func(pos token.Position, lit, v string)) {
+	t.Helper()
+	walkGo(t, func(rel string, file *ast.File, fset *token.FileSet) {
+		if !in(rel) {
+			return
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.ImportSpec:
+				return false
+			case *ast.BasicLit:
+				if n.Kind != token.STRING {
+					return true
+				}
+				if v, err := strconv.Unquote(n.Value); err == nil {
+					f(fset.Position(n.Pos()), n.Value, v)
+				}
+			}
+			return true
+		})
+	})
+}
+
 func walkGo(t *testing.T, f func(rel string, file *ast.File, fset *token.FileSet)) {
 	t.Helper()
 	fset := token.NewFileSet()

@@ -1,9 +1,7 @@
 package repo
 
 import (
-	"go/ast"
 	"go/token"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -33,28 +31,10 @@ var layoutNames = map[string]bool{
 // the path from a layout.Layout. A literal with a space in it is a
 // message, which may mention a file by name.
 func TestLayoutNamesOnlyInLayout(t *testing.T) {
-	walkGo(t, func(rel string, f *ast.File, fset *token.FileSet) {
-		if rel == "internal/layout" {
-			return
+	walkStrings(t, func(rel string) bool { return rel != "internal/layout" }, func(pos token.Position, lit, v string) {
+		if name, ok := layoutName(v); ok {
+			t.Errorf("%s: %s spells the layout's %q: take the path from internal/layout", pos, lit, name)
 		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			switch n := n.(type) {
-			case *ast.ImportSpec:
-				return false
-			case *ast.BasicLit:
-				if n.Kind != token.STRING {
-					return true
-				}
-				v, err := strconv.Unquote(n.Value)
-				if err != nil {
-					return true
-				}
-				if name, ok := layoutName(v); ok {
-					t.Errorf("%s: %s spells the layout's %q: take the path from internal/layout", fset.Position(n.Pos()), n.Value, name)
-				}
-			}
-			return true
-		})
 	})
 }
 
