@@ -13,6 +13,7 @@ import (
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/undo"
+	"github.com/metnos/agent/wire"
 )
 
 // journaled reports whether an invocation goes into the history
@@ -89,7 +90,7 @@ func (a *Agent) auditUnknown(ids []string) {
 		e, _ := a.journal.Entry(id)
 		body, _ := a.spool.Body(id)
 		err := a.audit.Write(audit.Record{InvocationID: id, TurnID: e.TurnID, Executor: e.Executor, ManifestSHA256: e.ManifestSHA256,
-			Output: body, ErrorClass: "execution_outcome_unknown", Sandbox: "unknown_after_restart"})
+			Output: body, ErrorClass: wire.ClassExecutionOutcomeUnknown, Sandbox: "unknown_after_restart"})
 		if err != nil {
 			a.log.Error("could not write the audit record", "invocation", id, "err", err)
 		}

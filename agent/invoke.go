@@ -114,7 +114,7 @@ func (a *Agent) handle(ctx context.Context, raw any) error {
 func (a *Agent) refuse(inv *invocation, why error) {
 	inv.log.Warn("invocation refused; not run", "err", why)
 	r := result.Result{InvocationID: inv.ID, DeviceID: a.client.DeviceID(), Entries: []any{}, Payload: map[string]any{},
-		Sandbox: "none", Error: "refused by the device: " + why.Error(), ErrorClass: "invocation_refused"}
+		Sandbox: "none", Error: "refused by the device: " + why.Error(), ErrorClass: wire.ClassInvocationRefused}
 	body, err := r.Body()
 	if err == nil {
 		err = a.spoolResult(inv.ID, body)
@@ -275,7 +275,7 @@ func (a *Agent) run(ctx context.Context, inv *invocation, req sandbox.Request, s
 			r = result.DeviceError(fmt.Errorf("executor %s was killed by the memory limit (%d MiB)", ex.Name, req.Limits.MemoryBytes>>20))
 		default:
 			r = result.FromStdout(out.Stdout)
-			if r.ErrorClass == "device_error" {
+			if r.ErrorClass == wire.ClassDeviceError {
 				// Self-heal (docs/protocol.md §8), only for a module of the shim that is
 				// missing from this device's copy, and only once.
 				m := noModule.FindStringSubmatch(string(out.Stderr))

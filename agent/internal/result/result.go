@@ -92,7 +92,7 @@ func FromStdout(stdout []byte) Result {
 // Timeout is the result of a run the deadline killed (docs/protocol.md §9.1).
 func Timeout(sandboxWord string) Result {
 	return Result{Entries: []any{}, Payload: map[string]any{}, Sandbox: sandboxWord,
-		Error: "deadline exceeded", ErrorClass: "timeout"}
+		Error: "deadline exceeded", ErrorClass: wire.ClassTimeout}
 }
 
 // DeviceError is the result of anything that failed on the device
@@ -100,7 +100,7 @@ func Timeout(sandboxWord string) Result {
 // non-JSON output.
 func DeviceError(err error) Result {
 	return Result{Entries: []any{}, Payload: map[string]any{}, Sandbox: "none",
-		Error: err.Error(), ErrorClass: "device_error"}
+		Error: err.Error(), ErrorClass: wire.ClassDeviceError}
 }
 
 // Body encodes the result as the bytes to sign and send: compact JSON
@@ -124,7 +124,7 @@ func (r Result) Encode() (body []byte, cut bool, err error) {
 	size := len(b)
 	r.OK, r.Entries, r.Payload, r.NProcessed = false, []any{}, map[string]any{}, 0
 	r.Error = fmt.Sprintf("the result was %d bytes, over the server's %d-byte limit: its payload was dropped on the device", size, MaxResultBytes)
-	r.ErrorClass = "result_too_large"
+	r.ErrorClass = wire.ClassResultTooLarge
 	b, err = r.marshal()
 	return b, true, err
 }

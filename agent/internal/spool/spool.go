@@ -262,7 +262,7 @@ func (s *Spool) Recover(deviceID string) ([]string, error) {
 			r := result.Result{InvocationID: m.InvocationID, DeviceID: deviceID, Entries: []any{}, Sandbox: "unknown_after_restart",
 				Payload:    map[string]any{"effect_status": "unknown", "recovery": "write_ahead_no_reexecution"},
 				Error:      "the agent stopped while this invocation was running; it is not run again, and its effects are unknown",
-				ErrorClass: "execution_outcome_unknown"}
+				ErrorClass: wire.ClassExecutionOutcomeUnknown}
 			body, err := r.Body()
 			if err != nil {
 				return unknown, err
