@@ -4,7 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	goruntime "runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/metnos/agent/internal/config"
@@ -90,5 +92,46 @@ func TestSamePolicyEverywhere(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDeviceHostFromEnv is the test of the sandbox's HostFromEnv, which
+// deviceHost replaced, with the same assertions: the home, uid and
+// session sockets of the environment, and as the agent's folders the
+// Linux ones under the home plus a moved data folder.
+func TestDeviceHostFromEnv(t *testing.T) {
+	if goruntime.GOOS != "linux" {
+		t.Skip("the Linux folders")
+	}
+	tmp := t.TempDir()
+	env := map[string]string{
+		"HOME":                     tmp,
+		"XDG_RUNTIME_DIR":          "/run/user/4242",
+		"DBUS_SESSION_BUS_ADDRESS": "unix:path=/run/user/4242/bus",
+		"METNOS_DATA_DIR":          "~/elsewhere",
+	}
+	host := func() policy.Host {
+		t.Helper()
+		e, err := readEnvironment(func(k string) string { return env[k] })
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := deviceHost(e, os.Getuid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	h := host()
+	if h.Home != tmp || h.UID != os.Getuid() || h.RuntimeDir != "/run/user/4242" || h.DBusSession != "unix:path=/run/user/4242/bus" {
+		t.Errorf("deviceHost = %+v", h)
+	}
+	want := []string{tmp + "/.config/metnos", tmp + "/.local/share/metnos", tmp + "/.cache/metnos", tmp + "/elsewhere"}
+	if strings.Join(h.AgentDataDirs, " ") != strings.Join(want, " ") {
+		t.Errorf("AgentDataDirs = %v, want %v", h.AgentDataDirs, want)
+	}
+	env["METNOS_DATA_DIR"] = ""
+	if h := host(); len(h.AgentDataDirs) != 3 {
+		t.Errorf("AgentDataDirs without METNOS_DATA_DIR = %v", h.AgentDataDirs)
 	}
 }
