@@ -306,10 +306,13 @@ func (a *Agent) profile() map[string]any {
 }
 
 // spoolResult spools the result body of invocation id (durably, see
-// [spool.Spool.Finish]) and queues it for the next flush.
+// [spool.Spool.Finish]) and queues it for the next flush. When Finish
+// fails, the body may be on disk all the same (a later step failed):
+// the next flush reads the spool again rather than trust the outbox.
 func (a *Agent) spoolResult(id string, body []byte) error {
 	r, err := a.spool.Finish(id, body)
 	if err != nil {
+		a.loaded = false
 		return err
 	}
 	a.outbox = append(a.outbox, r)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -238,5 +239,32 @@ func TestOutbox(t *testing.T) {
 	}
 	if pending, _ := a.spool.Pending(); len(pending) != 0 {
 		t.Errorf("left in the spool: %v", pending)
+	}
+}
+
+// TestFinishErrorStillDelivered: when spooling fails after the result's
+// body is on disk (here the STARTED marker cannot be removed), the
+// result is still delivered by this process, as the spool on disk is
+// read again.
+func TestFinishErrorStillDelivered(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { n.Add(1) }))
+	defer srv.Close()
+	a := testAgent(t, srv.URL)
+	ctx := context.Background()
+	a.flush(ctx) // the outbox now holds the (empty) spool
+	id := "inv-18ed65bd51bdc701fcd26b58"
+	if err := os.MkdirAll(filepath.Join(a.cfg.Layout.SpoolStarted(), id+".json", "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.spoolResult(id, []byte(`{"invocation_id":"`+id+`"}`)); err == nil {
+		t.Fatal("spooling succeeded although the marker cannot be removed")
+	}
+	if pending, _ := a.spool.Pending(); len(pending) != 1 {
+		t.Fatalf("%d results on disk, want the one whose spooling failed late", len(pending))
+	}
+	a.flush(ctx)
+	if n.Load() != 1 {
+		t.Errorf("%d deliveries, want the result that is on disk", n.Load())
 	}
 }
