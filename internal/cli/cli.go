@@ -164,7 +164,11 @@ func init() {
 // a value replaced by its default is logged as a warning.
 func Main(args []string) int {
 	e, err := readEnvironment(os.Getenv)
-	setupLogging(os.Stderr, e.cfg.LogLevel)
+	level := slog.LevelWarn // a command's stderr carries only what needs attention...
+	if e.cfg.LogLevelSet {
+		level = e.cfg.LogLevel // ...unless METNOS_LOG says otherwise
+	}
+	setupLogging(os.Stderr, level)
 	for _, w := range e.cfg.Warnings {
 		slog.Warn(w)
 	}
@@ -321,8 +325,8 @@ func version() string {
 	return Version
 }
 
-// setupLogging sends log/slog records to w, from level on
-// (METNOS_LOG, info by default as for run's log).
+// setupLogging sends log/slog records to w, from level on (METNOS_LOG;
+// warn when it is unset, so that a command's own output stays clean).
 func setupLogging(w io.Writer, level slog.Level) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})))
 }

@@ -50,6 +50,9 @@ type Config struct {
 	// optionally with an offset, as log/slog reads a level: "info+2").
 	// Default info.
 	LogLevel slog.Level
+	// LogLevelSet says METNOS_LOG named a level; the commands other
+	// than run and demo then log at it to stderr, and at warn when not.
+	LogLevelSet bool
 
 	// Python is METNOS_PYTHON: the interpreter executors run with,
 	// whatever else is installed. "" unset.
@@ -239,8 +242,9 @@ func FromEnv(goos string, getenv func(string) string) (Config, error) {
 	}
 
 	if v := strings.TrimSpace(getenv("METNOS_LOG")); v != "" {
+		c.LogLevelSet = true
 		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
-			c.LogLevel = slog.LevelInfo
+			c.LogLevel, c.LogLevelSet = slog.LevelInfo, false
 			r.warn("METNOS_LOG=%q is not a level (debug, info, warn or error): info is used", v)
 		}
 	}

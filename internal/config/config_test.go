@@ -47,6 +47,10 @@ func TestVariables(t *testing.T) {
 	}{
 		// METNOS_LOG: one default, info; an unknown level is a warning.
 		{name: "log unset", got: func(c Config) any { return c.LogLevel }, want: slog.LevelInfo},
+		{name: "log unset is not set", got: func(c Config) any { return c.LogLevelSet }, want: false},
+		{name: "log set", env: map[string]string{"METNOS_LOG": "info"}, got: func(c Config) any { return c.LogLevelSet }, want: true},
+		{name: "log unknown is not set", env: map[string]string{"METNOS_LOG": "trace"}, got: func(c Config) any { return c.LogLevelSet }, want: false,
+			warn: `METNOS_LOG="trace" is not a level`},
 		{name: "log debug", env: map[string]string{"METNOS_LOG": "debug"}, got: func(c Config) any { return c.LogLevel }, want: slog.LevelDebug},
 		{name: "log WARN", env: map[string]string{"METNOS_LOG": " WARN "}, got: func(c Config) any { return c.LogLevel }, want: slog.LevelWarn},
 		{name: "log error", env: map[string]string{"METNOS_LOG": "error"}, got: func(c Config) any { return c.LogLevel }, want: slog.LevelError},
