@@ -48,7 +48,7 @@ func newService(std stdio, dryRun bool) (*service.Manager, error) {
 	}
 	data, cache := e.lay.Data, e.lay.Cache
 	s := &service.Manager{
-		GOOS: goruntime.GOOS, DataDir: data, CacheDir: cache,
+		GOOS: goruntime.GOOS, DataDir: data, CacheDir: cache, Dir: e.lay.ServiceDir(),
 		LingerDir: "/var/lib/systemd/linger",
 		Runner:    service.ExecRunner{}, Out: std.out, DryRun: dryRun,
 		UID: os.Getuid(),
@@ -65,9 +65,6 @@ func newService(std stdio, dryRun bool) (*service.Manager, error) {
 	}
 	if s.Home == "" {
 		return nil, errors.New("the home folder is not known: set $HOME")
-	}
-	if c := e.cfg.Paths.XDGConfigHome; filepath.IsAbs(c) {
-		s.ConfigHome = c
 	}
 	if u, err := user.Current(); err == nil {
 		s.User = u.Username

@@ -94,9 +94,12 @@ type Manager struct {
 	// or "windows".
 	GOOS string
 	// Home is the user's home directory (purge never removes a folder
-	// that holds it; "": unknown); ConfigHome is
-	// $XDG_CONFIG_HOME when absolute, else empty (Linux).
-	Home, ConfigHome string
+	// that holds it; "": unknown).
+	Home string
+	// Dir is the folder the service file goes in, the layout's
+	// ServiceDir: the systemd user unit folder (Linux), LaunchAgents
+	// (macOS), the data folder (Windows, a copy of the task's XML).
+	Dir string
 	// User is the login name (loginctl) or DOMAIN\name (Windows); UID
 	// is the numeric user id (launchctl's gui/UID domain).
 	User string
@@ -198,24 +201,16 @@ func exists(path string) bool { _, err := os.Lstat(path); return err == nil }
 func (s *Manager) file() string {
 	switch s.GOOS {
 	case "darwin":
-		return filepath.Join(s.Home, "Library", "LaunchAgents", launchdLabel+".plist")
+		return filepath.Join(s.Dir, launchdLabel+".plist")
 	case "windows":
-		return filepath.Join(s.DataDir, taskName+".xml")
+		return filepath.Join(s.Dir, taskName+".xml")
 	}
-	return filepath.Join(s.unitDir(), systemdUnitName)
-}
-
-func (s *Manager) unitDir() string {
-	cfg := s.ConfigHome
-	if cfg == "" {
-		cfg = filepath.Join(s.Home, ".config")
-	}
-	return filepath.Join(cfg, "systemd", "user")
+	return filepath.Join(s.Dir, systemdUnitName)
 }
 
 // wantsLink is the symlink "systemctl --user enable" makes for unit.
 func (s *Manager) wantsLink(unit string) string {
-	return filepath.Join(s.unitDir(), "default.target.wants", unit)
+	return filepath.Join(s.Dir, "default.target.wants", unit)
 }
 
 // Render returns the service file for c on s.GOOS, as it is written.
@@ -278,7 +273,7 @@ func (s *Manager) systemdUp(ctx context.Context) (bool, string) {
 
 func (s *Manager) installSystemd(ctx context.Context, unit []byte) error {
 	path := s.file()
-	rust := filepath.Join(s.unitDir(), rustSystemdUnitName)
+	rust := filepath.Join(s.Dir, rustSystemdUnitName)
 	if err := s.write(path, unit, 0o644); err != nil {
 		return err
 	}
@@ -530,7 +525,7 @@ func (s *Manager) Status(ctx context.Context) (Status, error) {
 		} else {
 			st.Supervised = "unknown: " + why
 		}
-		if rust := filepath.Join(s.unitDir(), rustSystemdUnitName); exists(rust) {
+		if rust := filepath.Join(s.Dir, rustSystemdUnitName); exists(rust) {
 			st.RustClient, st.RustEnabled = rust, exists(s.wantsLink(rustSystemdUnitName))
 		}
 		if s.LingerDir != "" && s.User != "" {

@@ -164,8 +164,13 @@ func newManager(t *testing.T, goos string, answers map[string]fakeAnswer) (*Mana
 	if goos == "windows" {
 		user = `PC\ada`
 	}
+	dir := map[string]string{ // where each OS keeps a user's service file
+		"linux":   filepath.Join(home, ".config", "systemd", "user"),
+		"darwin":  filepath.Join(home, "Library", "LaunchAgents"),
+		"windows": filepath.Join(home, "data", "metnos"),
+	}[goos]
 	return &Manager{
-		GOOS: goos, Home: home, User: user, UID: 501,
+		GOOS: goos, Home: home, Dir: dir, User: user, UID: 501,
 		DataDir: filepath.Join(home, "data", "metnos"), CacheDir: filepath.Join(home, "cache", "metnos"),
 		LingerDir: filepath.Join(home, "linger"),
 		Runner:    r, Out: &out,
@@ -176,7 +181,7 @@ var systemdUp = map[string]fakeAnswer{"systemctl --user is-system-running": {out
 
 func TestInstallSystemd(t *testing.T) {
 	s, r, out := newManager(t, "linux", systemdUp)
-	rust := filepath.Join(s.unitDir(), rustSystemdUnitName)
+	rust := filepath.Join(s.Dir, rustSystemdUnitName)
 	os.MkdirAll(filepath.Dir(rust), 0o755)
 	os.WriteFile(rust, []byte("[Service]\n"), 0o644)
 	if err := s.Install(context.Background(), plainConfig); err != nil {
