@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -102,7 +103,15 @@ func newWorld(t *testing.T, mods ...func(*refserver.Config)) *world {
 			t.Fatal(err)
 		}
 	}
-	cfg := refserver.Config{Executors: executorsFS(t), Shim: examples.Shim, PollCheck: 20 * time.Millisecond}
+	// The server's own log goes to a file next to the agents', so a
+	// failure shows what it delivered to whom.
+	serverLog, err := os.Create(filepath.Join(dir, "server.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { serverLog.Close() })
+	cfg := refserver.Config{Executors: executorsFS(t), Shim: examples.Shim, PollCheck: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(serverLog, nil))}
 	for _, m := range mods {
 		m(&cfg)
 	}
@@ -343,6 +352,7 @@ func logHas(p *agentProc, s string) bool {
 
 func (w *world) dumpLogs() {
 	logs, _ := filepath.Glob(filepath.Join(w.dir, "agent-*.log"))
+	logs = append(logs, filepath.Join(w.dir, "server.log"))
 	for _, l := range logs {
 		b, _ := os.ReadFile(l)
 		if len(b) > 8000 {
