@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -375,7 +376,7 @@ func (a *Agent) request(inv *invocation, shimDir string, limit time.Duration) (s
 	}
 	return sandbox.Request{
 		Argv:       []string{a.python.Path, ex.Entry},
-		Stdin:      inv.stdin,
+		Stdin:      bytes.NewReader(inv.stdin),
 		Env:        a.env(inv, shimDir),
 		Dir:        a.cfg.Layout.Workspace(),
 		Policy:     pol,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"runtime"
 	"time"
@@ -17,8 +18,13 @@ type Request struct {
 	// the PATH given in Env (or a default system PATH) when it has no
 	// slash.
 	Argv []string
-	// Stdin is fed to the command, then closed. Nil means empty.
-	Stdin []byte
+	// Stdin is the command's standard input; nil means empty. An
+	// *os.File (a pipe, a file) is handed to the command as it is, so
+	// that the command reads it as it goes and nothing is read ahead or
+	// held in memory; any other reader is copied to the command while it
+	// runs, then closed. An invocation's bytes come as a
+	// [bytes.Reader].
+	Stdin io.Reader
 	// Env is the command's whole environment, as "KEY=value". The
 	// sandbox starts from nothing: no variable of the agent's own
 	// environment reaches the command unless it is listed here.

@@ -343,10 +343,12 @@ type executed struct {
 
 // execute starts the launch and waits for it until it exits, the
 // deadline passes or ctx is done; then it kills the whole tree.
-func (ln *launch) execute(ctx context.Context, stdin []byte, lim Limits) (executed, error) {
+func (ln *launch) execute(ctx context.Context, stdin io.Reader, lim Limits) (executed, error) {
 	ex := executed{stdout: &capped{limit: lim.OutputBytes}, stderr: &capped{limit: lim.OutputBytes}}
 	cmd := &exec.Cmd{Path: ln.argv[0], Args: ln.argv, Env: []string{}, Dir: "/"}
-	cmd.Stdin = strings.NewReader(string(stdin))
+	// An *os.File goes to the command as its descriptor 0 (os/exec
+	// copies nothing); nil is /dev/null.
+	cmd.Stdin = stdin
 	cmd.Stdout, cmd.Stderr = ex.stdout, ex.stderr
 	cmd.ExtraFiles = ln.fds.files
 	cmd.WaitDelay = 2 * time.Second

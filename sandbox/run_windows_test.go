@@ -174,7 +174,7 @@ func TestWindowsExitCodes(t *testing.T) {
 func TestWindowsStdinStdout(t *testing.T) {
 	in := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB, more than a pipe holds
 	req := helper(t, "echo")
-	req.Stdin = in
+	req.Stdin = bytes.NewReader(in)
 	out := mustRun(t, req)
 	if !bytes.Equal(out.Stdout, in) {
 		t.Errorf("stdout: got %d bytes, want the %d of stdin", len(out.Stdout), len(in))

@@ -39,8 +39,8 @@ outside what the policy shows, its directory is granted read-only (and
 a line on stderr says so). The command gets only PATH (filtered to what it
 can see), HOME, LANG, and TERM and TZ when set: nothing else of the
 agent's environment. Its working directory is the current one if the
-policy shows it, else /. Standard input is passed on when it is not a
-terminal.
+policy shows it, else /. Standard input, when it is not a terminal, is
+the command's own: it reads it as it goes (the agent reads none of it).
 
 The exit status is the command's own, 128+N when signal N killed it, 124
 when --timeout killed it, and 125 when the sandbox refused to run it or
@@ -154,13 +154,9 @@ func execute(ctx context.Context, std stdio, e environment, f execFlags, argv []
 	if err != nil {
 		return fail(err)
 	}
-	stdin, err := readStdin(std.in)
-	if err != nil {
-		return fail(err)
-	}
 	req := sandbox.Request{
 		Argv:   argv,
-		Stdin:  stdin,
+		Stdin:  stdinFor(std.in),
 		Env:    commandEnv(pol, host, e.cfg),
 		Dir:    dir,
 		Policy: pol,
@@ -357,21 +353,20 @@ func commandEnv(p policy.Policy, h policy.Host, cfg config.Config) []string {
 	return env
 }
 
-// readStdin reads all of f unless it is a terminal (or missing): the
-// command then gets an empty input rather than waiting on the user.
-func readStdin(f *os.File) ([]byte, error) {
+// stdinFor is the command's standard input: f itself, which the
+// command reads as it goes (nothing is read ahead, so an endless or a
+// slow producer costs no memory and delays nothing), unless f is a
+// terminal or missing: the command then gets an empty input rather than
+// waiting on the user.
+func stdinFor(f *os.File) io.Reader {
 	if f == nil {
-		return nil, nil
+		return nil
 	}
 	fi, err := f.Stat()
 	if err != nil || fi.Mode()&os.ModeCharDevice != 0 {
-		return nil, nil
+		return nil
 	}
-	b, err := io.ReadAll(f)
-	if err != nil {
-		return nil, fmt.Errorf("reading standard input: %w", err)
-	}
-	return b, nil
+	return f
 }
 
 // stringList is a repeatable string flag.
