@@ -198,7 +198,7 @@ func execute(ctx context.Context, std stdio, e environment, f execFlags, argv []
 	case out.TimedOut:
 		fmt.Fprintf(std.err, "metnos-agent: timed out after %v\n", f.timeout)
 	case out.OOMKilled:
-		fmt.Fprint(std.err, "metnos-agent: killed by the kernel: out of memory\n")
+		fmt.Fprintf(std.err, "metnos-agent: the command was killed by the memory limit of %s (raise it with --memory)\n", sandbox.FormatBytes(out.Limits.MemoryBytes))
 	}
 	return code
 }
