@@ -187,6 +187,7 @@ func TestWindowsStdinStdout(t *testing.T) {
 	}
 
 	req.Limits.OutputBytes = 1000
+	req.Stdin = bytes.NewReader(in) // the first run read the first reader
 	out = mustRun(t, req)
 	if len(out.Stdout) != 1000 || !out.StdoutTruncated || !bytes.Equal(out.Stdout, in[:1000]) {
 		t.Errorf("capped stdout: %d bytes, truncated %v", len(out.Stdout), out.StdoutTruncated)

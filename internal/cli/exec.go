@@ -199,8 +199,34 @@ func execute(ctx context.Context, std stdio, e environment, f execFlags, argv []
 		fmt.Fprintf(std.err, "metnos-agent: timed out after %v\n", f.timeout)
 	case out.OOMKilled:
 		fmt.Fprintf(std.err, "metnos-agent: the command was killed by the memory limit of %s (raise it with --memory)\n", sandbox.FormatBytes(out.Limits.MemoryBytes))
+	case mayBeOutOfMemory(out):
+		fmt.Fprintf(std.err, "metnos-agent: the command may have run out of memory: here --memory caps each process's address space at %s (raise it with --memory)\n", sandbox.FormatBytes(out.Limits.MemoryBytes))
 	}
 	return code
+}
+
+// memoryFailures are what a process says when an address-space limit
+// stopped it: the dynamic loader, libc, Python.
+var memoryFailures = []string{"failed to map segment", "Cannot allocate memory", "cannot allocate memory", "MemoryError", "out of memory"}
+
+// mayBeOutOfMemory reports whether a failed run looks like the memory
+// limit's doing where an rlimit, not a cgroup, holds it: the kernel
+// then kills nothing and says nothing, and the command crashes or
+// reports failed allocations itself. It is a hint, said as one.
+func mayBeOutOfMemory(out sandbox.Output) bool {
+	if out.LimitsBy == "cgroup" || out.LimitsBy == "cgroup(memory)+rlimit" || out.ExitCode == 0 {
+		return false
+	}
+	switch out.Signal {
+	case "SIGSEGV", "SIGBUS", "SIGABRT", "SIGKILL":
+		return true
+	}
+	for _, s := range memoryFailures {
+		if strings.Contains(string(out.Stderr), s) {
+			return true
+		}
+	}
+	return false
 }
 
 // execInput is the policy input of exec's flags on host.

@@ -291,3 +291,27 @@ func TestExecMissingInterpreter(t *testing.T) {
 		t.Errorf("exit %d, stdout %q, stderr %q\nwant exit %d, stderr %q", code, stdout, stderr, exitAgent, want)
 	}
 }
+
+// TestMayBeOutOfMemory: where an rlimit holds the memory limit (no
+// cgroup: not root), a command that crashes or reports a failed
+// allocation gets a hint naming the limit (`exec --memory 1` used to
+// end with a bare SIGSEGV, `--memory 1M` with a loader error); under a
+// cgroup, or for an ordinary failure, no hint.
+func TestMayBeOutOfMemory(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		out  sandbox.Output
+		want bool
+	}{
+		{"rlimit, SIGSEGV", sandbox.Output{LimitsBy: "rlimit", ExitCode: -1, Signal: "SIGSEGV"}, true},
+		{"rlimit, the loader could not map libc", sandbox.Output{LimitsBy: "cgroup(pids)+rlimit", ExitCode: 127, Stderr: []byte("/usr/bin/echo: error while loading shared libraries: libc.so.6: failed to map segment from shared object\n")}, true},
+		{"rlimit, a MemoryError", sandbox.Output{LimitsBy: "rlimit", ExitCode: 1, Stderr: []byte("Traceback ...\nMemoryError\n")}, true},
+		{"rlimit, an ordinary failure", sandbox.Output{LimitsBy: "rlimit", ExitCode: 1, Stderr: []byte("no such file\n")}, false},
+		{"rlimit, success", sandbox.Output{LimitsBy: "rlimit", ExitCode: 0, Stderr: []byte("MemoryError caught and handled\n")}, false},
+		{"cgroup, SIGSEGV", sandbox.Output{LimitsBy: "cgroup", ExitCode: -1, Signal: "SIGSEGV"}, false},
+	} {
+		if got := mayBeOutOfMemory(tt.out); got != tt.want {
+			t.Errorf("%s: mayBeOutOfMemory = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
