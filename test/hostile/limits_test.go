@@ -146,3 +146,19 @@ print("MAIN SURVIVED", flush=True)
 		}
 	})
 }
+
+// TestOutputNamesTheLimits: a Request that leaves the limits unset gets
+// this system's defaults, and its Output says which, so that a message
+// about the memory limit names the real one (the agent used to say
+// "killed by the memory limit (0 MiB)" of its unset limit).
+func TestOutputNamesTheLimits(t *testing.T) {
+	forModes(t, func(t *testing.T, m mode) {
+		fx := newFixture(t)
+		r := runInside(t, fx, m, supervised(nil, nil)(t, fx), shArgv("true"), sandbox.Limits{Timeout: 20 * time.Second})
+		want := sandbox.DefaultLimits()
+		want.Timeout = 20 * time.Second
+		if r.out.Limits != want {
+			t.Errorf("Output.Limits = %+v, want %+v", r.out.Limits, want)
+		}
+	})
+}
