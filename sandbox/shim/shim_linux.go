@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 	"unsafe"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
@@ -170,10 +171,15 @@ func shebang(path string) string {
 		return ""
 	}
 	line, _, _ = strings.Cut(line, "\n")
-	if f := strings.Fields(line); len(f) > 0 {
-		return f[0]
+	words := strings.Fields(line)
+	if len(words) == 0 {
+		return ""
 	}
-	return ""
+	if strings.IndexFunc(words[0], func(r rune) bool { return !unicode.IsGraphic(r) }) >= 0 {
+		// Shown on a terminal: no control characters raw.
+		return strconv.Quote(words[0])
+	}
+	return words[0]
 }
 
 var rlimitNames = map[string]int{
