@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -272,7 +273,7 @@ func (a *Agent) run(ctx context.Context, inv *invocation, req sandbox.Request, s
 		case out.TimedOut:
 			r = result.Timeout(out.Sandbox)
 		case out.OOMKilled:
-			r = result.DeviceError(fmt.Errorf("executor %s was killed by the memory limit (%d MiB)", ex.Name, req.Limits.MemoryBytes>>20))
+			r = result.DeviceError(fmt.Errorf("executor %s was killed by the memory limit of %s", ex.Name, sandbox.FormatBytes(out.Limits.MemoryBytes)))
 		default:
 			r = result.FromStdout(out.Stdout)
 			if r.ErrorClass == wire.ClassDeviceError {
@@ -375,7 +376,7 @@ func (a *Agent) request(inv *invocation, shimDir string, limit time.Duration) (s
 	}
 	return sandbox.Request{
 		Argv:       []string{a.python.Path, ex.Entry},
-		Stdin:      inv.stdin,
+		Stdin:      bytes.NewReader(inv.stdin),
 		Env:        a.env(inv, shimDir),
 		Dir:        a.cfg.Layout.Workspace(),
 		Policy:     pol,

@@ -86,7 +86,7 @@ func TestRuntimeFromSystemPython(t *testing.T) {
 	out, err := sandbox.Run(context.Background(), sandbox.Request{
 		// Resolved, as the agent's FindPython gives it.
 		Argv:  []string{rt.Interpreter, filepath.Join(exDir, "echo.py")},
-		Stdin: []byte(`{"q":"città"}`), Env: []string{"PATH=/usr/bin:/bin"}, Policy: pol, Limits: sandbox.Limits{Timeout: 30 * time.Second}, Options: testbin.SandboxOptions(),
+		Stdin: strings.NewReader(`{"q":"città"}`), Env: []string{"PATH=/usr/bin:/bin"}, Policy: pol, Limits: sandbox.Limits{Timeout: 30 * time.Second}, Options: testbin.SandboxOptions(),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -41,7 +41,9 @@
 //     a cgroup made for the run (pids.max and the memory limit) where the
 //     agent may create one: a delegated cgroup v2, or the v1 pids and
 //     memory hierarchies when it runs as root. The kernel's OOM counter
-//     of that cgroup is what sets Output.OOMKilled. Elsewhere rlimits
+//     of that cgroup, with the command's main process killed by SIGKILL,
+//     is what sets Output.OOMKilled: a child the limit killed while the
+//     command went on leaves the command's own result. Elsewhere rlimits
 //     bound them (RLIMIT_NPROC, exact inside the user namespace;
 //     RLIMIT_AS per process). File size and core dumps always use
 //     rlimits. Output.LimitsBy says which.

@@ -46,3 +46,21 @@ func TestLimitsFor(t *testing.T) {
 		t.Errorf("DefaultLimits shares its value")
 	}
 }
+
+func TestFormatBytes(t *testing.T) {
+	for n, want := range map[int64]string{
+		1:         "1 byte",
+		512:       "512 bytes",
+		64 << 10:  "64 KiB",
+		1500:      "1500 bytes",
+		1 << 20:   "1 MiB",
+		96 << 20:  "96 MiB",
+		3 << 19:   "1.5 MiB",
+		1 << 30:   "1024 MiB",
+		512 << 20: "512 MiB",
+	} {
+		if got := FormatBytes(n); got != want {
+			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

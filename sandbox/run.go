@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"runtime"
 	"time"
@@ -17,8 +18,13 @@ type Request struct {
 	// the PATH given in Env (or a default system PATH) when it has no
 	// slash.
 	Argv []string
-	// Stdin is fed to the command, then closed. Nil means empty.
-	Stdin []byte
+	// Stdin is the command's standard input; nil means empty. An
+	// *os.File (a pipe, a file) is handed to the command as it is, so
+	// that the command reads it as it goes and nothing is read ahead or
+	// held in memory; any other reader is copied to the command while it
+	// runs, then closed. An invocation's bytes come as a
+	// [bytes.Reader].
+	Stdin io.Reader
 	// Env is the command's whole environment, as "KEY=value". The
 	// sandbox starts from nothing: no variable of the agent's own
 	// environment reaches the command unless it is listed here.
@@ -59,10 +65,18 @@ type Output struct {
 	Wall time.Duration `json:"wall_ns"`
 	// TimedOut is true when the deadline killed the tree.
 	TimedOut bool `json:"timed_out,omitempty"`
-	// OOMKilled is true only when the kernel reported an OOM kill of
-	// the run (cgroup memory.events); rlimit failures show up as the
-	// command's own errors instead.
+	// OOMKilled is true when the memory limit ended the run: the kernel
+	// reported an OOM kill in the run's cgroup (memory.events) and the
+	// command's main process died of SIGKILL, or the command could not
+	// even start under the limit. A child process killed by the limit
+	// while the main process went on and ended by itself does not count:
+	// the command's exit status and output are then its own. Rlimit
+	// failures show up as the command's own errors instead.
 	OOMKilled bool `json:"oom_killed,omitempty"`
+	// Limits are the limits the run had, with the defaults of this
+	// system in the fields the Request left unset: what a message about
+	// a limit must name.
+	Limits Limits `json:"limits"`
 	// Sandbox names the layers actually applied, joined by "+":
 	// "bwrap+landlock+seccomp", "landlock+seccomp", "seccomp", "none".
 	Sandbox string `json:"sandbox"`
@@ -114,5 +128,23 @@ func Run(ctx context.Context, req Request) (Output, error) {
 	if req.Logger == nil {
 		req.Logger = slog.New(slog.DiscardHandler)
 	}
-	return run(ctx, req)
+	out, err := run(ctx, req)
+	out.Limits = req.Limits
+	return out, err
+}
+
+// FormatBytes writes a size of n bytes the way limits are given and
+// read: "256 MiB", "1.5 MiB", "64 KiB", "1 byte".
+func FormatBytes(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	case n == 1:
+		return "1 byte"
+	}
+	return fmt.Sprintf("%d bytes", n)
 }

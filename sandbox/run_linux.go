@@ -343,10 +343,12 @@ type executed struct {
 
 // execute starts the launch and waits for it until it exits, the
 // deadline passes or ctx is done; then it kills the whole tree.
-func (ln *launch) execute(ctx context.Context, stdin []byte, lim Limits) (executed, error) {
+func (ln *launch) execute(ctx context.Context, stdin io.Reader, lim Limits) (executed, error) {
 	ex := executed{stdout: &capped{limit: lim.OutputBytes}, stderr: &capped{limit: lim.OutputBytes}}
 	cmd := &exec.Cmd{Path: ln.argv[0], Args: ln.argv, Env: []string{}, Dir: "/"}
-	cmd.Stdin = strings.NewReader(string(stdin))
+	// An *os.File goes to the command as its descriptor 0 (os/exec
+	// copies nothing); nil is /dev/null.
+	cmd.Stdin = stdin
 	cmd.Stdout, cmd.Stderr = ex.stdout, ex.stderr
 	cmd.ExtraFiles = ln.fds.files
 	cmd.WaitDelay = 2 * time.Second
@@ -394,6 +396,7 @@ func outcome(out Output, pl Plan, ln *launch, ex executed, name string) (Output,
 	out.Stderr, out.StderrTruncated = ex.stderr.buf, ex.stderr.dropped
 
 	var ready, final *shim.Status
+	var execFailed string
 	for i := range ex.statuses {
 		switch s := &ex.statuses[i]; {
 		case s.Ready:
@@ -402,11 +405,20 @@ func outcome(out Output, pl Plan, ln *launch, ex executed, name string) (Output,
 			final = s
 		case s.Error != "" && ready == nil:
 			return out, false, fmt.Errorf("sandbox: could not start %s: %s", name, s.Error)
+		case s.Error != "":
+			// Everything was in place, and execve itself failed.
+			execFailed = s.Error
 		}
 	}
 	if ready == nil {
 		if out.TimedOut || ex.ctxErr != nil {
 			return out, false, ex.ctxErr
+		}
+		if ln.cg.oomKilled() {
+			// The shim joins the run's cgroup first thing: a limit too
+			// small for anything to start kills it there.
+			out.OOMKilled, out.ExitCode, out.Signal = true, -1, "SIGKILL"
+			return out, false, nil
 		}
 		return out, ln.bwrap, fmt.Errorf("sandbox: the sandbox for %s failed before the command started: %s", name, firstLine(ex.stderr.buf, ex.werr))
 	}
@@ -417,16 +429,24 @@ func outcome(out Output, pl Plan, ln *launch, ex executed, name string) (Output,
 			out.Reason = strings.TrimPrefix(out.Reason+fmt.Sprintf("; the shim applied %q where %q was planned", out.Sandbox, want), "; ")
 		}
 	}
+	if execFailed != "" && !out.TimedOut && ex.ctxErr == nil {
+		return out, false, fmt.Errorf("sandbox: could not start %s: %s", name, execFailed)
+	}
 	switch {
 	case final != nil:
 		out.ExitCode, out.Signal = final.ExitCode, final.Signal
 	default:
 		out.ExitCode, out.Signal = exitStatus(ex.state, ln.bwrap)
 	}
-	out.OOMKilled = ln.cg.oomKilled()
 	if out.TimedOut {
 		out.ExitCode, out.Signal = -1, "SIGKILL"
 	}
+	// The cgroup's OOM counter counts every task of the run: a child the
+	// limit killed while the main process went on to end by itself is
+	// the command's own business (its exit status and output stand).
+	// Only the main process dying of SIGKILL makes the run a memory
+	// failure.
+	out.OOMKilled = !out.TimedOut && out.Signal == "SIGKILL" && ln.cg.oomKilled()
 	return out, false, ex.ctxErr
 }
 

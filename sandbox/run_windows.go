@@ -62,6 +62,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"io"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -269,15 +270,26 @@ func killAll(ch *child, j *job) error {
 	return ch.kill(jobKilledExitCode)
 }
 
-// feed writes b to the child's stdin and closes it.
-func feed(h windows.Handle, b []byte) {
+// feed copies r (nil: nothing) to the child's stdin as the child reads
+// it, then closes it.
+func feed(h windows.Handle, r io.Reader) {
 	defer windows.CloseHandle(h)
-	for len(b) > 0 {
-		var n uint32
-		if err := windows.WriteFile(h, b, &n, nil); err != nil {
+	if r == nil {
+		return
+	}
+	buf := make([]byte, 32<<10)
+	for {
+		m, rerr := r.Read(buf)
+		for b := buf[:m]; len(b) > 0; {
+			var n uint32
+			if err := windows.WriteFile(h, b, &n, nil); err != nil {
+				return
+			}
+			b = b[n:]
+		}
+		if rerr != nil {
 			return
 		}
-		b = b[n:]
 	}
 }
 

@@ -174,7 +174,7 @@ func TestWindowsExitCodes(t *testing.T) {
 func TestWindowsStdinStdout(t *testing.T) {
 	in := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB, more than a pipe holds
 	req := helper(t, "echo")
-	req.Stdin = in
+	req.Stdin = bytes.NewReader(in)
 	out := mustRun(t, req)
 	if !bytes.Equal(out.Stdout, in) {
 		t.Errorf("stdout: got %d bytes, want the %d of stdin", len(out.Stdout), len(in))
@@ -187,6 +187,7 @@ func TestWindowsStdinStdout(t *testing.T) {
 	}
 
 	req.Limits.OutputBytes = 1000
+	req.Stdin = bytes.NewReader(in) // the first run read the first reader
 	out = mustRun(t, req)
 	if len(out.Stdout) != 1000 || !out.StdoutTruncated || !bytes.Equal(out.Stdout, in[:1000]) {
 		t.Errorf("capped stdout: %d bytes, truncated %v", len(out.Stdout), out.StdoutTruncated)

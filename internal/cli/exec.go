@@ -39,8 +39,8 @@ outside what the policy shows, its directory is granted read-only (and
 a line on stderr says so). The command gets only PATH (filtered to what it
 can see), HOME, LANG, and TERM and TZ when set: nothing else of the
 agent's environment. Its working directory is the current one if the
-policy shows it, else /. Standard input is passed on when it is not a
-terminal.
+policy shows it, else /. Standard input, when it is not a terminal, is
+the command's own: it reads it as it goes (the agent reads none of it).
 
 The exit status is the command's own, 128+N when signal N killed it, 124
 when --timeout killed it, and 125 when the sandbox refused to run it or
@@ -154,13 +154,9 @@ func execute(ctx context.Context, std stdio, e environment, f execFlags, argv []
 	if err != nil {
 		return fail(err)
 	}
-	stdin, err := readStdin(std.in)
-	if err != nil {
-		return fail(err)
-	}
 	req := sandbox.Request{
 		Argv:   argv,
-		Stdin:  stdin,
+		Stdin:  stdinFor(std.in),
 		Env:    commandEnv(pol, host, e.cfg),
 		Dir:    dir,
 		Policy: pol,
@@ -202,9 +198,35 @@ func execute(ctx context.Context, std stdio, e environment, f execFlags, argv []
 	case out.TimedOut:
 		fmt.Fprintf(std.err, "metnos-agent: timed out after %v\n", f.timeout)
 	case out.OOMKilled:
-		fmt.Fprint(std.err, "metnos-agent: killed by the kernel: out of memory\n")
+		fmt.Fprintf(std.err, "metnos-agent: the command was killed by the memory limit of %s (raise it with --memory)\n", sandbox.FormatBytes(out.Limits.MemoryBytes))
+	case mayBeOutOfMemory(out):
+		fmt.Fprintf(std.err, "metnos-agent: the command may have run out of memory: here --memory caps each process's address space at %s (raise it with --memory)\n", sandbox.FormatBytes(out.Limits.MemoryBytes))
 	}
 	return code
+}
+
+// memoryFailures are what a process says when an address-space limit
+// stopped it: the dynamic loader, libc, Python.
+var memoryFailures = []string{"failed to map segment", "Cannot allocate memory", "cannot allocate memory", "MemoryError", "out of memory"}
+
+// mayBeOutOfMemory reports whether a failed run looks like the memory
+// limit's doing where an rlimit, not a cgroup, holds it: the kernel
+// then kills nothing and says nothing, and the command crashes or
+// reports failed allocations itself. It is a hint, said as one.
+func mayBeOutOfMemory(out sandbox.Output) bool {
+	if out.LimitsBy == "cgroup" || out.LimitsBy == "cgroup(memory)+rlimit" || out.ExitCode == 0 {
+		return false
+	}
+	switch out.Signal {
+	case "SIGSEGV", "SIGBUS", "SIGABRT", "SIGKILL":
+		return true
+	}
+	for _, s := range memoryFailures {
+		if strings.Contains(string(out.Stderr), s) {
+			return true
+		}
+	}
+	return false
 }
 
 // execInput is the policy input of exec's flags on host.
@@ -357,21 +379,20 @@ func commandEnv(p policy.Policy, h policy.Host, cfg config.Config) []string {
 	return env
 }
 
-// readStdin reads all of f unless it is a terminal (or missing): the
-// command then gets an empty input rather than waiting on the user.
-func readStdin(f *os.File) ([]byte, error) {
+// stdinFor is the command's standard input: f itself, which the
+// command reads as it goes (nothing is read ahead, so an endless or a
+// slow producer costs no memory and delays nothing), unless f is a
+// terminal or missing: the command then gets an empty input rather than
+// waiting on the user.
+func stdinFor(f *os.File) io.Reader {
 	if f == nil {
-		return nil, nil
+		return nil
 	}
 	fi, err := f.Stat()
 	if err != nil || fi.Mode()&os.ModeCharDevice != 0 {
-		return nil, nil
+		return nil
 	}
-	b, err := io.ReadAll(f)
-	if err != nil {
-		return nil, fmt.Errorf("reading standard input: %w", err)
-	}
-	return b, nil
+	return f
 }
 
 // stringList is a repeatable string flag.

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 	"unsafe"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
@@ -140,7 +141,45 @@ func run(status *os.File, spec Spec, argv []string) int {
 	_, _, e := unix.RawSyscall(unix.SYS_EXECVE, uintptr(unsafe.Pointer(pathp)), uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])))
 	// Only reached when exec failed. Allocating may now fail under the
 	// address-space limit: the status line is what matters.
-	return fail(status, fmt.Errorf("executing %s: %w", path, e))
+	return fail(status, execError(path, e))
+}
+
+// execError says why execve of path failed in the words the user needs:
+// a file that was found but "does not exist" for execve is a script
+// whose #! interpreter is missing (in the sandbox's view).
+func execError(path string, e syscall.Errno) error {
+	if e == unix.ENOENT {
+		if interp := shebang(path); interp != "" {
+			return fmt.Errorf("the script's interpreter %s named on its #! line does not exist (inside the sandbox)", interp)
+		}
+	}
+	return fmt.Errorf("executing %s: %w", path, e)
+}
+
+// shebang is the interpreter a script's #! line names, or "" when path
+// does not start with one.
+func shebang(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var buf [256]byte
+	n, _ := io.ReadFull(f, buf[:])
+	line, ok := strings.CutPrefix(string(buf[:n]), "#!")
+	if !ok {
+		return ""
+	}
+	line, _, _ = strings.Cut(line, "\n")
+	words := strings.Fields(line)
+	if len(words) == 0 {
+		return ""
+	}
+	if strings.IndexFunc(words[0], func(r rune) bool { return !unicode.IsGraphic(r) }) >= 0 {
+		// Shown on a terminal: no control characters raw.
+		return strconv.Quote(words[0])
+	}
+	return words[0]
 }
 
 var rlimitNames = map[string]int{

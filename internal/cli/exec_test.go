@@ -1,0 +1,299 @@
+//go:build linux
+
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/metnos/agent/sandbox"
+)
+
+// needExecSandbox skips the test (or fails it, with
+// METNOS_REQUIRE_SANDBOX=1) when this machine cannot run exec's
+// sandbox: Landlock and seccomp at least (bwrap is optional for exec).
+// It returns the agent binary testscript put on PATH.
+func needExecSandbox(t *testing.T) string {
+	t.Helper()
+	e, err := readEnvironment(os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := sandbox.Probe(sandboxOptions(e))
+	var missing []string
+	if c.LandlockABI == 0 {
+		missing = append(missing, "the kernel has no Landlock")
+	}
+	if !c.Seccomp {
+		missing = append(missing, "the kernel has no seccomp filters")
+	}
+	if c.Disabled != "" {
+		missing = append(missing, c.Disabled)
+	}
+	if len(missing) > 0 {
+		msg := "exec's sandbox cannot run here: " + strings.Join(missing, "; ")
+		if os.Getenv("METNOS_REQUIRE_SANDBOX") == "1" {
+			t.Fatal(msg + " (METNOS_REQUIRE_SANDBOX=1 makes this a failure)")
+		}
+		t.Skip(msg + " (set METNOS_REQUIRE_SANDBOX=1 to fail instead)")
+	}
+	agent, err := exec.LookPath("metnos-agent")
+	if err != nil {
+		t.Fatalf("testscript.Main put no metnos-agent on PATH: %v", err)
+	}
+	return agent
+}
+
+// agentCmd is `metnos-agent args...` with a private HOME, as a user
+// would run it.
+func agentCmd(t *testing.T, agent string, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+	t.Helper()
+	home := t.TempDir()
+	cmd := exec.Command(agent, args...)
+	cmd.Env = append(os.Environ(), "HOME="+home, "METNOS_LOG=warn")
+	cmd.Dir = home
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	return cmd, &stdout, &stderr
+}
+
+// waitFor waits up to d for cmd to end and returns its exit status, or
+// -1 (after killing it) when it did not end in time.
+func waitFor(cmd *exec.Cmd, d time.Duration) int {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			return -2
+		}
+		return 0
+	case <-time.After(d):
+		_ = cmd.Process.Kill()
+		<-done
+		return -1
+	}
+}
+
+// rssMiB is the resident memory of process pid, in MiB, or -1 once it
+// is gone.
+func rssMiB(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.Atoi(f[1])
+			return kb >> 10
+		}
+	}
+	return -1
+}
+
+// TestExecStreamsEndlessStdin: `yes | metnos-agent exec -- head -1`
+// prints one line and ends, and the agent's memory stays small: stdin
+// goes to the command as it reads it (the agent used to read all of it
+// first, and reached 1.8 GB).
+func TestExecStreamsEndlessStdin(t *testing.T) {
+	agent := needExecSandbox(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	yes := exec.Command("yes")
+	yes.Stdout = w
+	if err := yes.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	t.Cleanup(func() { _ = yes.Process.Kill(); _ = yes.Wait() })
+
+	cmd, stdout, stderr := agentCmd(t, agent, "exec", "--", "head", "-1")
+	cmd.Stdin = r
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	const limitMiB = 200
+	peak := 0
+	done := make(chan int, 1)
+	go func() { done <- waitFor(cmd, 30*time.Second) }()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	var code int
+wait:
+	for {
+		select {
+		case code = <-done:
+			break wait
+		case <-tick.C:
+			if m := rssMiB(cmd.Process.Pid); m > peak {
+				peak = m
+			}
+			if peak > limitMiB {
+				_ = cmd.Process.Kill()
+				<-done
+				t.Fatalf("the agent's memory reached %d MiB reading an endless stdin (want under %d MiB)", peak, limitMiB)
+			}
+		}
+	}
+	if code != 0 || stdout.String() != "y\n" {
+		t.Fatalf("exit %d, stdout %q, want 0 and %q; stderr:\n%s", code, stdout, "y\n", stderr)
+	}
+	t.Logf("peak resident memory of the agent: %d MiB", peak)
+}
+
+// TestExecDoesNotWaitForStdin: with a stdin that stays open and silent
+// (`sleep 20 | metnos-agent exec -- ...`), the command starts at once,
+// and SIGTERM stops the agent at once (it used to wait for the end of
+// stdin before starting anything, deaf to SIGTERM).
+func TestExecDoesNotWaitForStdin(t *testing.T) {
+	agent := needExecSandbox(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close() // the writer stays open, silent, for the whole test
+	defer r.Close()
+
+	cmd, stdout, stderr := agentCmd(t, agent, "exec", "--", "echo", "hi")
+	cmd.Stdin = r
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitFor(cmd, 15*time.Second); code != 0 || stdout.String() != "hi\n" {
+		t.Fatalf("exit %d (-1: still running after 15 s), stdout %q, want 0 and %q; stderr:\n%s", code, stdout, "hi\n", stderr)
+	}
+
+	cmd, _, stderr = agentCmd(t, agent, "exec", "--", "sleep", "30")
+	cmd.Stdin = r
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := waitFor(cmd, 10*time.Second)
+	if code == -1 {
+		t.Fatalf("the agent ignored SIGTERM for 10 s; stderr:\n%s", stderr)
+	}
+	t.Logf("ended %v after SIGTERM, exit %d, stderr %q", time.Since(start).Round(time.Millisecond), code, stderr)
+	if !strings.Contains(stderr.String(), "interrupted") {
+		t.Errorf("stderr %q does not say the command was interrupted", stderr)
+	}
+}
+
+// memoryByCgroup skips the test unless a cgroup holds exec's memory
+// limit here (root, with a memory cgroup to make): only then does the
+// kernel's OOM killer end a command that goes past it.
+func memoryByCgroup(t *testing.T, agent string) {
+	t.Helper()
+	cmd, stdout, stderr := agentCmd(t, agent, "exec", "--json", "--", "true")
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("exec --json -- true: %v\n%s", err, stderr)
+	}
+	var out sandbox.Output
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatalf("exec --json: %v\n%s", err, stdout)
+	}
+	if out.LimitsBy != "cgroup" && out.LimitsBy != "cgroup(memory)+rlimit" {
+		t.Skipf("the memory limit is an rlimit here (limits by %s: not root, or no memory cgroup), so no OOM kill happens", out.LimitsBy)
+	}
+}
+
+// TestExecMemoryLimitMessage: a command the memory limit kills is said
+// to be killed by the memory limit, naming it (it used to say "exit
+// status 137", or "0 MiB"); a child killed by it while the command
+// goes on is not a memory failure of the command.
+func TestExecMemoryLimitMessage(t *testing.T) {
+	agent := needExecSandbox(t)
+	memoryByCgroup(t, agent)
+	for _, tt := range []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string
+		stderr string // "": nothing about memory
+	}{
+		{
+			name:   "nothing fits in 1 byte",
+			args:   []string{"--memory", "1", "--", "echo", "hi"},
+			code:   137,
+			stderr: "metnos-agent: the command was killed by the memory limit of 1 byte (raise it with --memory)\n",
+		},
+		{
+			name:   "the command allocates past 32M",
+			args:   []string{"--memory", "32M", "--", "/usr/bin/python3", "-c", "print('row', flush=True); b = b'x' * (200 << 20)"},
+			code:   137,
+			stdout: "row\n",
+			stderr: "metnos-agent: the command was killed by the memory limit of 32 MiB (raise it with --memory)\n",
+		},
+		{
+			name:   "a child allocates past 64M",
+			args:   []string{"--memory", "64M", "--", "/usr/bin/python3", "-c", "import subprocess, sys; r = subprocess.run([sys.executable, '-c', 'b = b\"x\" * (1 << 30)']); print('child', r.returncode)"},
+			code:   0,
+			stdout: "child -9\n",
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd, stdout, stderr := agentCmd(t, agent, append([]string{"exec"}, tt.args...)...)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			code := waitFor(cmd, 60*time.Second)
+			if code != tt.code || stdout.String() != tt.stdout || stderr.String() != tt.stderr {
+				t.Errorf("exit %d, stdout %q, stderr %q\nwant exit %d, stdout %q, stderr %q", code, stdout, stderr, tt.code, tt.stdout, tt.stderr)
+			}
+		})
+	}
+}
+
+// TestExecMissingInterpreter: a script whose #! interpreter is missing
+// is said to be so, naming it (it used to be "no such file or
+// directory", about a script that is there).
+func TestExecMissingInterpreter(t *testing.T) {
+	agent := needExecSandbox(t)
+	dir, err := os.MkdirTemp("/var/tmp", "metnos-exec-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if dir, err = filepath.EvalSymlinks(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ line, shown string }{
+		{"#!/nonexistent/bin/interp -x", "/nonexistent/bin/interp"},
+		// Control characters are not sent raw to the terminal.
+		{"#!/nonexistent/\x1b[31mred", `"/nonexistent/\x1b[31mred"`},
+	} {
+		script := filepath.Join(dir, "hello.sh")
+		if err := os.WriteFile(script, []byte(tt.line+"\necho hello\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd, stdout, stderr := agentCmd(t, agent, "exec", "--read", dir, "--", script)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		code := waitFor(cmd, 30*time.Second)
+		want := "metnos-agent: could not start " + script + ": the script's interpreter " + tt.shown + " named on its #! line does not exist (inside the sandbox)\n"
+		if code != exitAgent || stdout.Len() != 0 || stderr.String() != want {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q\nwant exit %d, stderr %q", tt.line, code, stdout, stderr, exitAgent, want)
+		}
+	}
+}
