@@ -94,7 +94,7 @@ func runRuntimeStatus(std stdio, args []string) int {
 	if rt, err := fetch.Current(e.lay); err == nil {
 		s.Installed = &rt
 	}
-	if py, err := agent.FindPython(e.lay, e.cfg.Python, e.cfg.Path); err == nil {
+	if py, err := findPython(e); err == nil {
 		s.Python = &py
 	} else {
 		s.PythonError = err.Error()
