@@ -1,13 +1,20 @@
 package agent
 
 import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/internal/layout"
+	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/policy"
+	"github.com/metnos/agent/wire"
 )
 
 // TestFindPython: METNOS_PYTHON wins (and must be a file), then the
@@ -111,5 +118,42 @@ func TestRefusedEnv(t *testing.T) {
 		if got := refusedEnv(k) != ""; got != refused {
 			t.Errorf("%q: refused %v, want %v", k, got, refused)
 		}
+	}
+}
+
+// The start-up log says which interpreter was skipped and why, and the
+// agent runs executors with the next one.
+func TestStartupLogSaysPythonSkipped(t *testing.T) {
+	dir := t.TempDir()
+	lay := layout.Layout{Data: filepath.Join(dir, "data"), Cache: filepath.Join(dir, "cache"), Home: dir}
+	masked, real := filepath.Join(dir, ".ssh", "py", "bin"), filepath.Join(dir, "opt", "py", "bin")
+	for _, d := range []string{masked, real} {
+		os.MkdirAll(d, 0o755)
+		os.WriteFile(filepath.Join(d, "python3"), []byte("\x7fELF"), 0o755)
+	}
+	key, err := pairing.LoadOrCreateKey(lay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	id, k, url := "0123456789abcdef0123456789abcdef", wire.PublicKeyWire(pub), "http://127.0.0.1:1"
+	if err := pairing.SaveState(lay, pairing.State{DeviceID: &id, ServerURL: &url, ServerPublicKey: &k}); err != nil {
+		t.Fatal(err)
+	}
+	var logb bytes.Buffer
+	a, err := New(Config{Layout: lay, Client: client.New(url, key, id, nil),
+		Host:   policy.Host{Home: dir, UID: os.Getuid(), AgentDataDirs: lay.AgentDirs()},
+		Path:   masked + string(os.PathListSeparator) + real,
+		Logger: slog.New(slog.NewTextHandler(&logb, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if py, err := a.Python(); err != nil || py.Path != filepath.Join(real, "python3") {
+		t.Errorf("python %+v %v, want %s", py, err, filepath.Join(real, "python3"))
+	}
+	want := "python skipped: the sandbox could not run it\" skipped=\"" + filepath.Join(masked, "python3") + ": under " + filepath.Join(dir, ".ssh") + ", which the sandbox hides\""
+	if !strings.Contains(logb.String(), want) {
+		t.Errorf("the start-up log lacks %s:\n%s", want, logb.String())
 	}
 }

@@ -265,8 +265,9 @@ func warnLogger(std stdio) *slog.Logger {
 	return slog.New(slog.NewTextHandler(std.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// fail prints err and returns exitFailure.
+// fail prints err and returns exitFailure. The error may carry what a
+// server said, so it is sanitised for the terminal.
 func fail(std stdio, err error) int {
-	fmt.Fprintf(std.err, "metnos-agent: %v\n", err)
+	fmt.Fprintf(std.err, "metnos-agent: %s\n", term.SanitizeLines(err.Error()))
 	return exitFailure
 }

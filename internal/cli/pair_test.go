@@ -2,6 +2,9 @@ package cli
 
 import (
 	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -190,3 +193,20 @@ func TestMissingHomeIsNeverCreated(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// What a server says in a refusal reaches the terminal escaped.
+func TestRegisterErrorFromServerIsSanitised(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusForbidden)
+		io.WriteString(w, "token refused\x1b]0;owned\x07\x1b[2J")
+	}))
+	defer srv.Close()
+	std, _, _, errb := testStd(t, false)
+	if code := runRegister(std, []string{"--server", srv.URL, "--token", "DEV.x.y"}); code != exitFailure {
+		t.Errorf("exit %d: %s", code, errb)
+	}
+	if strings.ContainsAny(errb.String(), "\x1b\x07") || !strings.Contains(errb.String(), `\x1b]0;owned\x07`) {
+		t.Errorf("stderr %q: want the server's text escaped", errb)
+	}
+}

@@ -103,3 +103,19 @@ func Describe(r rune) string {
 	}
 	return fmt.Sprintf("U+%04X (%s)", r, name)
 }
+
+// SanitizeLines is [Sanitize] for text of several lines, such as an
+// error that joins several: it keeps newlines and tabs, and escapes
+// everything else Sanitize escapes (a carriage return included, which
+// could overwrite the line).
+func SanitizeLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		parts := strings.Split(l, "\t")
+		for j, p := range parts {
+			parts[j] = Sanitize(p)
+		}
+		lines[i] = strings.Join(parts, "\t")
+	}
+	return strings.Join(lines, "\n")
+}

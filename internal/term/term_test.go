@@ -47,3 +47,11 @@ func TestFirstUnsafe(t *testing.T) {
 		t.Error("invalid UTF-8 is not reported")
 	}
 }
+
+func TestSanitizeLines(t *testing.T) {
+	in := "pairing failed:\n\tserver said \x1b[31mno\r\u202e"
+	want := "pairing failed:\n\tserver said \\x1b[31mno\\r\\u202e"
+	if got := SanitizeLines(in); got != want {
+		t.Errorf("SanitizeLines = %q, want %q", got, want)
+	}
+}
