@@ -210,3 +210,36 @@ func TestRegisterErrorFromServerIsSanitised(t *testing.T) {
 		t.Errorf("stderr %q: want the server's text escaped", errb)
 	}
 }
+
+// run on a paired device whose key is gone, or is a dangling link (a
+// vault not mounted), does not start, names the file and what to do,
+// and makes no key.
+func TestRunWithoutTheKeyMakesNoNewOne(t *testing.T) {
+	for _, link := range []bool{false, true} {
+		std, e, _, errb := testStd(t, false)
+		paired(t, e)
+		os.Remove(e.lay.Key())
+		target := filepath.Join(t.TempDir(), "vault", "key")
+		want := "is missing, but this device is paired"
+		if link {
+			os.Symlink(target, e.lay.Key())
+			want = "does not exist (a vault or drive not mounted?)"
+		}
+		if code := runRun(std, nil); code != exitFailure {
+			t.Errorf("link %v: exit %d", link, code)
+		}
+		if !strings.Contains(errb.String(), want) || !strings.Contains(errb.String(), e.lay.Key()) {
+			t.Errorf("link %v: stderr %q, want %q and the file", link, errb, want)
+		}
+		if link {
+			if got, _ := os.Readlink(e.lay.Key()); got != target {
+				t.Errorf("the link was replaced")
+			}
+			if _, err := os.Lstat(target); err == nil {
+				t.Errorf("a key was written through the link")
+			}
+		} else if _, err := os.Lstat(e.lay.Key()); err == nil {
+			t.Errorf("run made a new key")
+		}
+	}
+}
