@@ -177,10 +177,14 @@ func TestMissingHomeIsNeverCreated(t *testing.T) {
 		"register": func() int { return runRegister(std, []string{"--server", "http://127.0.0.1:1", "--token", "DEV.x.y"}) },
 		"whoami":   func() int { return runWhoami(std, nil) },
 		"unpair":   func() int { return runUnpair(std, nil) },
+		"runtime install": func() int {
+			return runRuntimeInstall(std, []string{"--url", "http://127.0.0.1:1/x.tar.gz", "--sha256", strings.Repeat("0", 64)})
+		},
+		"install": func() int { return runInstall(std, nil) },
 	} {
 		errb.Reset()
 		run()
-		if name != "whoami" && name != "unpair" && !strings.Contains(errb.String(), "the home folder "+e.lay.Home+" does not exist") {
+		if name != "whoami" && name != "unpair" && name != "install" && !strings.Contains(errb.String(), "the home folder "+e.lay.Home+" does not exist") {
 			t.Errorf("%s: stderr %q", name, errb)
 		}
 		if _, err := os.Lstat(e.lay.Home); err == nil {
