@@ -126,14 +126,40 @@ func createFile(path string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", tmp, err)
 	}
-	if err := os.Link(tmp, path); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("%s appeared while the key was being made (another agent?): %w", path, err)
-		}
+	err = os.Link(tmp, path)
+	if err != nil && !errors.Is(err, os.ErrExist) {
+		// A file system without hard links (FAT, some FUSE): create the
+		// file in place, exclusively, which refuses a link as well.
+		err = createExcl(path, data)
+	}
+	if errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("%s appeared while the key was being made (another agent?): %w", path, err)
+	}
+	if err != nil {
 		return err
 	}
 	atomicfile.SyncDir(filepath.Dir(path))
 	return nil
+}
+
+// createExcl writes data to the new file path, mode 0600, failing if
+// anything is there already (O_EXCL does not follow a link).
+func createExcl(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+	}
+	return err
 }
 
 // CheckHome reports an error when lay's data or cache folder lies under

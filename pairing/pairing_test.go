@@ -272,3 +272,27 @@ func TestCheckServerURL(t *testing.T) {
 		t.Errorf("--server overrides state.json: %v", err)
 	}
 }
+
+// The fallback for file systems without hard links creates the key in
+// place, but never through a link nor over a file.
+func TestCreateExclRefusesLinksAndFiles(t *testing.T) {
+	dir := t.TempDir()
+	link, target := filepath.Join(dir, "key"), filepath.Join(dir, "vault-key")
+	os.Symlink(target, link)
+	if err := createExcl(link, []byte("seed")); !errors.Is(err, os.ErrExist) {
+		t.Errorf("through a dangling link: %v, want ErrExist", err)
+	}
+	if _, err := os.Lstat(target); err == nil {
+		t.Error("written through the link")
+	}
+	p := filepath.Join(dir, "new")
+	if err := createExcl(p, []byte("seed")); err != nil {
+		t.Fatal(err)
+	}
+	if err := createExcl(p, []byte("other")); !errors.Is(err, os.ErrExist) {
+		t.Errorf("over a file: %v", err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "seed" {
+		t.Errorf("the file was overwritten: %q", b)
+	}
+}
