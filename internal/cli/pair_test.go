@@ -247,3 +247,21 @@ func TestRunWithoutTheKeyMakesNoNewOne(t *testing.T) {
 		}
 	}
 }
+
+// A state.json whose server URL is ftp:// stops run before it writes
+// anything (not even its lock), naming the file.
+func TestRunRefusesABadPairedURL(t *testing.T) {
+	std, e, _, errb := testStd(t, false)
+	paired(t, e)
+	b, _ := os.ReadFile(e.lay.State())
+	os.WriteFile(e.lay.State(), bytes.Replace(b, []byte("http://127.0.0.1:8765"), []byte("ftp://127.0.0.1:8765"), 1), 0o600)
+	if code := runRun(std, nil); code != exitFailure {
+		t.Errorf("exit %d", code)
+	}
+	if want := e.lay.State() + `: the server URL "ftp://127.0.0.1:8765" does not start with http:// or https://`; !strings.Contains(errb.String(), want) {
+		t.Errorf("stderr %q, want %q", errb, want)
+	}
+	if _, err := os.Lstat(e.lay.Lock()); err == nil {
+		t.Error("run took its lock before checking the URL")
+	}
+}
