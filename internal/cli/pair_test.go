@@ -28,9 +28,9 @@ const pairedState = `{
 }
 `
 
-// testStd returns a stdio running with the environment vars over a
+// identityStd returns a stdio running with the environment vars over a
 // temporary HOME (created unless noHome), and its stdout and stderr.
-func testStd(t *testing.T, noHome bool, vars ...string) (stdio, environment, *bytes.Buffer, *bytes.Buffer) {
+func identityStd(t *testing.T, noHome bool, vars ...string) (stdio, environment, *bytes.Buffer, *bytes.Buffer) {
 	t.Helper()
 	home := filepath.Join(t.TempDir(), "home")
 	if !noHome {
@@ -48,8 +48,8 @@ func testStd(t *testing.T, noHome bool, vars ...string) (stdio, environment, *by
 	return stdio{out: &out, err: &errb, env: &envResult{e: e}}, e, &out, &errb
 }
 
-// paired writes pairedState and a device key into e's data folder.
-func paired(t *testing.T, e environment) {
+// writePaired writes pairedState and a device key into e's data folder.
+func writePaired(t *testing.T, e environment) {
 	t.Helper()
 	os.MkdirAll(e.lay.Data, 0o700)
 	if err := os.WriteFile(e.lay.State(), []byte(pairedState), 0o600); err != nil {
@@ -63,8 +63,8 @@ func paired(t *testing.T, e environment) {
 // While `run` holds the lock, unpair and register refuse, say which
 // process runs and how to stop it, and change nothing.
 func TestPairingChangesRefusedWhileRunning(t *testing.T) {
-	std, e, _, errb := testStd(t, false)
-	paired(t, e)
+	std, e, _, errb := identityStd(t, false)
+	writePaired(t, e)
 	held, err := lockfile.Lock(e.lay.Lock())
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func TestPairingChangesRefusedWhileRunning(t *testing.T) {
 		if code := run(std, args[1:]); code != exitLocked {
 			t.Errorf("%s while running: exit %d, want %d; stderr %s", args[0], code, exitLocked, errb)
 		}
-		want := "metnos-agent is running (pid " + itoa(os.Getpid()) + "), serving the current pairing: stop it first with `systemctl --user stop metnos-agent` (or Ctrl-C in its terminal)"
+		want := "metnos-agent is running (pid " + strconv.Itoa(os.Getpid()) + "), serving the current pairing: stop it first with `systemctl --user stop metnos-agent` (or Ctrl-C in its terminal)"
 		if !strings.Contains(errb.String(), want) {
 			t.Errorf("%s: stderr %q, want %q", args[0], errb, want)
 		}
@@ -99,8 +99,8 @@ func TestPairingChangesRefusedWhileRunning(t *testing.T) {
 // Pairing with another server says it replaces the pinned key and
 // server; without a terminal it refuses unless --force.
 func TestRepairWithAnotherServer(t *testing.T) {
-	std, e, _, errb := testStd(t, false)
-	paired(t, e)
+	std, e, _, errb := identityStd(t, false)
+	writePaired(t, e)
 	code := runRegister(std, []string{"--server", "http://127.0.0.1:1", "--token", "DEV.x.y"})
 	if code != exitFailure {
 		t.Errorf("exit %d, want %d", code, exitFailure)
@@ -144,8 +144,8 @@ func TestAskYes(t *testing.T) {
 // escaped, and on a paired device whose key is gone it says so, exits 1
 // and writes nothing.
 func TestWhoamiSanitisesAndWritesNothing(t *testing.T) {
-	std, e, out, _ := testStd(t, false)
-	paired(t, e)
+	std, e, out, _ := identityStd(t, false)
+	writePaired(t, e)
 	if code := runWhoami(std, nil); code != exitOK {
 		t.Fatalf("whoami: exit %d", code)
 	}
@@ -171,7 +171,7 @@ func TestWhoamiSanitisesAndWritesNothing(t *testing.T) {
 // No command creates a missing home folder: run, register and whoami
 // each say what is wrong, and the folder is still not there.
 func TestMissingHomeIsNeverCreated(t *testing.T) {
-	std, e, _, errb := testStd(t, true)
+	std, e, _, errb := identityStd(t, true)
 	for name, run := range map[string]func() int{
 		"run":      func() int { return runRun(std, nil) },
 		"register": func() int { return runRegister(std, []string{"--server", "http://127.0.0.1:1", "--token", "DEV.x.y"}) },
@@ -196,7 +196,6 @@ func TestMissingHomeIsNeverCreated(t *testing.T) {
 	}
 }
 
-func itoa(n int) string { return strconv.Itoa(n) }
 
 // What a server says in a refusal reaches the terminal escaped.
 func TestRegisterErrorFromServerIsSanitised(t *testing.T) {
@@ -206,7 +205,7 @@ func TestRegisterErrorFromServerIsSanitised(t *testing.T) {
 		io.WriteString(w, "token refused\x1b]0;owned\x07\x1b[2J")
 	}))
 	defer srv.Close()
-	std, _, _, errb := testStd(t, false)
+	std, _, _, errb := identityStd(t, false)
 	if code := runRegister(std, []string{"--server", srv.URL, "--token", "DEV.x.y"}); code != exitFailure {
 		t.Errorf("exit %d: %s", code, errb)
 	}
@@ -220,8 +219,8 @@ func TestRegisterErrorFromServerIsSanitised(t *testing.T) {
 // and makes no key.
 func TestRunWithoutTheKeyMakesNoNewOne(t *testing.T) {
 	for _, link := range []bool{false, true} {
-		std, e, _, errb := testStd(t, false)
-		paired(t, e)
+		std, e, _, errb := identityStd(t, false)
+		writePaired(t, e)
 		os.Remove(e.lay.Key())
 		target := filepath.Join(t.TempDir(), "vault", "key")
 		want := "is missing, but this device is paired"
@@ -251,8 +250,8 @@ func TestRunWithoutTheKeyMakesNoNewOne(t *testing.T) {
 // A state.json whose server URL is ftp:// stops run before it writes
 // anything (not even its lock), naming the file.
 func TestRunRefusesABadPairedURL(t *testing.T) {
-	std, e, _, errb := testStd(t, false)
-	paired(t, e)
+	std, e, _, errb := identityStd(t, false)
+	writePaired(t, e)
 	b, _ := os.ReadFile(e.lay.State())
 	os.WriteFile(e.lay.State(), bytes.Replace(b, []byte("http://127.0.0.1:8765"), []byte("ftp://127.0.0.1:8765"), 1), 0o600)
 	if code := runRun(std, nil); code != exitFailure {
