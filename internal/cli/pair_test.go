@@ -196,7 +196,6 @@ func TestMissingHomeIsNeverCreated(t *testing.T) {
 	}
 }
 
-
 // What a server says in a refusal reaches the terminal escaped.
 func TestRegisterErrorFromServerIsSanitised(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
