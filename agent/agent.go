@@ -184,7 +184,14 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a.housekeeping()
-	a.python, a.pyErr = FindPython(cfg.Layout, cfg.Python, cfg.Path)
+	pyHost := host
+	if cfg.Sandbox.Disabled != "" {
+		pyHost = policy.Host{} // no sandbox: any interpreter runs
+	}
+	a.python, a.pyErr = FindPython(cfg.Layout, pyHost, cfg.Python, cfg.Path)
+	for _, s := range a.python.Skipped {
+		a.log.Warn("python skipped: the sandbox could not run it", "skipped", s)
+	}
 	if a.pyErr != nil {
 		a.log.Warn("no Python for executors", "err", a.pyErr)
 	} else {

@@ -9,7 +9,10 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/metnos/agent/internal/fspath"
 	"github.com/metnos/agent/internal/layout"
+	"github.com/metnos/agent/policy"
+	"github.com/metnos/agent/sandbox"
 )
 
 // Python is the interpreter executors run with, and where it came from.
@@ -21,8 +24,12 @@ type Python struct {
 	// Prefix is the installation's root (the directory above bin/),
 	// which the sandbox must show read-only.
 	Prefix string `json:"prefix"`
-	// Note says what was skipped on the way, if anything.
+	// Note says which shell shims were skipped on the way, if any.
 	Note string `json:"note,omitempty"`
+	// Skipped are the interpreters passed over because the sandbox could
+	// not run them, each "PATH: why" ("/root/.pyenv/…/python3.11: under
+	// /root, which the sandbox hides").
+	Skipped []string `json:"skipped,omitempty"`
 }
 
 // FindPython picks the interpreter: override (METNOS_PYTHON) when set
@@ -31,20 +38,54 @@ type Python struct {
 // the folders of path (the agent's PATH) that is a real interpreter
 // rather than a version manager's shell shim (pyenv, asdf), which could
 // not run inside the sandbox.
-func FindPython(lay layout.Layout, override, path string) (Python, error) {
+//
+// Only an interpreter the sandbox can show its executors is chosen:
+// with host the device the sandbox derives its policies for, one that
+// lies (symlinks resolved) in a folder the sandbox masks (/root when it
+// is not the home folder, ~/.ssh, the agent's own folders...) or whose
+// installation it could not show without showing the whole home folder
+// is skipped, and Skipped says why; an override that cannot run
+// is an error. With the zero Host (the sandbox off) nothing is skipped
+// for the sandbox's sake.
+func FindPython(lay layout.Layout, host policy.Host, override, path string) (Python, error) {
 	if p := override; p != "" {
 		fi, err := os.Stat(p)
 		if err != nil || fi.IsDir() {
 			return Python{}, fmt.Errorf("METNOS_PYTHON=%s is not an interpreter file: fix or unset it", p)
 		}
-		return pythonAt(p, "env:METNOS_PYTHON", "")
+		py, err := pythonAt(p, "env:METNOS_PYTHON", "")
+		if err != nil {
+			return Python{}, err
+		}
+		if why := sandboxCannotRun(py, host, lay); why != "" {
+			return Python{}, fmt.Errorf("METNOS_PYTHON=%s (%s) cannot run in the sandbox: it is %s; set METNOS_PYTHON to an interpreter installed elsewhere, or unset it", p, py.Path, why)
+		}
+		return py, nil
+	}
+	var shims, skipped []string
+	consider := func(p, source string) (Python, bool) {
+		py, err := pythonAt(p, source, "")
+		if err != nil {
+			skipped = append(skipped, fmt.Sprintf("%s: %v", p, err))
+			return Python{}, false
+		}
+		if why := sandboxCannotRun(py, host, lay); why != "" {
+			skipped = append(skipped, fmt.Sprintf("%s: %s", py.Path, why))
+			return Python{}, false
+		}
+		if len(shims) > 0 {
+			py.Note = "skipped shell shims " + strings.Join(shims, ", ")
+		}
+		py.Skipped = skipped
+		return py, true
 	}
 	for _, p := range lay.InterpreterCandidates() {
 		if isFile(p) {
-			return pythonAt(p, "provisioned", "")
+			if py, ok := consider(p, "provisioned"); ok {
+				return py, nil
+			}
 		}
 	}
-	var skipped []string
 	for _, name := range []string{"python3", "python"} {
 		for _, dir := range filepath.SplitList(path) {
 			if dir == "" || !filepath.IsAbs(dir) {
@@ -55,17 +96,47 @@ func FindPython(lay layout.Layout, override, path string) (Python, error) {
 				continue
 			}
 			if script(p) {
-				skipped = append(skipped, p)
+				shims = append(shims, p)
 				continue
 			}
-			note := ""
-			if len(skipped) > 0 {
-				note = "skipped shell shims " + strings.Join(skipped, ", ")
+			if py, ok := consider(p, "system:"+name); ok {
+				return py, nil
 			}
-			return pythonAt(p, "system:"+name, note)
 		}
 	}
+	if len(skipped) > 0 {
+		return Python{Skipped: skipped}, fmt.Errorf("no Python interpreter the sandbox can run (skipped %s): install python3 outside those folders, or set METNOS_PYTHON to one", strings.Join(skipped, "; "))
+	}
 	return Python{}, fmt.Errorf("no Python interpreter: install python3, or set METNOS_PYTHON to one")
+}
+
+// sandboxCannotRun says why the sandbox could not run py for an
+// executor on host, "" when it can: the same test [Agent.request]
+// makes, on the policy of an executor that asks for nothing. With the
+// zero Host it says nothing.
+func sandboxCannotRun(py Python, host policy.Host, lay layout.Layout) string {
+	if host.Home == "" {
+		return ""
+	}
+	pol, err := policy.Derive(policy.DeriveInput{Host: host})
+	if err != nil {
+		return ""
+	}
+	if sandbox.Visible(pol, py.Path) {
+		return ""
+	}
+	own := fspath.Within(py.Prefix, lay.Cache)
+	if m, masked := policy.CoveredByMask(py.Path, pol.Masks); masked && !own {
+		return fmt.Sprintf("under %s, which the sandbox hides", m.Path)
+	}
+	if py.Prefix == "/" || fspath.Within(host.Home, py.Prefix) {
+		return fmt.Sprintf("installed in %s, which the sandbox would have to show whole", py.Prefix)
+	}
+	pol, err = policy.Derive(policy.DeriveInput{Host: host, Extra: []policy.Grant{{Path: py.Prefix, Access: policy.Read, Own: own, Why: "python"}}})
+	if err != nil || !sandbox.Visible(pol, py.Path) {
+		return fmt.Sprintf("in %s, which the sandbox cannot show", py.Prefix)
+	}
+	return ""
 }
 
 func pythonAt(p, source, note string) (Python, error) {

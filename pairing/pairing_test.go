@@ -3,8 +3,10 @@ package pairing
 import (
 	"bytes"
 	"crypto/ed25519"
+	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -108,5 +110,189 @@ func TestCorruptedPinnedKey(t *testing.T) {
 	}
 	if _, err := (State{}).ServerKey(); err == nil {
 		t.Error("a missing pinned key decoded")
+	}
+}
+
+// A paired device whose key file is gone gets an error naming the file
+// and what to do, never a new key: the server knows the old one, and
+// would answer every request with bad_signature.
+func TestPairedKeyMissingIsNotReplaced(t *testing.T) {
+	dir := copyFixture(t)
+	lay := layout.Layout{Data: dir}
+	os.Remove(lay.Key())
+	_, err := LoadOrCreateKey(lay)
+	if err == nil {
+		t.Fatal("a paired device without its key got a new one")
+	}
+	for _, want := range []string{lay.Key(), "restore", "metnos-agent unpair"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if _, err := os.Lstat(lay.Key()); err == nil {
+		t.Error("a key file was written")
+	}
+}
+
+// A key that is a dangling link (a vault not mounted) is an error, paired
+// or not, and the link is left as it is: nothing is written through it
+// nor over it.
+func TestDanglingKeyLinkIsLeftAlone(t *testing.T) {
+	for _, paired := range []bool{true, false} {
+		dir := copyFixture(t)
+		lay := layout.Layout{Data: dir}
+		if !paired {
+			os.Remove(lay.State())
+		}
+		os.Remove(lay.Key())
+		target := filepath.Join(t.TempDir(), "vault", "key")
+		if err := os.Symlink(target, lay.Key()); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadOrCreateKey(lay)
+		if err == nil || !strings.Contains(err.Error(), "does not exist (a vault or drive not mounted?)") || !strings.Contains(err.Error(), lay.Key()) {
+			t.Errorf("paired %v: got %v, want an error about the link", paired, err)
+		}
+		if got, err := os.Readlink(lay.Key()); err != nil || got != target {
+			t.Errorf("paired %v: the link was replaced: %q %v", paired, got, err)
+		}
+		if _, err := os.Lstat(target); err == nil {
+			t.Errorf("paired %v: a key was written through the link", paired)
+		}
+		if _, err := LoadKey(lay); errors.Is(err, ErrNoKey) {
+			t.Errorf("paired %v: LoadKey takes a dangling link for no key", paired)
+		}
+	}
+}
+
+// A key others can read is refused, as the tailnet auth-key file is, and
+// its mode is left for the user to fix.
+func TestKeyReadableByOthersIsRefused(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no Unix modes on Windows")
+	}
+	dir := copyFixture(t)
+	lay := layout.Layout{Data: dir}
+	os.Chmod(lay.Key(), 0o644)
+	_, err := LoadOrCreateKey(lay)
+	if err == nil || !strings.Contains(err.Error(), "readable by others (-rw-r--r--): chmod 600 it") {
+		t.Fatalf("got %v, want a refusal", err)
+	}
+	if fi, _ := os.Stat(lay.Key()); fi.Mode().Perm() != 0o644 {
+		t.Errorf("the mode was changed silently: %v", fi.Mode())
+	}
+	os.Chmod(lay.Key(), 0o600)
+	if _, err := LoadOrCreateKey(lay); err != nil {
+		t.Errorf("after chmod 600: %v", err)
+	}
+}
+
+// A missing home folder is never created: the key (and state.json) are
+// refused with a sentence that says to fix $HOME.
+func TestMissingHomeIsNotCreated(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "nohome")
+	lay, err := layout.For(runtime.GOOS, func(string) string { return "" }, home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadOrCreateKey(lay); err == nil || !strings.Contains(err.Error(), "the home folder "+home+" does not exist") {
+		t.Errorf("LoadOrCreateKey: %v", err)
+	}
+	if err := SaveState(lay, State{}); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("SaveState: %v", err)
+	}
+	if _, err := os.Lstat(home); err == nil {
+		t.Fatal("the home folder was created")
+	}
+	// With the home folder there, its data folder is made as before.
+	os.Mkdir(home, 0o700)
+	if _, err := LoadOrCreateKey(lay); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// state.json as a link is neither written through nor replaced.
+func TestStateLinkIsNotWrittenThrough(t *testing.T) {
+	dir := t.TempDir()
+	lay := layout.Layout{Data: dir}
+	target := filepath.Join(t.TempDir(), "elsewhere.json")
+	os.Symlink(target, lay.State())
+	id := "x"
+	if err := SaveState(lay, State{DeviceID: &id}); err == nil {
+		t.Fatal("state.json was written over a link")
+	}
+	if _, err := os.Lstat(target); err == nil {
+		t.Error("state.json was written through a link")
+	}
+}
+
+// Server URLs are checked before anything is sent or written: each bad
+// one gets one sentence saying what is wrong and what is wanted.
+func TestCheckServerURL(t *testing.T) {
+	for _, ok := range []string{"http://metnos:8765", "https://metnos.example", "http://127.0.0.1:8765/", "http://[::1]:8765/metnos", "HTTP://metnos"} {
+		if err := CheckServerURL(ok); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	for bad, says := range map[string]string{
+		"http://":                 "has no host",
+		"http://:8765":            "has no host",
+		"notaurl":                 "has no scheme",
+		"metnos:8765":             "does not start with http:// or https://",
+		"ftp://metnos:8765":       "does not start with http:// or https://",
+		"http://metnos:8765/?x=1": "has a query",
+		"http://metnos:8765/#top": "has a fragment",
+		"http://u:p@metnos:8765":  "user name or password",
+		"http://metnos:99999":     "not 1 to 65535",
+		"http://metnos:x":         "is not a URL",
+		"http:metnos":             "has no host",
+		"http://a b":              "is not a URL",
+		"http://\x1b[31m":         `\x1b[31m`,
+	} {
+		err := CheckServerURL(bad)
+		if err == nil || !strings.Contains(err.Error(), says) || !strings.Contains(err.Error(), "want http:// or https://") {
+			t.Errorf("%q: %v, want it to say %q", bad, err, says)
+		}
+		if err != nil && strings.Contains(err.Error(), "\x1b") {
+			t.Errorf("%q: the error holds a raw escape", bad)
+		}
+	}
+	// A state.json naming an ftp:// server is found out by CheckServer,
+	// which names the file.
+	dir := t.TempDir()
+	id, u := "d", "ftp://metnos:8765"
+	lay := layout.Layout{Data: dir}
+	if err := SaveState(lay, State{DeviceID: &id, ServerURL: &u}); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckServer(lay, ""); err == nil || !strings.Contains(err.Error(), lay.State()) || !strings.Contains(err.Error(), "ftp://") {
+		t.Errorf("CheckServer of a state.json with ftp://: %v", err)
+	}
+	if err := CheckServer(lay, "http://other:8765"); err != nil {
+		t.Errorf("--server overrides state.json: %v", err)
+	}
+}
+
+// The fallback for file systems without hard links creates the key in
+// place, but never through a link nor over a file.
+func TestCreateExclRefusesLinksAndFiles(t *testing.T) {
+	dir := t.TempDir()
+	link, target := filepath.Join(dir, "key"), filepath.Join(dir, "vault-key")
+	os.Symlink(target, link)
+	if err := createExcl(link, []byte("seed")); !errors.Is(err, os.ErrExist) {
+		t.Errorf("through a dangling link: %v, want ErrExist", err)
+	}
+	if _, err := os.Lstat(target); err == nil {
+		t.Error("written through the link")
+	}
+	p := filepath.Join(dir, "new")
+	if err := createExcl(p, []byte("seed")); err != nil {
+		t.Fatal(err)
+	}
+	if err := createExcl(p, []byte("other")); !errors.Is(err, os.ErrExist) {
+		t.Errorf("over a file: %v", err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "seed" {
+		t.Errorf("the file was overwritten: %q", b)
 	}
 }

@@ -65,6 +65,9 @@ func connect(ctx context.Context, e environment, o connectOptions, log *slog.Log
 	if server == "" {
 		return nil, nil, errors.New("no server URL: pass --server, or pair again")
 	}
+	if err := pairing.CheckServerURL(server); err != nil {
+		return nil, nil, err
+	}
 	tc, useTailnet, err := o.tailnet.config(e.lay, name, e.cfg.TailnetAuthKey)
 	if err != nil {
 		return nil, nil, err

@@ -156,7 +156,8 @@ func doctor(e environment) doctorReport {
 		}
 	}
 
-	if py, err := agent.FindPython(e.lay, e.cfg.Python, e.cfg.Path); err != nil {
+	if py, err := findPython(e); err != nil {
+		r.Python.Python = py // what was skipped, and why
 		r.Python.Error = err.Error()
 	} else {
 		r.Python.Python = py
@@ -228,6 +229,11 @@ func printDoctor(w io.Writer, r doctorReport, lay layout.Layout) {
 			v += "; does not run: " + py.Error
 		}
 		row("python", v)
+	}
+	// An interpreter passed over is a warning: it is often the one the
+	// user expected (first on PATH), and executors would fail with it.
+	for _, s := range r.Python.Skipped {
+		row("warning", "python skipped, the sandbox could not run it: "+s)
 	}
 	for _, d := range fetch.Downloading(lay) {
 		row("download", fmt.Sprintf("%s: %d of %d bytes (resumes on the next runtime install)", d.URL, d.Done, d.Total))

@@ -127,3 +127,15 @@ func shimPath(given string) string {
 	}
 	return ""
 }
+
+// findPython is the interpreter the agent would give executors here:
+// [agent.FindPython] with the Host of [deviceHost], so that an
+// interpreter the sandbox hides is skipped as `run` skips it (none is
+// skipped when the sandbox is off).
+func findPython(e environment) (agent.Python, error) {
+	host, err := deviceHost(e, os.Getuid())
+	if err != nil || e.cfg.SandboxDisabled != "" {
+		host = policy.Host{}
+	}
+	return agent.FindPython(e.lay, host, e.cfg.Python, e.cfg.Path)
+}

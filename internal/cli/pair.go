@@ -1,14 +1,22 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 
+	xterm "golang.org/x/term"
+
+	"github.com/metnos/agent/internal/layout"
+	"github.com/metnos/agent/internal/lockfile"
+	"github.com/metnos/agent/internal/term"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/wire"
 )
@@ -18,19 +26,41 @@ func runRegister(std stdio, args []string) int {
 	server := fs.String("server", "", "the server's device URL, such as http://metnos.tailnet:8765")
 	token := fs.String("token", "", "the one-time pairing token (DEV.…)")
 	name := fs.String("name", "", "the name this device shows locally (default: the name the server gives it)")
+	force := fs.Bool("force", false, "replace an existing pairing with another server without asking")
 	tf := addTailnetFlags(fs)
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
+	if fs.NArg() > 0 {
+		return usageError(std.err, "register", "register takes no arguments, only flags (got %q)", term.Sanitize(fs.Arg(0)))
+	}
 	if *server == "" || *token == "" {
 		return usageError(std.err, "register", "both --server and --token are needed")
 	}
-	if !strings.HasPrefix(*server, "http://") && !strings.HasPrefix(*server, "https://") {
-		return usageError(std.err, "register", "--server %q must be an http:// URL", *server)
+	if err := pairing.CheckServerURL(*server); err != nil {
+		return usageError(std.err, "register", "--server: %v", err)
+	}
+	if r, off, bad := term.FirstUnsafe(*name); bad {
+		return usageError(std.err, "register", "--name holds %s at byte %d: a device name is shown on terminals, so it may not hold control characters, escape sequences or bidirectional overrides", term.Describe(r), off)
 	}
 	e, err := std.environment()
 	if err != nil {
 		return fail(std, err)
+	}
+	if err := pairing.CheckHome(e.lay); err != nil {
+		return fail(std, err)
+	}
+	if code, running := refuseWhileRunning(std, e.lay, "pairing again"); running {
+		return code
+	}
+	old, err := pairing.LoadState(e.lay)
+	if err != nil {
+		return fail(std, err)
+	}
+	if old.Paired() {
+		if code, ok := confirmRepair(std, old, *server, *force); !ok {
+			return code
+		}
 	}
 	c, node, err := connect(context.Background(), e, connectOptions{server: *server, unpaired: true, name: *name, tailnet: tf}, warnLogger(std))
 	if err != nil {
@@ -53,37 +83,113 @@ func runRegister(std stdio, args []string) int {
 	if err := pairing.SaveState(e.lay, st); err != nil {
 		return fail(std, err)
 	}
-	fmt.Fprintf(std.out, "paired as %q (device %s) with %s\n", dn, reg.DeviceID, *server)
+	fmt.Fprintf(std.out, "paired as \"%s\" (device %s) with %s\n", term.Sanitize(dn), term.Sanitize(reg.DeviceID), term.Sanitize(*server))
+	if old.Paired() && old.ServerPublicKey != nil && reg.ServerPublicKey != nil && *old.ServerPublicKey != *reg.ServerPublicKey {
+		fmt.Fprintf(std.err, "note: the pinned server key changed from %s to %s\n", term.Sanitize(*old.ServerPublicKey), term.Sanitize(*reg.ServerPublicKey))
+	}
 	if reg.ServerPublicKey == nil || *reg.ServerPublicKey == "" {
 		fmt.Fprintln(std.err, "warning: the server has no signing key, so `metnos-agent run` will refuse to start: create its author key, then pair again")
 	}
 	return exitOK
 }
 
+// refuseWhileRunning refuses a command that would change the pairing
+// under a running agent (`run` holds lay's Lock): it says which process
+// runs and how to stop it, and returns the exit status. It only tests
+// the lock, creating no file.
+func refuseWhileRunning(std stdio, lay layout.Layout, doing string) (code int, running bool) {
+	pid, held, err := lockfile.LockHolder(lay.Lock())
+	if err != nil {
+		return fail(std, err), true
+	}
+	if !held {
+		return 0, false
+	}
+	who := "metnos-agent is running"
+	if pid > 0 {
+		who = fmt.Sprintf("metnos-agent is running (pid %d)", pid)
+	}
+	fmt.Fprintf(std.err, "metnos-agent: %s, serving the current pairing: stop it first with `systemctl --user stop metnos-agent` (or Ctrl-C in its terminal), then retry %s\n", who, doing)
+	return exitLocked, true
+}
+
+// confirmRepair says what pairing again replaces and, when the new
+// server is another one, asks on a terminal unless force; without a
+// terminal and without force it refuses. ok says to go on; otherwise
+// code is the exit status.
+func confirmRepair(std stdio, old pairing.State, server string, force bool) (code int, ok bool) {
+	oldServer := "-"
+	if old.ServerURL != nil {
+		oldServer = *old.ServerURL
+	}
+	if sameServer(oldServer, server) {
+		fmt.Fprintf(std.err, "note: this device is paired with %s as device %s; pairing again replaces that pairing and its pinned server key\n", term.Sanitize(oldServer), term.Sanitize(*old.DeviceID))
+		return 0, true
+	}
+	fmt.Fprintf(std.err, "this device is paired with %s as device %s: pairing with %s replaces the pinned server key and the server, and %s will no longer reach this device (revoke it on that server's Devices page)\n",
+		term.Sanitize(oldServer), term.Sanitize(*old.DeviceID), term.Sanitize(server), term.Sanitize(oldServer))
+	if force {
+		return 0, true
+	}
+	if std.in == nil || !xterm.IsTerminal(int(std.in.Fd())) {
+		fmt.Fprintln(std.err, "metnos-agent: not replaced: run register again with --force to replace the pairing")
+		return exitFailure, false
+	}
+	if !askYes(std.in, std.err, "Replace it? [y/N] ") {
+		fmt.Fprintln(std.err, "metnos-agent: not replaced; the pairing is unchanged")
+		return exitFailure, false
+	}
+	return 0, true
+}
+
+// askYes writes question to w and reports whether the line read from r
+// is y or yes (any case).
+func askYes(r io.Reader, w io.Writer, question string) bool {
+	fmt.Fprint(w, question)
+	line, _ := bufio.NewReader(r).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true
+	}
+	return false
+}
+
+// sameServer reports whether two server URLs name the same server:
+// equal but for the case of the scheme and host and a trailing slash.
+func sameServer(a, b string) bool {
+	norm := func(s string) string {
+		u, err := url.Parse(s)
+		if err != nil {
+			return s
+		}
+		return strings.ToLower(u.Scheme) + "://" + strings.ToLower(u.Host) + strings.TrimRight(u.Path, "/")
+	}
+	return norm(a) == norm(b)
+}
+
 func runWhoami(std stdio, args []string) int {
-	fs := newFlagSet("whoami", std.err, "Show this device's identity and pairing.")
+	fs := newFlagSet("whoami", std.err, "Show this device's identity and pairing. It changes nothing: on a device that was never paired there is no key yet.")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
+	}
+	if fs.NArg() > 0 {
+		return usageError(std.err, "whoami", "whoami takes no arguments (got %q)", term.Sanitize(fs.Arg(0)))
 	}
 	e, err := std.environment()
 	if err != nil {
 		return fail(std, err)
 	}
 	data := e.lay.Data
-	key, err := pairing.LoadOrCreateKey(e.lay)
-	if err != nil {
-		return fail(std, err)
-	}
+	key, keyErr := pairing.LoadKey(e.lay)
 	st, err := pairing.LoadState(e.lay)
 	if err != nil {
 		return fail(std, err)
 	}
-	pub := key.Public().(ed25519.PublicKey)
 	s := func(p *string) string {
 		if p == nil || *p == "" {
 			return "-"
 		}
-		return *p
+		return term.Sanitize(*p)
 	}
 	w := std.out
 	if !st.Paired() {
@@ -94,31 +200,52 @@ func runWhoami(std stdio, args []string) int {
 		fmt.Fprintf(w, "server:              %s\n", s(st.ServerURL))
 		fmt.Fprintf(w, "paired at:           %s\n", s(st.PairedAt))
 	}
-	fmt.Fprintf(w, "device key (hex):    %s   (what the Rust client's whoami calls its fingerprint)\n", pairing.LocalFingerprint(pub))
-	fmt.Fprintf(w, "server fingerprint:  %s   (SHA-256 of the device key, as the server's Devices page shows it)\n", wire.ServerFingerprint(pub))
-	if st.Fingerprint != nil && *st.Fingerprint != wire.ServerFingerprint(pub) {
-		fmt.Fprintf(w, "warning: state.json records the fingerprint %s, which is not this key's: the key changed since pairing; pair again\n", *st.Fingerprint)
+	switch {
+	case errors.Is(keyErr, pairing.ErrNoKey) && !st.Paired():
+		fmt.Fprintf(w, "device key:          none yet (not paired, no key yet: `metnos-agent register` makes one in %s)\n", e.lay.Key())
+	case keyErr != nil:
+		fmt.Fprintf(w, "device key:          unusable: %s\n", term.Sanitize(keyErr.Error()))
+	default:
+		pub := key.Public().(ed25519.PublicKey)
+		fmt.Fprintf(w, "device key (hex):    %s   (what the Rust client's whoami calls its fingerprint)\n", pairing.LocalFingerprint(pub))
+		fmt.Fprintf(w, "server fingerprint:  %s   (SHA-256 of the device key, as the server's Devices page shows it)\n", wire.ServerFingerprint(pub))
+		if st.Fingerprint != nil && *st.Fingerprint != wire.ServerFingerprint(pub) {
+			fmt.Fprintf(w, "warning: state.json records the fingerprint %s, which is not this key's: the key changed since pairing; pair again\n", s(st.Fingerprint))
+		}
 	}
 	if st.Paired() {
 		if sk, err := st.ServerKey(); err == nil {
 			fmt.Fprintf(w, "server key (pinned): %s\n", wire.PublicKeyWire(sk))
 		} else {
-			fmt.Fprintf(w, "server key (pinned): none (%v)\n", err)
+			fmt.Fprintf(w, "server key (pinned): none (%s)\n", term.Sanitize(err.Error()))
 		}
 	}
 	printTailnet(w, e.lay)
 	fmt.Fprintf(w, "data dir:            %s\n", data)
+	if keyErr != nil && st.Paired() {
+		return exitFailure
+	}
 	return exitOK
 }
 
 func runUnpair(std stdio, args []string) int {
-	fs := newFlagSet("unpair", std.err, "Forget the pairing (state.json). The device key stays, so pairing again gives the same device.")
+	fs := newFlagSet("unpair", std.err, "Forget the pairing (state.json). The device key stays, so pairing again gives the same device. Refused while `metnos-agent run` serves the pairing.")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
+	}
+	if fs.NArg() > 0 {
+		return usageError(std.err, "unpair", "unpair takes no arguments (got %q)", term.Sanitize(fs.Arg(0)))
 	}
 	e, err := std.environment()
 	if err != nil {
 		return fail(std, err)
+	}
+	if _, err := os.Lstat(e.lay.State()); errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintln(std.out, "this device was not paired")
+		return exitOK
+	}
+	if code, running := refuseWhileRunning(std, e.lay, "unpair"); running {
+		return code
 	}
 	err = os.Remove(e.lay.State())
 	switch {
@@ -138,8 +265,9 @@ func warnLogger(std stdio) *slog.Logger {
 	return slog.New(slog.NewTextHandler(std.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// fail prints err and returns exitFailure.
+// fail prints err and returns exitFailure. The error may carry what a
+// server said, so it is sanitised for the terminal.
 func fail(std stdio, err error) int {
-	fmt.Fprintf(std.err, "metnos-agent: %v\n", err)
+	fmt.Fprintf(std.err, "metnos-agent: %s\n", term.SanitizeLines(err.Error()))
 	return exitFailure
 }

@@ -34,6 +34,14 @@ func runRun(std stdio, args []string) int {
 	if err != nil {
 		return fail(std, err)
 	}
+	// Before anything is written or sent: a server URL that cannot be
+	// one, and a home folder that does not exist (never created).
+	if err := pairing.CheckServer(e.lay, *server); err != nil {
+		return fail(std, err)
+	}
+	if err := pairing.CheckHome(e.lay); err != nil {
+		return fail(std, err)
+	}
 	lock, err := lockfile.Lock(e.lay.Lock())
 	if errors.Is(err, lockfile.ErrLocked) {
 		fmt.Fprintf(std.err, "metnos-agent: another agent is already running for this user: %v\n", err)

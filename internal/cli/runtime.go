@@ -11,6 +11,7 @@ import (
 
 	"github.com/metnos/agent/agent"
 	"github.com/metnos/agent/fetch"
+	"github.com/metnos/agent/pairing"
 )
 
 func runRuntime(std stdio, args []string) int {
@@ -37,6 +38,9 @@ func runRuntimeInstall(std stdio, args []string) int {
 	}
 	e, err := std.environment()
 	if err != nil {
+		return fail(std, err)
+	}
+	if err := pairing.CheckHome(e.lay); err != nil { // never create a missing home
 		return fail(std, err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -94,7 +98,7 @@ func runRuntimeStatus(std stdio, args []string) int {
 	if rt, err := fetch.Current(e.lay); err == nil {
 		s.Installed = &rt
 	}
-	if py, err := agent.FindPython(e.lay, e.cfg.Python, e.cfg.Path); err == nil {
+	if py, err := findPython(e); err == nil {
 		s.Python = &py
 	} else {
 		s.PythonError = err.Error()

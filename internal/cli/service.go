@@ -94,6 +94,11 @@ func runInstall(std stdio, args []string) int {
 		// "go run" builds in a temporary folder that is gone afterwards.
 		return fail(std, fmt.Errorf("this binary (%s) is a temporary build of `go run`, which the service could not start later: build or install metnos-agent, then run its install", exe))
 	}
+	if e, err := std.environment(); err == nil && !*dryRun {
+		if err := pairing.CheckHome(e.lay); err != nil { // never create a missing home
+			return fail(std, err)
+		}
+	}
 	s, err := newService(std, *dryRun)
 	if err != nil {
 		return fail(std, err)

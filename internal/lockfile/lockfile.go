@@ -85,14 +85,11 @@ func (l *Held) Release() error { return l.f.Close() }
 // LockHolder reports whether another process holds the lock at path
 // (as taken by [Lock]) and, when the file names it, that process's id.
 // Unlike [Lock] it never creates the file nor writes to it, so a status
-// check leaves the holder's process id in place.
-
-// LockHolder reports whether another process holds the lock at path
-// (as taken by [Lock]) and, when the file names it, that process's id.
-// Unlike [Lock] it never creates the file nor writes to it, so a status
-// check leaves the holder's process id in place.
+// check leaves the holder's process id in place. It opens the file
+// read-only; when no one holds the lock it takes it for an instant to
+// find out, so a [Lock] at that very instant may fail.
 func LockHolder(path string) (pid int, held bool, err error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := os.Open(path) // read-only: a probe writes nothing
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, false, nil
 	}
