@@ -152,7 +152,7 @@ func printEntry(w io.Writer, e undo.Entry) {
 		facts = append(facts, "turn "+e.TurnID)
 	}
 	if e.Finished {
-		facts = append(facts, fmt.Sprintf("%d changes, %d folders made", len(e.Rows), len(e.DirsCreated)))
+		facts = append(facts, e.Changes())
 	}
 	if e.ErrorClass != "" {
 		facts = append(facts, "error "+e.ErrorClass)
@@ -227,24 +227,34 @@ or add --offline.`)
 		}
 	}
 	dir := env.lay.Journal()
-	if !*dry {
-		lk, err := lockfile.Lock(filepath.Join(dir, "undo.lock"))
-		if err != nil {
-			if errors.Is(err, lockfile.ErrLocked) {
-				return fail(std, fmt.Errorf("another local undo is running: %w", err))
+	var j *undo.Journal
+	if *dry {
+		// A dry run only reads: no lock, no journal folder made.
+		j, err = undo.Load(dir)
+	} else {
+		lk, lerr := lockfile.Lock(filepath.Join(dir, "undo.lock"))
+		if lerr != nil {
+			if errors.Is(lerr, lockfile.ErrLocked) {
+				return fail(std, fmt.Errorf("another local undo is running: %w", lerr))
 			}
-			return fail(std, err)
+			return fail(std, lerr)
 		}
 		defer lk.Release()
+		j, err = undo.Open(dir)
 	}
-	j, err := undo.Open(dir)
 	if err != nil {
 		return fail(std, err)
 	}
 	if *last {
-		e, ok := j.Last()
+		e, skipped, ok := j.Last()
+		for _, s := range skipped {
+			fmt.Fprintf(std.err, "metnos-agent: skipping %s: its last local undo left conflicts (see `metnos-agent history`); once they are settled, undo it by its id: metnos-agent undo --offline %s\n", s, s)
+		}
 		if !ok {
-			fmt.Fprintln(std.out, "Nothing to undo: no change on this device has anything left to undo.")
+			fmt.Fprintln(std.out, "Nothing to undo: no change on this device has anything left to undo here.")
+			if len(skipped) > 0 {
+				return exitFailure
+			}
 			return exitOK
 		}
 		id = e.InvocationID
@@ -255,7 +265,7 @@ or add --offline.`)
 		return fail(std, err)
 	}
 	printReport(std.out, e, rep)
-	if len(rep.Conflicts) > 0 {
+	if len(rep.Conflicts) > 0 || len(rep.Unsupported) > 0 {
 		return exitFailure
 	}
 	return exitOK
@@ -315,9 +325,11 @@ func printReport(w io.Writer, e undo.Entry, rep undo.Report) {
 	for _, u := range rep.Unsupported {
 		fmt.Fprintf(w, "  – not undoable here: %s\n", u)
 	}
-	switch {
-	case len(rep.Conflicts) > 0:
-		fmt.Fprintf(w, "%d steps left as they were (nothing was overwritten).\n", len(rep.Conflicts))
+	switch left := len(rep.Conflicts) + len(rep.Unsupported); {
+	case left > 0 && rep.DryRun:
+		fmt.Fprintf(w, "Not everything would be put back: %s. Nothing was changed (dry run).\n", leftOver(rep))
+	case left > 0:
+		fmt.Fprintf(w, "Not everything was put back: %s (nothing was overwritten). The change stays in the history as not undone.\n", leftOver(rep))
 	case rep.DryRun:
 		fmt.Fprintln(w, "Nothing was changed (dry run).")
 	case len(rep.Done) == 0:
@@ -325,4 +337,19 @@ func printReport(w io.Writer, e undo.Entry, rep undo.Report) {
 	default:
 		fmt.Fprintln(w, "✓ everything put back.")
 	}
+}
+
+// leftOver says what a local undo leaves undone: "2 steps left as they
+// were, 1 not undoable here".
+func leftOver(rep undo.Report) string {
+	var parts []string
+	if n := len(rep.Conflicts); n == 1 {
+		parts = append(parts, "1 step left as it was")
+	} else if n > 1 {
+		parts = append(parts, fmt.Sprintf("%d steps left as they were", n))
+	}
+	if n := len(rep.Unsupported); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d not undoable here", n))
+	}
+	return strings.Join(parts, ", ")
 }
