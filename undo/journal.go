@@ -314,24 +314,59 @@ func (j *Journal) intact(e *Entry) error {
 	if err != nil {
 		return fmt.Errorf("checking the chain of the history journal %s: %w", filepath.Join(j.dir, journalFile), err)
 	}
-	if rep.OK() {
-		return nil
-	}
 	j.mu.Lock()
-	read := j.line
-	lines := slices.Clone(e.lines)
+	bad := j.untrusted(rep, e)
 	j.mu.Unlock()
-	var bad []string
-	for _, n := range lines {
-		if rep.File != journalFile || n >= rep.Line || rep.Line > read {
-			bad = append(bad, strconv.Itoa(n))
-		}
-	}
 	if len(bad) == 0 {
 		return nil // its records all come before the damage, and are chained
 	}
-	return fmt.Errorf("%s (%s): refused: the history journal %s fails its chain (%s), and the records of this change (line %s) are at or after that place, so they may have been edited; nothing was changed. Run `metnos-agent history` to see the damage; an entry recorded before it can still be undone",
-		e.InvocationID, e.Executor, filepath.Join(j.dir, journalFile), rep, strings.Join(bad, ", "))
+	return fmt.Errorf("%s (%s): refused: the history journal %s fails its chain (%s), and the records of this change (%s) are at or after that place, so they may have been edited; nothing was changed. Run `metnos-agent history` to see the damage; a change recorded before it can still be undone",
+		e.InvocationID, e.Executor, filepath.Join(j.dir, journalFile), rep, lineList(bad))
+}
+
+// untrusted lists the lines of e's records that rep's damage puts in
+// doubt. j.mu is held.
+func (j *Journal) untrusted(rep chainlog.Report, e *Entry) []int {
+	if rep.OK() {
+		return nil
+	}
+	var bad []int
+	for _, n := range e.lines {
+		if rep.File != journalFile || n >= rep.Line || rep.Line > j.line {
+			bad = append(bad, n)
+		}
+	}
+	return bad
+}
+
+func lineList(lines []int) string {
+	s := make([]string, len(lines))
+	for i, n := range lines {
+		s[i] = strconv.Itoa(n)
+	}
+	if len(lines) == 1 {
+		return "line " + s[0]
+	}
+	return "lines " + strings.Join(s, ", ")
+}
+
+// Untrusted verifies the journal's chain and lists the entries a local
+// undo refuses because of what it found (see [Journal.Undo]), newest
+// first, with the report.
+func (j *Journal) Untrusted() (chainlog.Report, []string, error) {
+	rep, err := chainlog.Verify(j.dir)
+	if err != nil {
+		return rep, nil, err
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var ids []string
+	for i := len(j.entries) - 1; i >= 0; i-- {
+		if len(j.untrusted(rep, j.entries[i])) > 0 {
+			ids = append(ids, j.entries[i].InvocationID)
+		}
+	}
+	return rep, ids, nil
 }
 
 // Begin is what [Journal.Begin] records of an invocation about to run.

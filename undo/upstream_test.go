@@ -303,6 +303,9 @@ func TestUndoRefusesRecordsThatFailTheChain(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(w.folder, "evil.txt")); err == nil {
 		t.Fatal("the edited record was acted on")
 	}
+	if rep, ids, err := j.Untrusted(); err != nil || rep.OK() || !slices.Equal(ids, []string{second}) {
+		t.Fatalf("untrusted: %v %v %v", rep, ids, err)
+	}
 	if rep, err := j.Undo(first, w.history, false); err != nil || len(rep.Done) != 1 {
 		t.Fatalf("undo of the entry before the edit: %+v %v", rep, err)
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/metnos/agent/client"
-	"github.com/metnos/agent/internal/chainlog"
 	"github.com/metnos/agent/internal/lockfile"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/undo"
@@ -45,8 +44,11 @@ edited or removed record is reported.`)
 		entries = entries[:*limit]
 	}
 	var problem string
-	if rep, err := chainlog.Verify(dir); err == nil && !rep.OK() {
+	if rep, ids, err := j.Untrusted(); err == nil && !rep.OK() {
 		problem = fmt.Sprintf("the history journal was tampered with: %s", rep)
+		if len(ids) > 0 {
+			problem += fmt.Sprintf("; a local undo refuses the changes recorded at or after that place: %s", strings.Join(ids, ", "))
+		}
 	}
 	if *asJSON {
 		out := struct {
@@ -201,7 +203,7 @@ This is the escape hatch for when the Metnos server is gone or the
 device was unpaired. While the device is paired and its server answers,
 ask Metnos to undo instead (so that the server's undo log stays true),
 or add --offline.`)
-	last := fs.Bool("last", false, "undo the newest change that still has something to undo")
+	last := fs.Bool("last", false, "undo the newest change that still has something to undo (passing over those a local undo left in conflict: undo them by their id)")
 	dry := fs.Bool("dry-run", false, "say what would be done, change nothing")
 	offline := fs.Bool("offline", false, "undo here even though the paired server answers")
 	if code, stop := parseFlags(fs, args); stop {
