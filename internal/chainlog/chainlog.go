@@ -148,14 +148,14 @@ func (l *Log) cutTorn(whole int64) error {
 	defer f.Close()
 	n := l.size - whole
 	if n > maxLine {
-		return fmt.Errorf("%s ends with %d bytes without a newline, more than a line of this log: edited or damaged, not a crash; nothing was changed (look at the end of the file and move it away to start a new log)", path, n)
+		return fmt.Errorf("%s ends with %d bytes without a newline, more than a line of this log: edited or damaged, not a crash; nothing was changed (look at the end of the file, and once you know where those bytes came from, cut the file after its last newline)", path, n)
 	}
 	tail := make([]byte, n)
 	if _, err := f.ReadAt(tail, whole); err != nil {
 		return fmt.Errorf("reading %s: %w", path, err)
 	}
 	if !Torn(tail, l.seq+1, l.prev) {
-		return fmt.Errorf("%s ends with %d bytes that are not the beginning of the line that would come next (%.40q): edited or damaged, not a crash; nothing was changed (look at the end of the file and move it away to start a new log)", path, n, tail)
+		return fmt.Errorf("%s ends with %d bytes that are not the beginning of the line that would come next (%.40q): edited or damaged, not a crash; nothing was changed (look at the end of the file, and once you know where those bytes came from, cut the file after its last newline)", path, n, tail)
 	}
 	if err := f.Truncate(whole); err != nil {
 		return fmt.Errorf("removing a line cut short at the end of %s: %w", path, err)
@@ -319,7 +319,7 @@ func (l *Log) catchUp() error {
 				prev = Hash(last)
 			}
 			if !Torn(data[end:], seq+1, prev) {
-				return fmt.Errorf("log %s: %s ends with %d bytes that are not the beginning of a line of this log: edited or damaged, not a crash; nothing was changed", l.dir, path, len(data)-end)
+				return fmt.Errorf("log %s: %s ends with %d bytes that are not the beginning of the line that would come next: edited or damaged, not a crash; nothing was changed (look at the end of the file, and once you know where those bytes came from, cut the file after its last newline)", l.dir, path, len(data)-end)
 			}
 			if err := os.Truncate(path, from+int64(end)); err != nil {
 				return fmt.Errorf("log %s: removing a line cut short in %s: %w", l.dir, path, err)
