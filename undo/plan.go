@@ -107,6 +107,15 @@ type Conflict struct {
 func plan(patterns []string, rows []Row, dirs []string) []Item {
 	var items []Item
 	moveFrom := map[string]int{} // MoveBack's From → item
+	// A file written several times in one run goes back to what it was
+	// before the first write (the oldest row's blob), and one the run
+	// made is only removed: the later rows of its path are passed over.
+	firstWrite := map[string]int{}
+	for i, r := range rows {
+		if _, seen := firstWrite[r.Path]; r.Path != "" && !seen && (r.Created || r.overwrite()) {
+			firstWrite[r.Path] = i
+		}
+	}
 	for _, p := range patterns {
 		switch p {
 		case "swap_src_dst":
@@ -121,7 +130,7 @@ func plan(patterns []string, rows []Row, dirs []string) []Item {
 		case "restore_blob_backup":
 			for i := len(rows) - 1; i >= 0; i-- {
 				r := rows[i]
-				if !r.hasBlob() || r.Account {
+				if !r.hasBlob() || r.Account || (r.overwrite() && firstWrite[r.Path] != i) {
 					continue
 				}
 				target := r.Path

@@ -369,3 +369,35 @@ func TestLastPassesOverEntriesInConflict(t *testing.T) {
 		t.Fatalf("--last after a conflict: %s, skipped %v, %v", e.InvocationID, skipped, ok)
 	}
 }
+
+// TestAFileWrittenTwiceInOneRun goes back to what it was before the
+// first write; one made then written over is removed.
+func TestAFileWrittenTwiceInOneRun(t *testing.T) {
+	w := newWorld(t)
+	p := w.write("notes.txt", "first")
+	q := filepath.Join(w.folder, "made.txt")
+	before := w.snapshot()
+	id := w.run("write_files", []string{"restore_blob_backup", "delete_created_paths"}, nil, func() map[string]any {
+		b1 := w.backup("turn-1", p)
+		os.WriteFile(p, []byte("second"), 0o640)
+		b2 := w.backup("turn-1", p)
+		os.WriteFile(p, []byte("third"), 0o640)
+		os.WriteFile(q, []byte("made"), 0o640)
+		b3 := w.backup("turn-1", q)
+		os.WriteFile(q, []byte("made, then written over"), 0o640)
+		return map[string]any{"results": []any{
+			map[string]any{"path": p, "created": false, "prev_blob_path": b1["blob_path"]},
+			map[string]any{"path": p, "created": false, "prev_blob_path": b2["blob_path"]},
+			map[string]any{"path": q, "created": true},
+			map[string]any{"path": q, "created": false, "prev_blob_path": b3["blob_path"]},
+		}}
+	})
+	rep, err := w.j.Undo(id, w.history, false)
+	if err != nil || len(rep.Conflicts) != 0 {
+		t.Fatalf("undo: %+v %v", rep, err)
+	}
+	equal(t, w.snapshot(), before)
+	if e, _ := w.j.Entry(id); e.State() != "undone" {
+		t.Fatalf("state %s", e.State())
+	}
+}
