@@ -164,3 +164,31 @@ func TestUndoAcceptsFlagsAfterTheID(t *testing.T) {
 		t.Fatalf("undo ID --offline: exit %d\n%s%s", code, out, errb)
 	}
 }
+
+// TestUndoLastRefusesAnEditedRecord: after the journal was edited,
+// `history` warns and names the change, and `undo --last --offline`
+// refuses it, saying which records fail the chain, and changes nothing.
+func TestUndoLastRefusesAnEditedRecord(t *testing.T) {
+	home := t.TempDir()
+	folder := filepath.Join(home, "Pictures")
+	made := filepath.Join(folder, "2024")
+	os.MkdirAll(made, 0o755)
+	j, history, dir := journalOf(t, home)
+	j.Begin(undo.Begin{InvocationID: "inv-e", Executor: "create_dirs", Reverse: []string{"delete_created_paths"}, Roots: []string{folder}, History: history})
+	j.Finish("inv-e", undo.Outcome{OK: true, Payload: map[string]any{"results": []any{map[string]any{"path": made, "created": true}}}})
+	p := filepath.Join(dir, "journal.jsonl")
+	raw, _ := os.ReadFile(p)
+	os.WriteFile(p, bytes.Replace(raw, []byte(`"executor":"create_dirs"`), []byte(`"executor":"create_dirz"`), 1), 0o600)
+
+	_, out, _ := runWith(t, home, "history")
+	if !strings.Contains(out, "tampered") || !strings.Contains(out, "refuses the changes recorded at or after that place: inv-e") {
+		t.Fatalf("history:\n%s", out)
+	}
+	code, out, errb := runWith(t, home, "undo", "--offline", "--last")
+	if code != exitFailure || !strings.Contains(errb, "refused") || !strings.Contains(errb, "lines 1, 2") || !strings.Contains(errb, p) {
+		t.Fatalf("undo --last --offline: exit %d\n%s%s", code, out, errb)
+	}
+	if _, err := os.Stat(made); err != nil {
+		t.Fatal("the folder of the edited record was removed")
+	}
+}
