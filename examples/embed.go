@@ -7,8 +7,10 @@
 // lists; the agent runs `<python> <entry.py>` with PYTHONPATH=<shim
 // dir>:<executor dir>, the arguments as one JSON object on stdin, and reads
 // one JSON object from stdout. The mutating ones (organize_photos,
-// move_files, delete_files) keep backup blobs and report result rows in the
-// shapes the server's undo translates (docs/protocol.md §10.1); move_files and delete_dirs
+// move_files, write_files, create_dirs, delete_files, delete_dirs) keep
+// backup blobs and report result rows in the shapes the upstream Metnos
+// file executors write and the server's undo translates
+// (docs/protocol.md §10.1); move_files, delete_files and delete_dirs
 // are what that undo calls back on the device.
 //
 // The manifests carry digest = "sha256:0": a signer fills in the real
@@ -27,8 +29,8 @@ var files embed.FS
 var Shim fs.FS = sub("shim")
 
 // Executors holds one directory per executor (echo_args, list_folder,
-// organize_photos, move_files, delete_dirs, delete_files), each with its
-// manifest.toml and code.
+// organize_photos, move_files, write_files, create_dirs, delete_dirs,
+// delete_files), each with its manifest.toml and code.
 var Executors fs.FS = sub("executors")
 
 func sub(dir string) fs.FS {

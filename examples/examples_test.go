@@ -81,7 +81,7 @@ type failure struct {
 	Error string `json:"error"`
 }
 
-var executorNames = []string{"echo_args", "list_folder", "organize_photos", "move_files", "delete_dirs", "delete_files"}
+var executorNames = []string{"echo_args", "list_folder", "organize_photos", "move_files", "delete_dirs", "delete_files", "write_files", "create_dirs"}
 
 // runner runs the embedded executors, copied to a temporary directory, as
 // the agent does (docs/protocol.md §8): `<python> <entry>`, environment cleared, args on
@@ -316,8 +316,7 @@ func reverseCalls(t *testing.T, patterns []string, res result) []call {
 			}
 		case "delete_created_dirs":
 			if len(res.DirsCreated) > 0 {
-				paths := slices.Clone(res.DirsCreated)
-				slices.Reverse(paths)
+				paths := slices.Clone(res.DirsCreated) // deepest first
 				calls = append(calls, call{"delete_dirs", map[string]any{"paths": paths, "client": "local"}})
 			}
 		default:
@@ -357,8 +356,10 @@ func TestEmbeddedLayout(t *testing.T) {
 	caps := map[string]string{"echo_args": "", "list_folder": "fs:read"}
 	reverse := map[string][]string{
 		"organize_photos": {"swap_src_dst", "restore_blob_backup", "delete_created_dirs"},
-		"move_files":      {"swap_src_dst", "delete_created_dirs"},
+		"move_files":      {"swap_src_dst", "restore_blob_backup", "delete_created_dirs"},
 		"delete_files":    {"restore_blob_backup"},
+		"write_files":     {"restore_blob_backup", "delete_created_paths"},
+		"create_dirs":     {"delete_created_paths"},
 	}
 	for _, name := range executorNames {
 		m := readManifest(t, Executors, name)
@@ -768,7 +769,7 @@ func TestMoveFiles(t *testing.T) {
 	if readString(t, filepath.Join(b, "y.txt")) != "y" || readString(t, filepath.Join(c, "d", "y2.txt")) != "y" {
 		t.Error("copy did not copy")
 	}
-	if want := []string{c, filepath.Join(c, "d")}; !slices.Equal(res.DirsCreated, want) {
+	if want := []string{filepath.Join(c, "d"), c}; !slices.Equal(res.DirsCreated, want) { // deepest first, as upstream
 		t.Errorf("dirs_created %q, want %q", res.DirsCreated, want)
 	}
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -64,6 +65,9 @@ func (j *Journal) Undo(id, history string, dryRun bool) (Report, error) {
 	case len(e.Reverse) == 0:
 		return rep, fmt.Errorf("%s (%s): %w: the executor declares no reverse pattern", id, e.Executor, ErrNotUndoable)
 	}
+	if err := j.intact(e); err != nil {
+		return rep, err
+	}
 	if !dryRun {
 		j.mu.Lock()
 		err := j.write(record{Kind: kindUndoStarted, ID: id, By: ByLocal})
@@ -93,8 +97,19 @@ func (j *Journal) Undo(id, history string, dryRun bool) (Report, error) {
 			items = append(items, i)
 			continue
 		case conflict:
+			if it.Kind == Restore && it.Replace {
+				why += c.keepBeside(i, it, dryRun)
+			}
 			rep.Conflicts = append(rep.Conflicts, Conflict{Item: i, Path: it.target(), Why: why})
 			continue
+		}
+		if it.Kind == Restore {
+			blob, err := c.findBlob(it)
+			if err != nil {
+				rep.Conflicts = append(rep.Conflicts, Conflict{Item: i, Path: it.target(), Why: err.Error()})
+				continue
+			}
+			it.Blob = blob
 		}
 		if err := c.check(it); err != nil {
 			rep.Conflicts = append(rep.Conflicts, Conflict{Item: i, Path: it.target(), Why: err.Error()})
@@ -130,6 +145,78 @@ func (j *Journal) Undo(id, history string, dryRun bool) (Report, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return rep, j.write(record{Kind: kindUndone, ID: id, Items: items, By: ByLocal, Conflicts: rep.Conflicts})
+}
+
+// beside is where a local undo keeps the version of a file from before
+// a run, when the file changed since and is not replaced: "notes.txt"
+// gives "notes (before the change).txt".
+func beside(p string) string {
+	ext := filepath.Ext(p)
+	if ext == filepath.Base(p) {
+		ext = "" // ".bashrc"
+	}
+	return strings.TrimSuffix(p, ext) + " (before the change)" + ext
+}
+
+// keepBeside restores, for an overwritten file that changed since the
+// run, the version from before the run next to it ([beside]), so that
+// both are kept, and says so in a few words to add to the conflict.
+func (c *confinement) keepBeside(i int, it Item, dryRun bool) string {
+	side := it
+	side.Path, side.Replace, side.Expect, side.ExpectSHA256 = beside(it.Path), false, nil, ""
+	fi, err := os.Lstat(side.Path)
+	switch {
+	case err == nil && fi.Mode().IsRegular() && sha256File(side.Path) == it.BlobSHA256:
+		return "; the version from before the run is beside it, " + side.Path
+	case err == nil:
+		return fmt.Sprintf("; the version from before the run stays in its backup %s (%s is taken)", it.Blob, side.Path)
+	}
+	blob, err := c.findBlob(it)
+	if err == nil {
+		side.Blob = blob
+		err = c.check(side)
+	}
+	if err == nil && dryRun {
+		return "; the version from before the run would be kept beside it, " + side.Path
+	}
+	if err == nil {
+		err = c.restore(i, side)
+	}
+	if err != nil {
+		return fmt.Sprintf("; the version from before the run could not be kept beside it (%v)", err)
+	}
+	return "; the version from before the run is kept beside it, " + side.Path
+}
+
+// findBlob finds the backup a restore copies back, as the server does:
+// the blob the row names, else one named by its SHA-256 in the history
+// folder. A row whose blob is gone cannot be restored: an error.
+func (c *confinement) findBlob(it Item) (string, error) {
+	if it.Blob != "" {
+		if _, err := os.Lstat(it.Blob); err == nil {
+			return it.Blob, nil
+		}
+	}
+	if len(it.BlobSHA256) == 64 && c.history != "" {
+		if c.blobs == nil {
+			c.blobs = map[string]string{}
+			filepath.WalkDir(c.history, func(p string, d fs.DirEntry, err error) error {
+				if err == nil && d.Type().IsRegular() && len(d.Name()) >= 64 {
+					if k := strings.ToLower(d.Name()[:64]); c.blobs[k] == "" {
+						c.blobs[k] = p
+					}
+				}
+				return nil
+			})
+		}
+		if p := c.blobs[it.BlobSHA256]; p != "" {
+			return p, nil
+		}
+	}
+	if it.Blob != "" {
+		return "", fmt.Errorf("the backup %s is gone: %s cannot be restored", it.Blob, it.Path)
+	}
+	return "", fmt.Errorf("no backup with SHA-256 %s in %s: %s cannot be restored", it.BlobSHA256, c.history, it.Path)
 }
 
 // target is the path a step writes or removes.
@@ -171,7 +258,14 @@ func (c *confinement) do(i int, it Item) error {
 		if err != nil {
 			return err
 		}
-		if st, err := lstatAt(pl); err != nil || !sameStat(st, it.Expect) {
+		st, err := lstatAt(pl)
+		switch {
+		case err == nil && it.Expect == nil && st.Kind == "dir":
+			if err := unlinkAt(pl, true); err != nil {
+				return fmt.Errorf("%s: not removed: %w", it.Path, err)
+			}
+			return nil
+		case err != nil || !sameStat(st, it.Expect):
 			return fmt.Errorf("%s changed since it was created: kept", it.Path)
 		}
 		return unlinkAt(pl, false)
@@ -220,11 +314,20 @@ func (c *confinement) restore(i int, it Item) error {
 	if err == nil && hex.EncodeToString(h.Sum(nil)) != it.BlobSHA256 {
 		err = fmt.Errorf("the backup %s is corrupted (its SHA-256 is %s, the change recorded %s): not restored", it.Blob, hex.EncodeToString(h.Sum(nil)), it.BlobSHA256)
 	}
-	if err == nil {
-		mode := os.FileMode(0o600)
-		if it.mode != nil {
-			mode = os.FileMode(*it.mode) & os.ModePerm
+	// The row's mode and times, else the blob's: the shims copy a
+	// file's mode and times to its blob (shutil.copy2 upstream).
+	mode, mtime, atime := os.FileMode(0o600), it.mtimeNS, it.atimeNS
+	if fi, serr := in.Stat(); serr == nil {
+		mode = fi.Mode().Perm()
+		if mtime == nil {
+			ns := fi.ModTime().UnixNano()
+			mtime, atime = &ns, &ns
 		}
+	}
+	if it.mode != nil {
+		mode = os.FileMode(*it.mode) & os.ModePerm
+	}
+	if err == nil {
 		err = out.Chmod(mode)
 	}
 	if err == nil {
@@ -233,16 +336,29 @@ func (c *confinement) restore(i int, it Item) error {
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil && it.mtimeNS != nil {
-		atime := *it.mtimeNS
-		if it.atimeNS != nil {
-			atime = *it.atimeNS
+	if err == nil && mtime != nil {
+		at := *mtime
+		if atime != nil {
+			at = *atime
 		}
-		err = chtimesAt(tmp, time.Unix(0, atime), time.Unix(0, *it.mtimeNS))
+		err = chtimesAt(tmp, time.Unix(0, at), time.Unix(0, *mtime))
 	}
 	if err == nil {
 		hook(i, "written")
-		err = renameNoReplace(tmp, to)
+		if it.Replace {
+			// Only over the file the executor left, looked at again
+			// through the folder just opened.
+			switch st, serr := lstatAt(to); {
+			case errors.Is(serr, fs.ErrNotExist):
+				err = renameNoReplace(tmp, to) // removed since: put back
+			case serr != nil || !sameStat(st, it.Expect):
+				err = fmt.Errorf("%s changed since the run wrote it: not replaced", it.Path)
+			default:
+				err = renameReplace(tmp, to)
+			}
+		} else {
+			err = renameNoReplace(tmp, to)
+		}
 	}
 	if err != nil {
 		unlinkAt(tmp, false)
@@ -271,6 +387,7 @@ type confinement struct {
 	resolved map[string]string
 	opened   map[string]*os.Root
 	dirs     map[string]*os.File // folders opened, by root and relative path
+	blobs    map[string]string   // the history folder's files by the SHA-256 they are named by
 }
 
 // resolve is the package's resolve, cached for the folders of one undo.

@@ -22,14 +22,31 @@
 //     against the disk, and the changes now put back are marked undone.
 //   - a local undo ([Journal.Undo]) of one entry, applying its reverse
 //     patterns (swap_src_dst, restore_blob_backup, delete_created_paths,
-//     delete_created_dirs) newest row first, for when the server is gone.
+//     delete_created_dirs) newest row first, for when the server is gone,
+//     by the rules the server applies to the rows the upstream file
+//     executors write (metnos-protocol §6.7.1): a blob is blob_path,
+//     else prev_blob_path, else the file named by blob_sha256 or
+//     prev_blob_sha256 under the history folder (a row naming a blob
+//     that is gone is a failure; a row naming none is not
+//     restore_blob_backup's); a created row is removed by what it is on
+//     the disk (a folder only when empty); a skipped row is no change.
 //     A created file or folder counts as undone by a later invocation
 //     only if that one deleted it (a move of it is not its undo).
+//   - an undo that leaves any step undone (a conflict, a pattern it
+//     cannot do) says so, and its entry is not marked undone; --last
+//     passes over entries a local undo left in conflict. A change whose
+//     journal records are at or after a place where the chain fails
+//     (an edit, a removal, a tail that is not a crash's) is refused.
 //   - blob retention and a size quota ([Expire]).
 //
 // What a local undo guarantees:
 //
-//   - It never replaces a file. A file to be moved back whose size or
+//   - It never replaces a file, but the one an executor overwrote (a
+//     write_files overwrite) while it is still what the run left: same
+//     size, modification time and SHA-256 as the journal recorded after
+//     the run. One changed since is kept, the version from before the
+//     run put beside it ("notes (before the change).txt"), and a
+//     conflict reported. A file to be moved back whose size or
 //     modification time differs from what the journal recorded, a place
 //     to restore to that is taken by another file, a folder that is not
 //     empty: each is reported as a conflict and left as it is, with
@@ -74,6 +91,7 @@
 // link swapped in between by a process running at that moment is not
 // caught; a move across file
 // systems, and patterns other than the four above, are reported as not
-// undoable here; and the journal's chain has no secret, so it shows
-// tampering but cannot prevent it.
+// undoable here (restore_trashed_files, which names Google Drive ids,
+// has nothing to do on the device's files); and the journal's chain has
+// no secret, so it shows tampering but cannot prevent it.
 package undo

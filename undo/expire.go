@@ -180,7 +180,7 @@ func (j *Journal) turns(root *os.Root, history string) ([]turnDir, error) {
 			if en.Ended.After(t.age) {
 				t.age = en.Ended
 			}
-			if !en.Interrupted && len(en.Undone) < en.undoable() {
+			if !en.Interrupted && en.left() > 0 {
 				t.open = append(t.open, en.InvocationID)
 			}
 		}
@@ -192,7 +192,7 @@ func (j *Journal) turns(root *os.Root, history string) ([]turnDir, error) {
 // usesTurn reports whether the entry kept blobs in the turn folder dir.
 func (e *Entry) usesTurn(dir string) bool {
 	for _, r := range e.Rows {
-		if r.BlobPath != "" && fspath.Inside(filepath.Clean(r.BlobPath), dir) {
+		if b, _ := r.blob(); b != "" && fspath.Inside(filepath.Clean(b), dir) {
 			return true
 		}
 	}

@@ -13,7 +13,7 @@ import (
 // journals a delete of one file whose blob it is.
 func (w *world) turnWithBlob(turn string, size int, when time.Time) string {
 	w.t.Helper()
-	p := w.write(turn+".txt", strings.Repeat("b", size))
+	p := w.write(turn+".txt", (turn + strings.Repeat("b", size))[:size])
 	id := w.run("delete_files", []string{"restore_blob_backup"}, nil, func() map[string]any {
 		row := map[string]any{"path": p}
 		for k, v := range w.backup(turn, p) {

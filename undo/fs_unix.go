@@ -132,3 +132,12 @@ func sameFileAt(a, b place) bool {
 	}
 	return sa.Dev == sb.Dev && sa.Ino == sb.Ino
 }
+
+// renameReplace moves from over to in one step (a restore over the file
+// an executor overwrote, checked just before).
+func renameReplace(from, to place) error {
+	if err := unix.Renameat(from.fd(), from.name, to.fd(), to.name); err != nil {
+		return fmt.Errorf("putting back %s: %w", to.path, &os.LinkError{Op: "rename", Old: from.path, New: to.path, Err: err})
+	}
+	return nil
+}

@@ -94,3 +94,20 @@ func sameFileAt(a, b place) bool {
 	fb, err2 := os.Lstat(b.path)
 	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
 }
+
+// renameReplace moves from over to (a restore over the file an
+// executor overwrote, checked just before).
+func renameReplace(from, to place) error {
+	f, err := windows.UTF16PtrFromString(from.path)
+	if err != nil {
+		return err
+	}
+	t, err := windows.UTF16PtrFromString(to.path)
+	if err != nil {
+		return err
+	}
+	if err := windows.MoveFileEx(f, t, windows.MOVEFILE_REPLACE_EXISTING); err != nil {
+		return fmt.Errorf("putting back %s: %w", to.path, err)
+	}
+	return nil
+}

@@ -140,7 +140,7 @@ func TestALaterMoveIsNotAnUndo(t *testing.T) {
 		return map[string]any{"results": []any{map[string]any{"src": a, "dst": b}}}
 	})
 	c, _ := w.j.Entry(create)
-	last, _ := w.j.Last()
+	last, _, _ := w.j.Last()
 	if c.State() != "done" || last.InvocationID != mv {
 		t.Fatalf("creation %s, --last picks %s (want the move %s)", c.State(), last.InvocationID, mv)
 	}

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +26,7 @@ type Journal struct {
 
 	mu      sync.Mutex
 	seq     int64             // the last line folded in
+	line    int               // how many lines of the journal file were read or written
 	entries []*Entry          // in the order they began
 	byID    map[string]*Entry // by invocation id
 	broken  error             // a record that could not be read
@@ -71,17 +74,23 @@ type Entry struct {
 	BlobsExpired []string
 	// Reverses lists the entries this invocation put changes of back.
 	Reverses []string
+
+	// lines are the line numbers, in the journal file, of the records
+	// about the entry (to refuse it when the chain fails at one).
+	lines []int
 }
 
 // State is one word for an entry: running, interrupted, failed,
-// done (nothing undone), partly-undone, undone.
+// done (nothing undone), partly-undone, undone. An entry is undone
+// only when every step of its undo is, including those no local undo
+// can do.
 func (e *Entry) State() string {
 	switch {
 	case e.Interrupted:
 		return "interrupted"
 	case !e.Finished:
 		return "running"
-	case len(e.Undone) > 0 && len(e.Undone) >= e.undoable():
+	case len(e.Undone) > 0 && len(e.Undone) >= len(e.Items):
 		return "undone"
 	case len(e.Undone) > 0:
 		return "partly-undone"
@@ -91,11 +100,11 @@ func (e *Entry) State() string {
 	return "done"
 }
 
-// undoable counts the items an undo can do (not the unsupported ones).
-func (e *Entry) undoable() int {
+// left counts the steps a local undo can do that are not done yet.
+func (e *Entry) left() int {
 	n := 0
-	for _, it := range e.Items {
-		if it.Kind != Unsupported {
+	for i, it := range e.Items {
+		if _, done := e.Undone[i]; !done && it.Kind != Unsupported {
 			n++
 		}
 	}
@@ -198,6 +207,7 @@ const (
 func (j *Journal) apply(line []byte) {
 	var r record
 	if err := json.Unmarshal(line, &r); err != nil {
+		j.line++
 		if j.broken == nil {
 			j.broken = fmt.Errorf("a record of %s is not readable (%v): edited?", filepath.Join(j.dir, journalFile), err)
 		}
@@ -209,11 +219,24 @@ func (j *Journal) apply(line []byte) {
 		return
 	}
 	j.seq = r.Seq
+	j.line++
 	j.fold(r)
 }
 
 func (j *Journal) fold(r record) {
 	e := j.byID[r.ID]
+	defer func() {
+		if e := j.byID[r.ID]; e != nil {
+			e.lines = append(e.lines, j.line)
+		}
+		if r.Kind == kindExpired {
+			for _, id := range r.IDs {
+				if e := j.byID[id]; e != nil {
+					e.lines = append(e.lines, j.line)
+				}
+			}
+		}
+	}()
 	switch r.Kind {
 	case kindBegin:
 		if e != nil {
@@ -275,8 +298,75 @@ func (j *Journal) write(r record) error {
 		return fmt.Errorf("history journal: %w", err)
 	}
 	j.seq = seq
+	j.line++
 	j.fold(r)
 	return nil
+}
+
+// intact checks the journal's chain (chainlog.Verify) and refuses the
+// entry when one of its records is at or after the first line that
+// fails it, or the chain fails at the end of the file (a tail that is
+// not a crash's): those records may be edited, and a local undo acts on
+// them only once the journal is trusted again. It says which records,
+// and what failed.
+func (j *Journal) intact(e *Entry) error {
+	rep, err := chainlog.Verify(j.dir)
+	if err != nil {
+		return fmt.Errorf("checking the chain of the history journal %s: %w", filepath.Join(j.dir, journalFile), err)
+	}
+	j.mu.Lock()
+	bad := j.untrusted(rep, e)
+	j.mu.Unlock()
+	if len(bad) == 0 {
+		return nil // its records all come before the damage, and are chained
+	}
+	return fmt.Errorf("%s (%s): refused: the history journal %s fails its chain (%s), and the records of this change (%s) are at or after that place, so they may have been edited; nothing was changed. Run `metnos-agent history` to see the damage; a change recorded before it can still be undone",
+		e.InvocationID, e.Executor, filepath.Join(j.dir, journalFile), rep, lineList(bad))
+}
+
+// untrusted lists the lines of e's records that rep's damage puts in
+// doubt. j.mu is held.
+func (j *Journal) untrusted(rep chainlog.Report, e *Entry) []int {
+	if rep.OK() {
+		return nil
+	}
+	var bad []int
+	for _, n := range e.lines {
+		if rep.File != journalFile || n >= rep.Line || rep.Line > j.line {
+			bad = append(bad, n)
+		}
+	}
+	return bad
+}
+
+func lineList(lines []int) string {
+	s := make([]string, len(lines))
+	for i, n := range lines {
+		s[i] = strconv.Itoa(n)
+	}
+	if len(lines) == 1 {
+		return "line " + s[0]
+	}
+	return "lines " + strings.Join(s, ", ")
+}
+
+// Untrusted verifies the journal's chain and lists the entries a local
+// undo refuses because of what it found (see [Journal.Undo]), newest
+// first, with the report.
+func (j *Journal) Untrusted() (chainlog.Report, []string, error) {
+	rep, err := chainlog.Verify(j.dir)
+	if err != nil {
+		return rep, nil, err
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var ids []string
+	for i := len(j.entries) - 1; i >= 0; i-- {
+		if len(j.untrusted(rep, j.entries[i])) > 0 {
+			ids = append(ids, j.entries[i].InvocationID)
+		}
+	}
+	return rep, ids, nil
 }
 
 // Begin is what [Journal.Begin] records of an invocation about to run.
@@ -347,8 +437,11 @@ func (j *Journal) Finish(id string, o Outcome) (Finished, error) {
 	for i := range rows {
 		if p := rows[i].now(); p != "" {
 			rows[i].Now = statOf(p)
+			if rows[i].overwrite() && rows[i].Now != nil && rows[i].Now.Kind == "file" {
+				rows[i].NowSHA256 = sha256File(p)
+			}
 		}
-		f.KeptBlobs = f.KeptBlobs || rows[i].BlobPath != ""
+		f.KeptBlobs = f.KeptBlobs || rows[i].hasBlob()
 	}
 	ok := o.OK
 	j.mu.Lock()
@@ -409,17 +502,25 @@ func (j *Journal) Entry(id string) (Entry, bool) {
 }
 
 // Last returns the newest finished entry that has something left to
-// undo and did not itself put back another entry's changes.
-func (j *Journal) Last() (Entry, bool) {
+// undo here, did not itself put back another entry's changes, and was
+// not left in conflict by a local undo (those are undone by their id,
+// once the conflict is settled, so that older entries stay reachable).
+// skipped lists the newer entries passed over for their conflicts.
+func (j *Journal) Last() (e Entry, skipped []string, ok bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for i := len(j.entries) - 1; i >= 0; i-- {
 		e := j.entries[i]
-		if e.Finished && len(e.Reverses) == 0 && e.undoable() > 0 && len(e.Undone) < e.undoable() {
-			return e.copy(), true
+		if !e.Finished || len(e.Reverses) > 0 || e.left() == 0 {
+			continue
 		}
+		if len(e.Conflicts) > 0 {
+			skipped = append(skipped, e.InvocationID)
+			continue
+		}
+		return e.copy(), skipped, true
 	}
-	return Entry{}, false
+	return Entry{}, skipped, false
 }
 
 func (e *Entry) copy() Entry {
@@ -430,40 +531,90 @@ func (e *Entry) copy() Entry {
 	}
 	c.Conflicts = slices.Clone(e.Conflicts)
 	c.Reverses = slices.Clone(e.Reverses)
+	c.lines = slices.Clone(e.lines)
 	c.BlobsExpired = slices.Clone(e.BlobsExpired)
 	return c
 }
 
-// Row is one result row that describes a change (docs/protocol.md §10.1): a move from
-// Src to Dst, a file at Path (created, or destroyed with a backup
-// blob), with the blob's path and hash and the original file's mode and
-// times when the executor gave them.
+// Row is one result row that describes a change, in any of the shapes
+// the upstream file executors write (docs/protocol.md §10.1, and
+// metnos-protocol §6.7.1): a move from Src to Dst (with a backup of a
+// replaced Dst in PrevBlobPath, or BlobPath, and Path set to Dst); a
+// file or folder at Path that the run created (Created), overwrote
+// (PrevBlobPath), left as it was (Skipped) or removed (Removed, with a
+// backup blob for a file); with the blob's hash and the original
+// file's mode and times when the executor gave them.
 type Row struct {
-	Src         string  `json:"src,omitempty"`
-	Dst         string  `json:"dst,omitempty"`
-	Path        string  `json:"path,omitempty"`
-	Created     bool    `json:"created,omitempty"`
-	BlobPath    string  `json:"blob_path,omitempty"`
-	BlobSHA256  string  `json:"blob_sha256,omitempty"`
-	RestoreMode string  `json:"restore_mode,omitempty"`
-	Mode        *uint32 `json:"mode,omitempty"`
-	MtimeNS     *int64  `json:"mtime_ns,omitempty"`
-	AtimeNS     *int64  `json:"atime_ns,omitempty"`
-	Size        *int64  `json:"size,omitempty"`
+	Src            string  `json:"src,omitempty"`
+	Dst            string  `json:"dst,omitempty"`
+	Path           string  `json:"path,omitempty"`
+	Created        bool    `json:"created,omitempty"`
+	Skipped        bool    `json:"skipped,omitempty"`
+	Removed        bool    `json:"removed,omitempty"`
+	BlobPath       string  `json:"blob_path,omitempty"`
+	BlobSHA256     string  `json:"blob_sha256,omitempty"`
+	PrevBlobPath   string  `json:"prev_blob_path,omitempty"`
+	PrevBlobSHA256 string  `json:"prev_blob_sha256,omitempty"`
+	RestoreMode    string  `json:"restore_mode,omitempty"`
+	Mode           *uint32 `json:"mode,omitempty"`
+	MtimeNS        *int64  `json:"mtime_ns,omitempty"`
+	AtimeNS        *int64  `json:"atime_ns,omitempty"`
+	Size           *int64  `json:"size,omitempty"`
 	// Account marks a mail row (an IMAP move): not a file, skipped by
 	// swap_src_dst as the server does.
 	Account bool `json:"account,omitempty"`
 	// Now is what the agent saw, after the run, at the path where the
-	// row left a file: Dst for a move, Path for a created file.
+	// row left a file: Dst for a move, Path for a created or
+	// overwritten file (a folder for create_dirs).
 	Now *Stat `json:"now,omitempty"`
+	// NowSHA256 is the SHA-256 of the file an overwrite left at Path,
+	// after the run: a local undo puts the old bytes back only over
+	// these.
+	NowSHA256 string `json:"now_sha256,omitempty"`
 }
+
+// blob is the backup the row names (blob_path, else prev_blob_path)
+// and the SHA-256 it must have: blob_sha256, else prev_blob_sha256 (a
+// "sha256:" prefix dropped), else the hash a content-addressed blob is
+// named by (<sha256>.bin, as the shims name them).
+func (r Row) blob() (path, sum string) {
+	path = r.BlobPath
+	if path == "" {
+		path = r.PrevBlobPath
+	}
+	sum = r.BlobSHA256
+	if sum == "" {
+		sum = r.PrevBlobSHA256
+	}
+	sum = strings.ToLower(strings.TrimPrefix(sum, "sha256:"))
+	if m := blobName.FindStringSubmatch(filepath.Base(path)); sum == "" && m != nil {
+		sum = m[1]
+	}
+	return path, sum
+}
+
+// hasBlob reports whether the row names a backup at all (by path or by
+// hash): the rows restore_blob_backup is about. The others (a created
+// file, a skipped one) are not its and are skipped.
+func (r Row) hasBlob() bool {
+	return r.BlobPath != "" || r.PrevBlobPath != "" || r.BlobSHA256 != "" || r.PrevBlobSHA256 != ""
+}
+
+// overwrite reports whether the row is a file replaced in place (not a
+// move): write_files over an existing file.
+func (r Row) overwrite() bool {
+	return r.Path != "" && r.Src == "" && r.Dst == "" && !r.Created && !r.Removed && !r.Skipped && r.hasBlob()
+}
+
+// blobName is how the shims name a blob: its SHA-256, in hex, .bin.
+var blobName = regexp.MustCompile(`^([0-9a-f]{64})\.bin$`)
 
 // now is the path where the row left a file, if any.
 func (r Row) now() string {
 	switch {
 	case r.Src != "" && r.Dst != "" && r.Src != r.Dst:
 		return r.Dst
-	case r.Created && r.Path != "":
+	case r.Created && r.Path != "", r.overwrite():
 		return r.Path
 	}
 	return ""
@@ -512,8 +663,10 @@ func rowsOf(payload any) ([]Row, []string) {
 		}
 		r := Row{
 			Src: str(o["src"]), Dst: str(o["dst"]), Path: str(o["path"]),
-			BlobPath: str(o["blob_path"]), BlobSHA256: str(o["blob_sha256"]), RestoreMode: str(o["restore_mode"]),
-			Created: o["created"] == true,
+			BlobPath: str(o["blob_path"]), BlobSHA256: str(o["blob_sha256"]),
+			PrevBlobPath: str(o["prev_blob_path"]), PrevBlobSHA256: str(o["prev_blob_sha256"]),
+			RestoreMode: str(o["restore_mode"]),
+			Created:     o["created"] == true, Skipped: o["skipped"] == true, Removed: o["removed"] == true,
 			MtimeNS: num(o["mtime_ns"]), AtimeNS: num(o["atime_ns"]), Size: num(o["size"]),
 		}
 		if _, ok := o["account"]; ok {
@@ -525,6 +678,9 @@ func rowsOf(payload any) ([]Row, []string) {
 		}
 		if r.Src == "" && r.Dst == "" && r.Path == "" {
 			continue // nothing on the disk to put back
+		}
+		if r.Skipped && !r.Created && !r.hasBlob() {
+			continue // write_files left an existing file as it was: no change
 		}
 		rows = append(rows, r)
 	}

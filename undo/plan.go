@@ -44,9 +44,14 @@ type Item struct {
 	// Blob and BlobSHA256: the backup a Restore copies back.
 	Blob       string `json:"blob,omitempty"`
 	BlobSHA256 string `json:"blob_sha256,omitempty"`
-	// Expect is the file MoveBack moves, or RemoveFile removes, as the
-	// journal saw it after the change.
+	// Expect is the file MoveBack moves, RemoveFile removes, or a
+	// Replace restore replaces, as the journal saw it after the change.
 	Expect *Stat `json:"expect,omitempty"`
+	// Replace marks the restore of a file overwritten in place: the
+	// backup goes back over the file only while it is still what the
+	// executor left (Expect, and ExpectSHA256 its SHA-256).
+	Replace      bool   `json:"replace,omitempty"`
+	ExpectSHA256 string `json:"expect_sha256,omitempty"`
 	// After is the index of the MoveBack that must come first (a
 	// restore into the place a moved file is moved out of), or -1.
 	After int `json:"after"`
@@ -63,6 +68,9 @@ func (it Item) Describe() string {
 	case MoveBack:
 		return fmt.Sprintf("move %s back to %s", it.From, it.To)
 	case Restore:
+		if it.Replace {
+			return fmt.Sprintf("put back the version of %s from before the run", it.Path)
+		}
 		return fmt.Sprintf("restore %s from its backup", it.Path)
 	case RemoveFile:
 		return fmt.Sprintf("remove the created file %s", it.Path)
@@ -81,10 +89,33 @@ type Conflict struct {
 
 // plan derives an entry's undo steps from its reverse patterns, in
 // their order (as the server sends them), each pattern's rows newest
-// first and folders deepest first.
+// first and folders deepest first, by the rules the server applies
+// (metnos-protocol §6.7.1):
+//
+//   - swap_src_dst: every {src, dst} row is moved back;
+//   - restore_blob_backup: every row naming a backup (blob_path,
+//     prev_blob_path, blob_sha256, prev_blob_sha256) is restored at
+//     its path, or its dst for a move over a file; a row naming none is
+//     not this pattern's (a created or skipped file) and is skipped;
+//   - delete_created_paths: every created row is removed by what it is
+//     on the disk (a file or link unlinked, a folder only when empty),
+//     files first, then those folders and dirs_created, deepest first;
+//   - delete_created_dirs: dirs_created, deepest first, when empty;
+//   - restore_trashed_files names Google Drive ids, not files of this
+//     device: it has nothing to do here (the device's delete_files rows
+//     are restored by restore_blob_backup).
 func plan(patterns []string, rows []Row, dirs []string) []Item {
 	var items []Item
 	moveFrom := map[string]int{} // MoveBack's From → item
+	// A file written several times in one run goes back to what it was
+	// before the first write (the oldest row's blob), and one the run
+	// made is only removed: the later rows of its path are passed over.
+	firstWrite := map[string]int{}
+	for i, r := range rows {
+		if _, seen := firstWrite[r.Path]; r.Path != "" && !seen && (r.Created || r.overwrite()) {
+			firstWrite[r.Path] = i
+		}
+	}
 	for _, p := range patterns {
 		switch p {
 		case "swap_src_dst":
@@ -99,28 +130,54 @@ func plan(patterns []string, rows []Row, dirs []string) []Item {
 		case "restore_blob_backup":
 			for i := len(rows) - 1; i >= 0; i-- {
 				r := rows[i]
-				switch {
-				case r.BlobPath != "" && r.Path != "":
-					after, ok := moveFrom[r.Path]
-					if !ok {
-						after = -1
-					}
-					items = append(items, Item{Kind: Restore, Pattern: p, Row: i, Path: r.Path, Blob: r.BlobPath,
-						BlobSHA256: strings.ToLower(r.BlobSHA256), After: after, mode: r.Mode, mtimeNS: r.MtimeNS, atimeNS: r.AtimeNS})
-				case r.Path != "":
-					items = append(items, Item{Kind: Unsupported, Pattern: p, Row: i, Path: r.Path, After: -1,
-						Why: "the row has no backup blob: " + r.Path + " cannot be restored"})
+				if !r.hasBlob() || r.Account || (r.overwrite() && firstWrite[r.Path] != i) {
+					continue
 				}
+				target := r.Path
+				if target == "" {
+					target = r.Dst // a move over a file: restored where it was
+				}
+				if target == "" {
+					continue
+				}
+				after, ok := moveFrom[target]
+				if !ok {
+					after = -1
+				}
+				blob, sum := r.blob()
+				it := Item{Kind: Restore, Pattern: p, Row: i, Path: target, Blob: blob, BlobSHA256: sum,
+					After: after, mode: r.Mode, mtimeNS: r.MtimeNS, atimeNS: r.AtimeNS}
+				if r.overwrite() {
+					it.Replace, it.Expect, it.ExpectSHA256 = true, r.Now, r.NowSHA256
+				}
+				items = append(items, it)
 			}
 		case "delete_created_paths":
+			var createdDirs []string
+			rowOf := map[string]int{}
 			for i := len(rows) - 1; i >= 0; i-- {
-				if r := rows[i]; r.Created && r.Path != "" {
-					items = append(items, Item{Kind: RemoveFile, Pattern: p, Row: i, Path: r.Path, Expect: r.Now, After: -1})
+				r := rows[i]
+				if !r.Created || r.Path == "" {
+					continue
 				}
+				if r.Now != nil && r.Now.Kind == "dir" {
+					createdDirs = append(createdDirs, r.Path)
+					rowOf[r.Path] = i
+					continue
+				}
+				items = append(items, Item{Kind: RemoveFile, Pattern: p, Row: i, Path: r.Path, Expect: r.Now, After: -1})
 			}
-			items = append(items, dirItems(p, dirs)...)
+			for _, it := range dirItems(p, append(createdDirs, dirs...)) {
+				if i, ok := rowOf[it.Path]; ok {
+					it.Row = i
+				}
+				items = append(items, it)
+			}
 		case "delete_created_dirs":
 			items = append(items, dirItems(p, dirs)...)
+		case "restore_trashed_files":
+			// Google Drive's trash, by the ids its rows record: nothing
+			// of this device's files.
 		default:
 			items = append(items, Item{Kind: Unsupported, Pattern: p, Row: -1, After: -1,
 				Why: "not a pattern a device can undo by itself"})
@@ -142,10 +199,11 @@ func plan(patterns []string, rows []Row, dirs []string) []Item {
 	return out
 }
 
-// dirItems are the created folders, deepest first.
+// dirItems are the created folders, deepest first, each once.
 func dirItems(pattern string, dirs []string) []Item {
-	ds := append([]string(nil), dirs...)
+	ds := slices.Clone(dirs)
 	sort.Strings(ds)
+	ds = slices.Compact(ds)
 	sort.SliceStable(ds, func(i, j int) bool { return depth(ds[i]) > depth(ds[j]) })
 	items := make([]Item, len(ds))
 	for i, d := range ds {
@@ -155,6 +213,55 @@ func dirItems(pattern string, dirs []string) []Item {
 }
 
 func depth(p string) int { return strings.Count(p, "/") + strings.Count(p, `\`) }
+
+// Changes is what the run changed, in a few words, by what each row
+// is: "3 files moved, 1 file overwritten, 5 folders made".
+func (e *Entry) Changes() string {
+	var moved, replaced, made, overwritten, deleted, removedDirs, other int
+	dirs := len(e.DirsCreated)
+	for _, r := range e.Rows {
+		switch {
+		case r.Src != "" && r.Dst != "" && r.hasBlob():
+			replaced++
+		case r.Src != "" && r.Dst != "":
+			moved++
+		case r.Created && r.Now != nil && r.Now.Kind == "dir":
+			dirs++
+		case r.Created:
+			made++
+		case r.overwrite():
+			overwritten++
+		case r.Removed && !r.hasBlob():
+			removedDirs++
+		case r.Removed:
+			deleted++
+		default:
+			other++
+		}
+	}
+	var parts []string
+	add := func(n int, one, many string) {
+		switch n {
+		case 0:
+		case 1:
+			parts = append(parts, "1 "+one)
+		default:
+			parts = append(parts, fmt.Sprintf("%d %s", n, many))
+		}
+	}
+	add(moved, "file moved", "files moved")
+	add(replaced, "file moved over another (kept in a backup)", "files moved over others (kept in backups)")
+	add(made, "file made", "files made")
+	add(overwritten, "file overwritten (the old one kept in a backup)", "files overwritten (the old ones kept in backups)")
+	add(deleted, "file deleted (kept in a backup)", "files deleted (kept in backups)")
+	add(removedDirs, "folder removed", "folders removed")
+	add(dirs, "folder made", "folders made")
+	add(other, "other change", "other changes")
+	if len(parts) == 0 {
+		return "no change"
+	}
+	return strings.Join(parts, ", ")
+}
 
 // Summary is what undoing the entry would do, in a few words: "move 8
 // files back, restore 1 file from its backup, remove 4 folders".
@@ -259,8 +366,18 @@ func (e *Entry) check(i int, gone map[string]bool) (status, string) {
 			return pending, ""
 		case err != nil:
 			return conflict, err.Error()
-		case fi.Mode().IsRegular() && sha256File(it.Path) == it.BlobSHA256:
+		}
+		var sum string
+		if fi.Mode().IsRegular() {
+			sum = sha256File(it.Path)
+		}
+		switch {
+		case sum != "" && sum == it.BlobSHA256:
 			return done, ""
+		case it.Replace && sum != "" && same(fi, it.Expect) && sum == it.ExpectSHA256:
+			return pending, "" // still what the executor wrote: the old bytes go back over it
+		case it.Replace:
+			return conflict, fmt.Sprintf("%s changed since the run wrote it: not replaced", it.Path)
 		}
 		return conflict, fmt.Sprintf("%s exists and is not the backed-up file: not replaced (the backup stays at %s)", it.Path, it.Blob)
 	case RemoveFile, RemoveDir:
@@ -270,6 +387,9 @@ func (e *Entry) check(i int, gone map[string]bool) (status, string) {
 			return done, ""
 		case err != nil:
 			return conflict, err.Error()
+		case it.Kind == RemoveFile && it.Expect == nil && fi.IsDir():
+			// A created row the journal did not see after the run: by
+			// what it is on the disk, a folder, removed only when empty.
 		case it.Kind == RemoveFile && !same(fi, it.Expect):
 			return conflict, fmt.Sprintf("%s changed since it was created: kept", it.Path)
 		case it.Kind == RemoveFile:

@@ -43,7 +43,7 @@ func (j *Journal) recognise(e *Entry, args any) ([]string, error) {
 		}
 	}
 	for _, r := range e.Rows {
-		if r.Path != "" && r.Src == "" && r.Dst == "" && !r.Created {
+		if r.Path != "" && r.Src == "" && r.Dst == "" && !r.Created && !r.Skipped && r.PrevBlobPath == "" {
 			deleted[filepath.Clean(r.Path)] = true
 		}
 	}
@@ -57,7 +57,7 @@ func (j *Journal) recognise(e *Entry, args any) ([]string, error) {
 		if other == e {
 			break // only the entries before it
 		}
-		if !other.Finished || len(other.Undone) >= other.undoable() || !other.touches(paths) {
+		if !other.Finished || other.left() == 0 || !other.touches(paths) {
 			continue
 		}
 		var items []int

@@ -417,7 +417,7 @@ func TestServerUndoIsRecognised(t *testing.T) {
 	if got.State() != "undone" {
 		t.Fatalf("after the three reverse calls: %s (%s)", got.State(), got.Summary())
 	}
-	if last, ok := w.j.Last(); ok && last.InvocationID == id {
+	if last, _, ok := w.j.Last(); ok && last.InvocationID == id {
 		t.Fatal("--last would pick an entry already undone")
 	}
 	if mvEntry, _ := w.j.Entry(mv); len(mvEntry.Reverses) != 1 || mvEntry.Reverses[0] != id {

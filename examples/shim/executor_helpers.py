@@ -14,9 +14,10 @@ usual entry point is::
         h.run_stdio(main)
 
 Besides run_stdio the shim has the environment look-ups every executor
-needs (user_data_dir, history_dir, turn_id), backup_blob, which keeps the
-bytes of a file about to be destroyed so that the server's undo can put
-them back (section 6.7), and a few durable file helpers.
+needs (user_data_dir, history_dir, turn_id), backup_blob and
+backup_file_for_undo, which keep the bytes of a file about to be
+destroyed so that the server's undo can put them back (section 6.7),
+and a few durable file helpers.
 """
 
 import errno
@@ -378,3 +379,26 @@ def backup_blob(path):
         "atime_ns": st.st_atime_ns,
         "size": st.st_size,
     }
+
+
+def backup_file_for_undo(path):
+    """Keep a copy of path's bytes before it is overwritten; return the
+    blob's path.
+
+    The same content-addressed store as backup_blob
+    (<history_dir>/<turn_id>/blob/<sha256>.bin, the file's mode and times
+    copied), under the name the upstream Metnos shim gives it: result
+    rows carry it as prev_blob_path (write_files over an existing file,
+    move_files over one), which the server's restore_blob_backup, and a
+    device's local undo, read.
+    """
+    return backup_blob(path)["blob_path"]
+
+
+def deepest_first(dirs):
+    """dirs without repeats, deepest first (as dirs_created is reported)."""
+    seen = []
+    for d in dirs:
+        if d not in seen:
+            seen.append(d)
+    return sorted(seen, key=lambda d: d.replace("\\", "/").rstrip("/").count("/"), reverse=True)

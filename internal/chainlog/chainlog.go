@@ -108,14 +108,15 @@ func Open(dir string, opt Options) (*Log, error) {
 	if err != nil {
 		return nil, err
 	}
+	var torn int64 // where the last file's torn tail begins, if it has one
 	for i := len(files) - 1; i >= 0; i-- {
 		lastFile := i == len(files)-1
-		last, size, err := lastLine(filepath.Join(dir, files[i]), lastFile)
+		last, size, whole, err := lastLine(filepath.Join(dir, files[i]))
 		if err != nil {
 			return nil, err
 		}
 		if lastFile {
-			l.file, l.size = files[i], size
+			l.file, l.size, torn = files[i], size, whole
 		}
 		if last != nil {
 			if l.seq, err = seqOf(last); err != nil {
@@ -125,7 +126,61 @@ func Open(dir string, opt Options) (*Log, error) {
 			break
 		}
 	}
+	if l.file != "" && torn < l.size {
+		if err := l.cutTorn(torn); err != nil {
+			return nil, err
+		}
+	}
 	return l, nil
+}
+
+// cutTorn removes the end of the last file from whole on: a line a
+// crash cut short while it was appended, which must be the beginning
+// of the line that would have come next. Anything else there (bytes
+// that no append writes) is tampering or damage, and is refused, the
+// file left as it is. The lock is held.
+func (l *Log) cutTorn(whole int64) error {
+	path := filepath.Join(l.dir, l.file)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", path, err)
+	}
+	defer f.Close()
+	n := l.size - whole
+	if n > maxLine {
+		return fmt.Errorf("%s ends with %d bytes without a newline, more than a line of this log: edited or damaged, not a crash; nothing was changed (look at the end of the file, and once you know where those bytes came from, cut the file after its last newline)", path, n)
+	}
+	tail := make([]byte, n)
+	if _, err := f.ReadAt(tail, whole); err != nil {
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	if !Torn(tail, l.seq+1, l.prev) {
+		return fmt.Errorf("%s ends with %d bytes that are not the beginning of the line that would come next (%.40q): edited or damaged, not a crash; nothing was changed (look at the end of the file, and once you know where those bytes came from, cut the file after its last newline)", path, n, tail)
+	}
+	if err := f.Truncate(whole); err != nil {
+		return fmt.Errorf("removing a line cut short at the end of %s: %w", path, err)
+	}
+	l.size = whole
+	return nil
+}
+
+// Torn reports whether tail, the end of a log file after its last
+// newline, is what a crash while appending leaves: the beginning of
+// the line numbered seq, chained to the line whose hash is prev (its
+// {"seq":…,"prev":"…" as far as it goes, then JSON cut short), never
+// anything else.
+func Torn(tail []byte, seq int64, prev string) bool {
+	head := []byte(fmt.Sprintf(`{"seq":%d,"prev":"%s"`, seq, prev))
+	if n := min(len(tail), len(head)); !bytes.Equal(tail[:n], head[:n]) {
+		return false
+	}
+	if len(tail) <= len(head) {
+		return true
+	}
+	dec := json.NewDecoder(bytes.NewReader(tail))
+	var v json.RawMessage
+	err := dec.Decode(&v)
+	return errors.Is(err, io.ErrUnexpectedEOF) || (err == nil && dec.InputOffset() == int64(len(tail)))
 }
 
 // Close releases the log. Appending after Close is not allowed.
@@ -251,13 +306,26 @@ func (l *Log) catchUp() error {
 			return fmt.Errorf("log %s: reading %s: %w", l.dir, path, err)
 		}
 		end := bytes.LastIndexByte(data, '\n') + 1
+		lines := bytes.SplitAfter(data[:end], []byte("\n"))
 		if end < len(data) {
-			// Another process died mid-line: drop the torn tail.
+			// Another process died mid-line: drop the torn tail, if it
+			// is one.
+			seq, prev := l.seq, l.prev
+			if end > 0 {
+				last := lines[len(lines)-2] // the one before the empty rest
+				if seq, err = seqOf(last); err != nil {
+					return fmt.Errorf("log %s: a line another process wrote in %s: %w", l.dir, path, err)
+				}
+				prev = Hash(last)
+			}
+			if !Torn(data[end:], seq+1, prev) {
+				return fmt.Errorf("log %s: %s ends with %d bytes that are not the beginning of the line that would come next: edited or damaged, not a crash; nothing was changed (look at the end of the file, and once you know where those bytes came from, cut the file after its last newline)", l.dir, path, len(data)-end)
+			}
 			if err := os.Truncate(path, from+int64(end)); err != nil {
 				return fmt.Errorf("log %s: removing a line cut short in %s: %w", l.dir, path, err)
 			}
 		}
-		for _, line := range bytes.SplitAfter(data[:end], []byte("\n")) {
+		for _, line := range lines {
 			if len(line) == 0 {
 				continue
 			}
@@ -294,34 +362,29 @@ func files(dir string) ([]string, error) {
 }
 
 // lastLine returns the last complete line of the file at path (nil when
-// it has none) and the file's size, once a torn tail is cut off when cut
-// is set (in the last file only: elsewhere it is left for Verify).
-func lastLine(path string, cut bool) ([]byte, int64, error) {
-	flag := os.O_RDONLY
-	if cut {
-		flag = os.O_RDWR
-	}
-	f, err := os.OpenFile(path, flag, 0)
+// it has none), the file's size, and where a torn tail begins (the
+// size when there is none).
+func lastLine(path string) (line []byte, size, whole int64, err error) {
+	f, err := os.Open(path)
 	if err != nil {
-		return nil, 0, fmt.Errorf("opening %s: %w", path, err)
+		return nil, 0, 0, fmt.Errorf("opening %s: %w", path, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
-	size := fi.Size()
+	size = fi.Size()
 	// Read backwards, in growing chunks, until the last newline (end)
 	// and the one before it are both in buf, which holds file[from:].
 	var buf []byte
 	from, end, chunk := size, int64(-1), int64(64<<10)
-	var line []byte
 	for {
 		n := min(chunk, from)
 		from -= n
 		more := make([]byte, n, n+int64(len(buf)))
 		if _, err := f.ReadAt(more, from); err != nil && err != io.EOF {
-			return nil, 0, fmt.Errorf("reading %s: %w", path, err)
+			return nil, 0, 0, fmt.Errorf("reading %s: %w", path, err)
 		}
 		buf = append(more, buf...)
 		if end < 0 {
@@ -341,13 +404,7 @@ func lastLine(path string, cut bool) ([]byte, int64, error) {
 		}
 		chunk *= 2
 	}
-	if whole := end + 1; cut && whole < size {
-		if err := f.Truncate(whole); err != nil {
-			return nil, 0, fmt.Errorf("removing a line cut short at the end of %s: %w", path, err)
-		}
-		size = whole
-	}
-	return line, size, nil
+	return line, size, end + 1, nil
 }
 
 // seqOf reads a line's number.

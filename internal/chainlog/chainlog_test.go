@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -128,8 +129,10 @@ func TestTornTailIsDroppedAndTheChainGoesOn(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, 3, "j.jsonl")
 	p := filepath.Join(dir, "j.jsonl")
+	lines, _ := os.ReadFile(p)
+	last := lines[bytes.LastIndexByte(lines[:len(lines)-1], '\n')+1:]
 	f, _ := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
-	f.WriteString(`{"seq":4,"prev":"00`) // a crash mid-append
+	f.WriteString(`{"seq":4,"prev":"` + Hash(last)[:10]) // a crash mid-append
 	f.Close()
 	if rep, _ := Verify(dir); !rep.OK() || rep.Note == "" {
 		t.Fatalf("a torn tail is a crash, not tampering, and is said: %v", rep)
@@ -143,6 +146,87 @@ func TestTornTailIsDroppedAndTheChainGoesOn(t *testing.T) {
 	}
 	if rep, _ := Verify(dir); !rep.OK() || rep.Lines != 4 || rep.Note != "" {
 		t.Fatalf("after reopening: %v", rep)
+	}
+}
+
+// TestOnlyATornLineIsCutOff: the end of a log without its newline is
+// dropped only when it is the beginning of the line that would come
+// next (what a crash while appending leaves); binary garbage, or a
+// line that is not the next one, is tampering: Verify says so, Open
+// and a process appending refuse, and the file is left as it was.
+func TestOnlyATornLineIsCutOff(t *testing.T) {
+	full := func(t *testing.T, dir string) []byte {
+		// The line a fourth Append would write, whole.
+		t.Helper()
+		tmp := t.TempDir()
+		b, _ := os.ReadFile(filepath.Join(dir, "j.jsonl"))
+		os.WriteFile(filepath.Join(tmp, "j.jsonl"), b, 0o600)
+		l, err := Open(tmp, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Append("j.jsonl", map[string]any{"i": 3, "text": "record \u00e9 3"}); err != nil {
+			t.Fatal(err)
+		}
+		all, _ := os.ReadFile(filepath.Join(tmp, "j.jsonl"))
+		return all[len(b) : len(all)-1]
+	}
+	for _, tt := range []struct {
+		name string
+		tail func(next []byte) []byte
+		torn bool
+	}{
+		{"cut in the chain fields", func(next []byte) []byte { return next[:30] }, true},
+		{"cut in the record", func(next []byte) []byte { return next[:len(next)-4] }, true},
+		{"cut in a character", func(next []byte) []byte { return next[:bytes.Index(next, []byte("\xc3"))+1] }, true},
+		{"whole but its newline", func(next []byte) []byte { return next }, true},
+		{"binary garbage", func([]byte) []byte { return []byte("\x00\x01\xfe\xffPK\x03\x04garbage") }, false},
+		{"another line's start", func(next []byte) []byte { return bytes.Replace(next[:40], []byte(`"seq":4`), []byte(`"seq":9`), 1) }, false},
+		{"a line then garbage", func(next []byte) []byte { return append(slices.Clone(next), "xx"...) }, false},
+		{"JSON that is not a prefix", func(next []byte) []byte { return append(slices.Clone(next[:len(next)-1]), "]]"...) }, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			write(t, dir, 3, "j.jsonl")
+			p := filepath.Join(dir, "j.jsonl")
+			tail := tt.tail(full(t, dir))
+			// Another process has the log open, and appends after the tail.
+			other, err := Open(dir, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, _ := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+			f.Write(tail)
+			f.Close()
+			before, _ := os.ReadFile(p)
+			rep, err := Verify(dir)
+			if err != nil || rep.OK() != tt.torn {
+				t.Fatalf("Verify: %v, %v", rep, err)
+			}
+			_, cerr := other.Append("j.jsonl", map[string]any{"by": "other"})
+			if tt.torn {
+				if cerr != nil {
+					t.Fatalf("append after a torn line: %v", cerr)
+				}
+				if _, err := Open(dir, Options{}); err != nil {
+					t.Fatal(err)
+				}
+				if rep, _ := Verify(dir); !rep.OK() || rep.Lines != 4 {
+					t.Fatalf("after the torn line was cut: %v", rep)
+				}
+				return
+			}
+			if cerr == nil || !strings.Contains(cerr.Error(), "j.jsonl") {
+				t.Fatalf("append after a tampered tail: %v", cerr)
+			}
+			_, err = Open(dir, Options{})
+			if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "not a crash") {
+				t.Fatalf("Open of a tampered tail: %v", err)
+			}
+			if after, _ := os.ReadFile(p); !bytes.Equal(after, before) {
+				t.Fatal("the tampered file was changed")
+			}
+		})
 	}
 }
 

@@ -143,6 +143,10 @@ func Verify(dir string) (Report, error) {
 				return nil
 			}
 			if !complete {
+				if i == len(names)-1 && !Torn(line, seq+1, prev) {
+					rep.Problem, rep.File, rep.Line = "edited: the last line has no end and is not the beginning of the line that would come next (a crash while writing leaves only that)", name, no
+					return stop
+				}
 				if i == len(names)-1 {
 					rep.Note = "the last line was cut short by a crash while writing; it is dropped when the log is next opened"
 					return nil

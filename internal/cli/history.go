@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/metnos/agent/client"
-	"github.com/metnos/agent/internal/chainlog"
 	"github.com/metnos/agent/internal/lockfile"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/undo"
@@ -45,8 +44,11 @@ edited or removed record is reported.`)
 		entries = entries[:*limit]
 	}
 	var problem string
-	if rep, err := chainlog.Verify(dir); err == nil && !rep.OK() {
+	if rep, ids, err := j.Untrusted(); err == nil && !rep.OK() {
 		problem = fmt.Sprintf("the history journal was tampered with: %s", rep)
+		if len(ids) > 0 {
+			problem += fmt.Sprintf("; a local undo refuses the changes recorded at or after that place: %s", strings.Join(ids, ", "))
+		}
 	}
 	if *asJSON {
 		out := struct {
@@ -152,7 +154,7 @@ func printEntry(w io.Writer, e undo.Entry) {
 		facts = append(facts, "turn "+e.TurnID)
 	}
 	if e.Finished {
-		facts = append(facts, fmt.Sprintf("%d changes, %d folders made", len(e.Rows), len(e.DirsCreated)))
+		facts = append(facts, e.Changes())
 	}
 	if e.ErrorClass != "" {
 		facts = append(facts, "error "+e.ErrorClass)
@@ -201,7 +203,7 @@ This is the escape hatch for when the Metnos server is gone or the
 device was unpaired. While the device is paired and its server answers,
 ask Metnos to undo instead (so that the server's undo log stays true),
 or add --offline.`)
-	last := fs.Bool("last", false, "undo the newest change that still has something to undo")
+	last := fs.Bool("last", false, "undo the newest change that still has something to undo (passing over those a local undo left in conflict: undo them by their id)")
 	dry := fs.Bool("dry-run", false, "say what would be done, change nothing")
 	offline := fs.Bool("offline", false, "undo here even though the paired server answers")
 	if code, stop := parseFlags(fs, args); stop {
@@ -227,24 +229,34 @@ or add --offline.`)
 		}
 	}
 	dir := env.lay.Journal()
-	if !*dry {
-		lk, err := lockfile.Lock(filepath.Join(dir, "undo.lock"))
-		if err != nil {
-			if errors.Is(err, lockfile.ErrLocked) {
-				return fail(std, fmt.Errorf("another local undo is running: %w", err))
+	var j *undo.Journal
+	if *dry {
+		// A dry run only reads: no lock, no journal folder made.
+		j, err = undo.Load(dir)
+	} else {
+		lk, lerr := lockfile.Lock(filepath.Join(dir, "undo.lock"))
+		if lerr != nil {
+			if errors.Is(lerr, lockfile.ErrLocked) {
+				return fail(std, fmt.Errorf("another local undo is running: %w", lerr))
 			}
-			return fail(std, err)
+			return fail(std, lerr)
 		}
 		defer lk.Release()
+		j, err = undo.Open(dir)
 	}
-	j, err := undo.Open(dir)
 	if err != nil {
 		return fail(std, err)
 	}
 	if *last {
-		e, ok := j.Last()
+		e, skipped, ok := j.Last()
+		for _, s := range skipped {
+			fmt.Fprintf(std.err, "metnos-agent: skipping %s: its last local undo left conflicts (see `metnos-agent history`); once they are settled, undo it by its id: metnos-agent undo --offline %s\n", s, s)
+		}
 		if !ok {
-			fmt.Fprintln(std.out, "Nothing to undo: no change on this device has anything left to undo.")
+			fmt.Fprintln(std.out, "Nothing to undo: no change on this device has anything left to undo here.")
+			if len(skipped) > 0 {
+				return exitFailure
+			}
 			return exitOK
 		}
 		id = e.InvocationID
@@ -255,7 +267,7 @@ or add --offline.`)
 		return fail(std, err)
 	}
 	printReport(std.out, e, rep)
-	if len(rep.Conflicts) > 0 {
+	if len(rep.Conflicts) > 0 || len(rep.Unsupported) > 0 {
 		return exitFailure
 	}
 	return exitOK
@@ -315,9 +327,11 @@ func printReport(w io.Writer, e undo.Entry, rep undo.Report) {
 	for _, u := range rep.Unsupported {
 		fmt.Fprintf(w, "  – not undoable here: %s\n", u)
 	}
-	switch {
-	case len(rep.Conflicts) > 0:
-		fmt.Fprintf(w, "%d steps left as they were (nothing was overwritten).\n", len(rep.Conflicts))
+	switch left := len(rep.Conflicts) + len(rep.Unsupported); {
+	case left > 0 && rep.DryRun:
+		fmt.Fprintf(w, "Not everything would be put back: %s. Nothing was changed (dry run).\n", leftOver(rep))
+	case left > 0:
+		fmt.Fprintf(w, "Not everything was put back: %s (nothing was overwritten). The change stays in the history as not undone.\n", leftOver(rep))
 	case rep.DryRun:
 		fmt.Fprintln(w, "Nothing was changed (dry run).")
 	case len(rep.Done) == 0:
@@ -325,4 +339,19 @@ func printReport(w io.Writer, e undo.Entry, rep undo.Report) {
 	default:
 		fmt.Fprintln(w, "✓ everything put back.")
 	}
+}
+
+// leftOver says what a local undo leaves undone: "2 steps left as they
+// were, 1 not undoable here".
+func leftOver(rep undo.Report) string {
+	var parts []string
+	if n := len(rep.Conflicts); n == 1 {
+		parts = append(parts, "1 step left as it was")
+	} else if n > 1 {
+		parts = append(parts, fmt.Sprintf("%d steps left as they were", n))
+	}
+	if n := len(rep.Unsupported); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d not undoable here", n))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -398,3 +398,83 @@ func TestKilledOfflineUndo(t *testing.T) {
 		t.Fatalf("history after the kills: %d %s", code, out)
 	}
 }
+
+// TestOfflineUndoOfEveryRowShape: the example executors write the rows
+// the upstream Metnos file executors write (a file made, one written
+// over, one skipped, folders made, a file moved over another, files
+// deleted); with the server gone, `undo --offline` of each, newest
+// first, says everything was put back, exits 0, and leaves the folder
+// byte for byte as it was; history calls each change undone and says
+// what it was.
+func TestOfflineUndoOfEveryRowShape(t *testing.T) {
+	w, p := pairedAndRunning(t)
+	dir := filepath.Join(w.work, "notes")
+	os.MkdirAll(filepath.Join(dir, "sorted"), 0o755)
+	for name, body := range map[string]string{"todo.txt": "buy milk\n", "same.txt": "kept\n", "b.txt": "b now\n", "sorted/b.txt": "an older b\n", "gone.txt": "to delete\n"} {
+		os.WriteFile(filepath.Join(dir, name), []byte(body), 0o640)
+	}
+	old := time.Date(2021, 3, 4, 5, 6, 7, 0, time.UTC)
+	filepath.WalkDir(dir, func(p string, _ os.DirEntry, _ error) error { return os.Chtimes(p, old, old) })
+	before := tree(t, dir)
+
+	var ids []string
+	for i, step := range []struct {
+		executor string
+		args     map[string]any
+	}{
+		{"write_files", map[string]any{"files": []any{
+			map[string]any{"path": filepath.Join(dir, "todo.txt"), "content": "buy oat milk\n"},
+			map[string]any{"path": filepath.Join(dir, "new", "deeper", "made.txt"), "content": "made\n"},
+			map[string]any{"path": filepath.Join(dir, "same.txt"), "content": "not written", "mode": "skip_if_exists"},
+		}}},
+		{"create_dirs", map[string]any{"paths": []any{filepath.Join(dir, "2024"), filepath.Join(dir, "2025"), filepath.Join(dir, "2025", "01")}}},
+		{"move_files", map[string]any{"entries": []any{map[string]any{"src": filepath.Join(dir, "b.txt")}}, "dst_template": filepath.Join(dir, "sorted") + "/{name}", "overwrite": true}},
+		{"delete_files", map[string]any{"paths": []any{filepath.Join(dir, "gone.txt")}}},
+	} {
+		turn := fmt.Sprintf("turn-shape-%d", i)
+		info := w.wait(w.enqueue(step.executor, step.args,
+			refserver.EnqueueOptions{TurnID: turn, Reversibility: "revertible", Env: map[string]string{"METNOS_TURN_ID": turn}}))
+		if info.State != "done" {
+			t.Fatalf("%s: %s", step.executor, info.ResultBody)
+		}
+		ids = append(ids, info.ID)
+	}
+	h := w.history()
+	for id, want := range map[string]string{
+		ids[0]: "restore 1 file from its backup, remove 1 created file, remove 2 created folders",
+		ids[1]: "remove 3 created folders",
+		ids[2]: "move 1 file back, restore 1 file from its backup",
+		ids[3]: "restore 1 file from its backup",
+	} {
+		if h[id].Undo != want {
+			t.Errorf("%s (%s) undo would: %q, want %q", id, h[id].Executor, h[id].Undo, want)
+		}
+	}
+	p.stop(t)
+	w.proxy.down()
+	for i := len(ids) - 1; i >= 0; i-- {
+		code, out := w.cli("undo", "--offline", ids[i])
+		if code != 0 || !strings.Contains(out, "everything put back") {
+			t.Fatalf("undo --offline of %s: exit %d\n%s", h[ids[i]].Executor, code, out)
+		}
+	}
+	if got := tree(t, dir); got != before {
+		t.Fatalf("after the offline undo:\n%s\nbefore:\n%s", got, before)
+	}
+	for _, name := range []string{"todo.txt", "b.txt", "sorted/b.txt", "gone.txt"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Error(err)
+		} else if !fi.ModTime().Equal(old) {
+			t.Errorf("%s: modified %v, was %v", name, fi.ModTime(), old)
+		}
+	}
+	h = w.history()
+	for _, id := range ids {
+		if h[id].State != "undone" {
+			t.Errorf("%s (%s): %s", id, h[id].Executor, h[id].State)
+		}
+	}
+	if code, out := w.cli("history"); code != 0 || !strings.Contains(out, "3 folders made") || !strings.Contains(out, "1 file overwritten") {
+		t.Errorf("history: %d\n%s", code, out)
+	}
+}

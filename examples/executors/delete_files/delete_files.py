@@ -3,7 +3,8 @@
 args:   {"paths": ["/abs/file", ...]}
 result: {"ok": no failures, "ok_count", "fail_count",
          "results": [{"path", "removed": true, "blob_path", "blob_sha256",
-                      "mode", "mtime_ns", "atime_ns", "size"}],
+                      "restore_mode": "create", "mode", "mtime_ns",
+                      "atime_ns", "size"}],
          "failed": [{"index", "path", "error"}]}
 The undo (restore_blob_backup) copies each blob_path back to its path.
 Only regular files are deleted: folders and symbolic links are failures.
@@ -25,7 +26,7 @@ def main(args):
                 raise FileNotFoundError("no such file: %s" % p)
             if not os.path.isfile(p):
                 raise IsADirectoryError("not a file: %s" % p)
-            row = {"path": p, "removed": True}
+            row = {"path": p, "removed": True, "restore_mode": "create"}
             row.update(h.backup_blob(p))  # the bytes are safe before the unlink
             os.unlink(p)
             h.fsync_dir(os.path.dirname(p))

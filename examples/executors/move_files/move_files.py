@@ -9,12 +9,19 @@ args:
   copy          copy (data, then mode and times where allowed, fsync) instead of moving; the source,
                 e.g. a backup blob, stays where it is
   overwrite     replace an existing file at the destination (default false:
-                an occupied destination is a failure for that entry)
+                an occupied destination is a failure for that entry); the
+                file replaced is kept first as a backup blob
   client        "local" (the only one this executor serves)
 
 result: {"ok": no failures, "ok_count", "fail_count",
-         "results": [{"src", "dst"}], "failed": [{"index", "src", "error"}],
-         "dirs_created": [...shallowest first]}
+         "results": [{"src", "dst"}, or, over a file, {"src", "dst",
+                      "path": dst, "prev_blob_path"}],
+         "failed": [{"index", "src", "error"}],
+         "dirs_created": [...deepest first]}
+The rows are those of the upstream Metnos move_files: its reverse
+patterns (swap_src_dst, restore_blob_backup, delete_created_dirs) move
+each file back, restore a replaced file from its blob, and remove the
+folders made.
 """
 
 import os
@@ -66,13 +73,22 @@ def main(args):
                 if not parents:
                     raise FileNotFoundError("destination folder missing: %s" % parent)
                 dirs_created.extend(h.make_dirs(parent))
+            if copy and os.path.isdir(src):
+                raise IsADirectoryError("copy of a folder is not supported: %s" % src)
+            prev_blob_path = None
+            if overwrite and os.path.lexists(dst):
+                if os.path.islink(dst) or not os.path.isfile(dst):
+                    raise FileExistsError("overwrite of a destination that is not a file is not reversible: %s" % dst)
+                prev_blob_path = h.backup_file_for_undo(dst)  # before anything changes
             if copy:
-                if os.path.isdir(src):
-                    raise IsADirectoryError("copy of a folder is not supported: %s" % src)
                 h.copy_file(src, dst, overwrite)
             else:
                 h.move_path(src, dst, overwrite)
-            results.append({"src": src, "dst": dst})
+            row = {"src": src, "dst": dst}
+            if prev_blob_path:
+                row["path"] = dst
+                row["prev_blob_path"] = prev_blob_path
+            results.append(row)
         except Exception as exc:  # one entry failing never stops the others
             failed.append({"index": i, "src": src, "error": "%s: %s" % (type(exc).__name__, exc)})
 
@@ -82,7 +98,7 @@ def main(args):
         "fail_count": len(failed),
         "results": results,
         "failed": failed,
-        "dirs_created": dirs_created,
+        "dirs_created": h.deepest_first(dirs_created),
     }
 
 
