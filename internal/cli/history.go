@@ -318,7 +318,10 @@ func printReport(w io.Writer, e undo.Entry, rep undo.Report) {
 		}
 		fmt.Fprintf(w, "  ✓ %s\n", d)
 	}
-	if rep.Already > 0 {
+	switch {
+	case rep.Already == 1:
+		fmt.Fprintf(w, "  1 step was already done\n")
+	case rep.Already > 1:
 		fmt.Fprintf(w, "  %d steps were already done\n", rep.Already)
 	}
 	for _, c := range rep.Conflicts {
