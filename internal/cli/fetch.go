@@ -16,24 +16,18 @@ import (
 )
 
 func runFetch(std stdio, args []string) int {
-	fs := newFlagSet("fetch", std.err, "Download URL to FILE in Range chunks, resuming what an earlier run left (FILE.part, FILE.part.json), and put it in place only if its SHA-256 matches the pin. A debugging door to what the runtime download does.")
-	sha := fs.String("sha256", "", "the pinned SHA-256 of the file (64 hex digits)")
-	size := fs.Int64("size", 0, "the pinned size in bytes (0: unknown)")
-	out := fs.String("o", "", "where to put the file")
-	chunk := fs.Int64("chunk", fetch.DefaultChunk, "bytes per Range request")
-	// Flags may come after the URL too.
-	var url string
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		url, args = args[0], args[1:]
-	}
+	fs := newFlagSet("fetch", std, "Download URL to FILE in Range chunks, resuming what an earlier run left (FILE.part, FILE.part.json), and put it in place only if its SHA-256 matches the pin. A debugging door to what the runtime download does.")
+	sha := fs.String("sha256", "", "the pinned SHA-256 of the file (64 `HEX` digits)")
+	size := fs.Int64("size", 0, "the pinned size in bytes, `N` (0: unknown)")
+	out := fs.String("o", "", "where to put the file: `FILE`, or a folder to put it in under the URL's name")
+	chunk := fs.Int64("chunk", fetch.DefaultChunk, "`BYTES` per Range request")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
-	if url == "" && fs.NArg() == 1 {
-		url = fs.Arg(0)
-	} else if fs.NArg() != 0 || url == "" {
+	if fs.NArg() != 1 {
 		return usageError(std.err, "fetch", "one URL is needed")
 	}
+	url := fs.Arg(0)
 	if *sha == "" || *out == "" {
 		return usageError(std.err, "fetch", "both --sha256 and -o are needed")
 	}

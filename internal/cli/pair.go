@@ -14,7 +14,7 @@ import (
 )
 
 func runRegister(std stdio, args []string) int {
-	fs := newFlagSet("register", std.err, "Pair this device with a Metnos server using a one-time token from its admin page (Devices).")
+	fs := newFlagSet("register", std, "Pair this device with a Metnos server using a one-time token from its admin page (Devices).")
 	server := fs.String("server", "", "the server's device URL, such as http://metnos.tailnet:8765")
 	token := fs.String("token", "", "the one-time pairing token (DEV.…)")
 	name := fs.String("name", "", "the name this device shows locally (default: the name the server gives it)")
@@ -61,7 +61,7 @@ func runRegister(std stdio, args []string) int {
 }
 
 func runWhoami(std stdio, args []string) int {
-	fs := newFlagSet("whoami", std.err, "Show this device's identity and pairing.")
+	fs := newFlagSet("whoami", std, "Show this device's identity and pairing.")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
@@ -112,7 +112,7 @@ func runWhoami(std stdio, args []string) int {
 }
 
 func runUnpair(std stdio, args []string) int {
-	fs := newFlagSet("unpair", std.err, "Forget the pairing (state.json). The device key stays, so pairing again gives the same device.")
+	fs := newFlagSet("unpair", std, "Forget the pairing (state.json). The device key stays, so pairing again gives the same device.")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}

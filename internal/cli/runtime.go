@@ -22,12 +22,14 @@ func runRuntime(std stdio, args []string) int {
 		return runRuntimeInstall(std, args[1:])
 	case "status":
 		return runRuntimeStatus(std, args[1:])
+	case "-h", "-help", "--help":
+		return runRuntimeInstall(std, args[:1])
 	}
 	return usageError(std.err, "runtime", "unknown subcommand %q (install or status)", args[0])
 }
 
 func runRuntimeInstall(std stdio, args []string) int {
-	fs := newFlagSet("runtime", std.err, "Install a standalone Python (python-build-standalone) for executors: from a URL with a pinned sha256, or from the paired server's signed runtime descriptor (--from-server NAME). The previous runtime stays until the new one has run.")
+	fs := newFlagSet("runtime", std, "Install a standalone Python (python-build-standalone) for executors: from a URL with a pinned sha256, or from the paired server's signed runtime descriptor (--from-server NAME). The previous runtime stays until the new one has run.")
 	url := fs.String("url", "", "where the archive is")
 	sha := fs.String("sha256", "", "its pinned SHA-256")
 	size := fs.Int64("size", 0, "its pinned size in bytes (0: unknown)")
@@ -75,7 +77,7 @@ func runRuntimeInstall(std stdio, args []string) int {
 }
 
 func runRuntimeStatus(std stdio, args []string) int {
-	fs := newFlagSet("runtime", std.err, "Show the installed runtime, the Python executors would run with, and any download under way.")
+	fs := newFlagSet("runtime", std, "Show the installed runtime, the Python executors would run with, and any download under way.")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
