@@ -78,6 +78,9 @@ func Install(ctx context.Context, lay layout.Layout, src Source, o Options) (Run
 		}
 	}
 	archive := lay.RuntimeArchive(src.Filename)
+	if err := os.MkdirAll(filepath.Dir(archive), 0o755); err != nil {
+		return Runtime{}, fmt.Errorf("runtime: %w", err)
+	}
 	if err := File(ctx, src.URL, archive, src.Pin, o); err != nil {
 		return Runtime{}, err
 	}
