@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
 	"os"
 	"os/signal"
+	"path"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/schollz/progressbar/v3"
@@ -16,7 +19,7 @@ import (
 )
 
 func runFetch(std stdio, args []string) int {
-	fs := newFlagSet("fetch", std, "Download URL to FILE in Range chunks, resuming what an earlier run left (FILE.part, FILE.part.json), and put it in place only if its SHA-256 matches the pin. A debugging door to what the runtime download does.")
+	fs := newFlagSet("fetch", std, "Download URL to FILE in Range chunks, resuming what an earlier run left (FILE.part, FILE.part.json), and put it in place only if its SHA-256 matches the pin. URL may also be a local file (a path or file://), copied and checked the same way; -o may name an existing folder, to put the file in under the URL's name. A debugging door to what the runtime download does.")
 	sha := fs.String("sha256", "", "the pinned SHA-256 of the file (64 `HEX` digits)")
 	size := fs.Int64("size", 0, "the pinned size in bytes, `N` (0: unknown)")
 	out := fs.String("o", "", "where to put the file: `FILE`, or a folder to put it in under the URL's name")
@@ -31,6 +34,14 @@ func runFetch(std stdio, args []string) int {
 	if *sha == "" || *out == "" {
 		return usageError(std.err, "fetch", "both --sha256 and -o are needed")
 	}
+	if fi, err := os.Stat(*out); err == nil && fi.IsDir() {
+		// A folder: the file goes in it, under the URL's name.
+		name := urlName(url)
+		if name == "" {
+			return usageError(std.err, "fetch", "%s names no file to put in %s: give -o %s", url, *out, filepath.Join(*out, "NAME"))
+		}
+		*out = filepath.Join(*out, name)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	o := progressOptions(std, filepath.Base(*out))
@@ -41,6 +52,20 @@ func runFetch(std stdio, args []string) int {
 	}
 	fmt.Fprintf(std.out, "%s: verified (sha256 %s)\n", *out, *sha)
 	return exitOK
+}
+
+// urlName returns the last element of raw's path (a URL's, or a local
+// file's), or "" when it names no file.
+func urlName(raw string) string {
+	p := raw
+	if u, err := neturl.Parse(raw); err == nil && u.Scheme != "" && len(u.Scheme) > 1 {
+		p = u.Path
+	}
+	name := path.Base(filepath.ToSlash(p))
+	if name == "." || name == "/" || name == ".." || strings.ContainsAny(name, `\:`) {
+		return ""
+	}
+	return name
 }
 
 // progressOptions reports a download's progress as a bar when stderr is
