@@ -57,6 +57,9 @@ func TestPermanentErrorsFailAtOnce(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), "f")
 			err := File(context.Background(), srv.URL+"/f", dst, pin, o)
 			check(t, dst, m, err, tc.want)
+			if n := strings.Count(err.Error(), srv.URL); n != 1 {
+				t.Errorf("the URL appears %d times in %q, want once", n, err)
+			}
 			if m.requests != tc.requests {
 				t.Errorf("%d requests, want %d (%v)", m.requests, tc.requests, err)
 			}
@@ -72,8 +75,10 @@ func TestBadURLsFailBeforeAnyRequest(t *testing.T) {
 	u, _ := url.Parse(srv.URL)
 	dir := t.TempDir()
 	for _, tc := range []struct{ url, want string }{
-		{u.Host + "/f.tar.gz", "no such file"},
-		{"example", "not a URL"},
+		{u.Host + "/f.tar.gz", "neither a URL"},
+		{"example", "neither a URL"},
+		{"/nonexistent/f.tar.gz", "neither a URL"},
+		{"file:///nonexistent/f.tar.gz", "no such file"},
 		{"ftp://" + u.Host + "/f", "ftp:// is not supported"},
 		{"http:///f", "no host"},
 		{"http://", "no host"},
@@ -226,5 +231,26 @@ func TestDamagedState(t *testing.T) {
 			}
 			leftover(t, dst)
 		})
+	}
+}
+
+// TestConnectionErrorIsRetriedAndNamesTheURLOnce: a refused connection
+// may pass later, so it is retried; the error names the URL once.
+func TestConnectionErrorIsRetriedAndNamesTheURLOnce(t *testing.T) {
+	m, srv := newMirror(t, 100)
+	url := srv.URL + "/f"
+	srv.Close()
+	var log bytes.Buffer
+	o := quick()
+	o.Attempts = 3
+	o.Logger = slog.New(slog.NewTextHandler(&log, nil))
+	dst := filepath.Join(t.TempDir(), "f")
+	err := File(context.Background(), url, dst, m.pin(), o)
+	check(t, dst, m, err, "after 3 attempt(s)")
+	if n := strings.Count(err.Error(), srv.URL); n != 1 {
+		t.Errorf("the URL appears %d times in %q, want once", n, err)
+	}
+	if n := strings.Count(log.String(), "chunk failed; retrying"); n != 2 {
+		t.Errorf("%d retries logged, want 2:\n%s", n, log.String())
 	}
 }

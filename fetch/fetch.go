@@ -280,8 +280,8 @@ func source(raw string) (local string, err error) {
 	}
 	fi, err := os.Stat(local)
 	switch {
-	case err != nil && perr == nil && u.Scheme == "" && !strings.ContainsAny(raw, `/\`):
-		return "", fmt.Errorf("fetch %q: not a URL (no http:// or https://) nor a file here: %w", raw, err)
+	case errors.Is(err, fs.ErrNotExist) && (perr != nil || u.Scheme != "file"):
+		return "", fmt.Errorf("fetch %q: neither a URL (it would begin with http:// or https://) nor a file here", raw)
 	case err != nil:
 		return "", fmt.Errorf("fetch %q: %w", raw, err)
 	case !fi.Mode().IsRegular():
@@ -628,6 +628,10 @@ func (d *download) get(ctx context.Context, start, end int64, ifRange string) (r
 	if err != nil {
 		idle.Stop()
 		cancel()
+		var ue *neturl.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // it names the URL, which the error of File names already
+		}
 		return nil, nil, nil, st.explain(err)
 	}
 	done = func() { resp.Body.Close(); idle.Stop(); cancel() }
