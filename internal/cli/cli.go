@@ -132,7 +132,7 @@ func init() {
 			run:   runRun,
 		},
 		"fetch": {
-			usage:   "fetch URL --sha256 HEX -o FILE [--size N]",
+			usage:   "fetch URL --sha256 HEX -o (FILE|FOLDER) [--size N]",
 			short:   "download a file in resumable chunks, installed only if it matches its pin",
 			maxArgs: 1,
 			run:     runFetch,
@@ -312,25 +312,30 @@ func leadingSpace(s string) string {
 
 // wrap breaks line at spaces so that no line is wider than helpWidth
 // columns (a single word wider than that stays whole); lines after the
-// first begin with indent.
+// first begin with indent. A line that fits is left as it is.
 func wrap(line, indent string) string {
 	var b strings.Builder
-	width := 0
-	for i, word := range strings.Fields(line) {
-		n := utf8.RuneCountInString(word)
-		switch {
-		case i == 0:
-			lead := leadingSpace(line)
-			b.WriteString(lead + word)
-			width = len(lead) + n
-		case width+1+n > helpWidth:
-			b.WriteString("\n" + indent + word)
-			width = len(indent) + n
-		default:
-			b.WriteString(" " + word)
-			width += 1 + n
+	for utf8.RuneCountInString(line) > helpWidth {
+		lead := len(leadingSpace(line))
+		cut, col := -1, 0 // col: the runes before line[i]
+		for i, r := range line {
+			if r == ' ' && i > lead {
+				if col <= helpWidth || cut < 0 {
+					cut = i
+				}
+				if col > helpWidth {
+					break
+				}
+			}
+			col++
 		}
+		if cut < 0 {
+			break // one word wider than the line
+		}
+		b.WriteString(strings.TrimRight(line[:cut], " ") + "\n")
+		line = indent + strings.TrimLeft(line[cut:], " ")
 	}
+	b.WriteString(line)
 	return b.String()
 }
 

@@ -31,9 +31,9 @@ func runRuntime(std stdio, args []string) int {
 func runRuntimeInstall(std stdio, args []string) int {
 	fs := newFlagSet("runtime", std, "Install a standalone Python (python-build-standalone) for executors: from a URL or a local archive FILE with a pinned sha256, or from the paired server's signed runtime descriptor (--from-server NAME). The previous runtime stays until the new one has run. \"runtime status\" shows the installed runtime and the Python executors run with.")
 	url := fs.String("url", "", "where the archive is: an http(s):// `URL`, or a local file (a path or file://)")
-	sha := fs.String("sha256", "", "its pinned SHA-256")
-	size := fs.Int64("size", 0, "its pinned size in bytes (0: unknown)")
-	from := fs.String("from-server", "", "an archive name the paired server signs a descriptor for (cpython-…-install_only.tar.gz)")
+	sha := fs.String("sha256", "", "its pinned SHA-256 (64 `HEX` digits)")
+	size := fs.Int64("size", 0, "its pinned size in bytes, `N` (0: unknown)")
+	from := fs.String("from-server", "", "an archive `NAME` the paired server signs a descriptor for (cpython-…-install_only.tar.gz)")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/metnos/agent/internal/golden"
 )
 
 // runCLI runs the command line on args with a fresh HOME and returns its
@@ -180,5 +182,46 @@ func TestFlagsAnywhere(t *testing.T) {
 		if code == exitUsage || strings.Contains(errs, "see \"metnos-agent help") {
 			t.Errorf("%q: exit %d, a usage error: %s", args, code, errs)
 		}
+	}
+}
+
+// TestHelpGolden: the command list and the help of fetch and runtime,
+// as a user reads them.
+func TestHelpGolden(t *testing.T) {
+	for name, args := range map[string][]string{
+		"commands": {"help"},
+		"fetch":    {"help", "fetch"},
+		"runtime":  {"help", "runtime"},
+	} {
+		code, out, errs := runCLI(t, args...)
+		if code != 0 || errs != "" {
+			t.Errorf("%q: exit %d, stderr %q", args, code, errs)
+		}
+		golden.Compare(t, filepath.Join("testdata", "help", name+".golden"), []byte(out))
+	}
+}
+
+// TestWrap: a line that fits is left as it is (its spacing too); a
+// longer one breaks at spaces, the rest under indent; a word wider than
+// the line stays whole.
+func TestWrap(t *testing.T) {
+	long := strings.Repeat("word ", 30)
+	for _, tt := range []struct{ in, indent, want string }{
+		{"    run        serve", "  ", "    run        serve"},
+		{strings.Repeat("x", 100), "  ", strings.Repeat("x", 100)},
+		{"  " + strings.Repeat("é", 78) + " next", "    ", "  " + strings.Repeat("é", 78) + "\n    next"},
+	} {
+		if got := wrap(tt.in, tt.indent); got != tt.want {
+			t.Errorf("wrap(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+	got := wrap(long, "  ")
+	for _, l := range strings.Split(got, "\n") {
+		if n := utf8.RuneCountInString(l); n > helpWidth || n < helpWidth-6 && !strings.HasSuffix(got, l) {
+			t.Errorf("line of %d columns: %q", n, l)
+		}
+	}
+	if strings.Join(strings.Fields(got), " ") != strings.TrimSpace(long) {
+		t.Errorf("words lost: %q", got)
 	}
 }
