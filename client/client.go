@@ -179,7 +179,7 @@ func oneLine(s string, n int) string {
 func requestError(u string, err error) error {
 	var ue *neturl.Error
 	if errors.As(err, &ue) {
-		return fmt.Errorf("%s %s: %w", ue.Op, u, ue.Err)
+		return fmt.Errorf("%s: %w", u, ue.Err)
 	}
 	return fmt.Errorf("%s: %w", u, err)
 }

@@ -349,7 +349,10 @@ func wrap(line, indent string) string {
 // command: 0 after printing the help for -h or --help, 2 after a one-line
 // error for a bad flag or an unexpected argument.
 func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
-	sink := fs.Output().(*flagSink)
+	sink, ok := fs.Output().(*flagSink)
+	if !ok || commands[sink.name] == nil {
+		panic("parseFlags: " + fs.Name() + " was not made by newFlagSet for a command")
+	}
 	cmd := commands[sink.name]
 	err := parseInterspersed(fs, args, cmd.maxArgs >= 0)
 	switch {
