@@ -1,8 +1,12 @@
 package fetch
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/metnos/agent/internal/layout"
 )
 
 // TestPermanentErrorsFailAtOnce: what no retry can mend costs one
@@ -252,5 +258,39 @@ func TestConnectionErrorIsRetriedAndNamesTheURLOnce(t *testing.T) {
 	}
 	if n := strings.Count(log.String(), "chunk failed; retrying"); n != 2 {
 		t.Errorf("%d retries logged, want 2:\n%s", n, log.String())
+	}
+}
+
+// TestUnsafeArchiveIsNotRetried: an archive that matches its pin but
+// would write outside its folder fails the install at once, says why,
+// and leaves no runtime.
+func TestUnsafeArchiveIsNotRetried(t *testing.T) {
+	var raw bytes.Buffer
+	tw := tar.NewWriter(&raw)
+	body := "#!/bin/sh\necho pwned\n"
+	tw.WriteHeader(&tar.Header{Name: "../python/bin/python3", Mode: 0o755, Size: int64(len(body)), Typeflag: tar.TypeReg})
+	tw.Write([]byte(body))
+	tw.Close()
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(raw.Bytes())
+	zw.Close()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "cpython-3.99.0-test.tar.gz")
+	os.WriteFile(src, gz.Bytes(), 0o644)
+	sum := sha256.Sum256(gz.Bytes())
+	lay := layout.Layout{Cache: filepath.Join(dir, "cache")}
+	var log bytes.Buffer
+	o := quick()
+	o.Logger = slog.New(slog.NewTextHandler(&log, nil))
+	_, err := Install(context.Background(), lay, Source{URL: src, Pin: Pin{SHA256: hex.EncodeToString(sum[:])}}, o)
+	if !errors.Is(err, ErrUnsafeArchive) || !strings.Contains(err.Error(), "not safe to unpack") {
+		t.Fatalf("Install: %v, want an unsafe-archive error", err)
+	}
+	if strings.Contains(log.String(), "unpacking it again") {
+		t.Errorf("the unsafe archive was unpacked twice:\n%s", log.String())
+	}
+	if _, err := Current(lay); err == nil {
+		t.Error("a runtime is installed")
 	}
 }
