@@ -271,7 +271,11 @@ func source(raw string) (local string, err error) {
 		if u.Host != "" && u.Host != "localhost" {
 			return "", fmt.Errorf("fetch %q: a file:// URL must name a file on this machine (file:///PATH)", raw)
 		}
-		local = filepath.FromSlash(u.Path)
+		local = u.Path
+		if len(local) > 2 && local[0] == '/' && local[2] == ':' && filepath.Separator == '\\' {
+			local = local[1:] // file:///C:/x is C:/x on Windows
+		}
+		local = filepath.FromSlash(local)
 	case perr == nil && len(u.Scheme) > 1:
 		return "", fmt.Errorf("fetch %q: %s:// is not supported: give an http://, https:// or file:// URL, or the path of a local file", raw, u.Scheme)
 	default:
