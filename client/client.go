@@ -35,10 +35,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"runtime"
 	"strings"
 	"time"
 
+	"github.com/metnos/agent/internal/term"
 	"github.com/metnos/agent/wire"
 )
 
@@ -106,6 +108,9 @@ type ServerError struct {
 	Status  int
 	Code    string
 	Message string
+	// HTML is set when the body was an HTML page (a web server or a
+	// proxy, not a Metnos server), which the error does not repeat.
+	HTML bool
 }
 
 func (e *ServerError) Error() string {
@@ -119,8 +124,60 @@ func (e *ServerError) Error() string {
 		return fmt.Sprintf("%s: the server answered %d %s: %s", e.URL, e.Status, e.Code, e.Message)
 	case e.Status == http.StatusRequestEntityTooLarge:
 		return fmt.Sprintf("%s: the server refused the body as too large (413, its limit is %d MiB)", e.URL, wire.MaxBodyBytes>>20)
+	case e.HTML:
+		return fmt.Sprintf("not a Metnos server? %s answered %d %s with an HTML page", e.URL, e.Status, http.StatusText(e.Status))
+	case e.Message == "":
+		return fmt.Sprintf("%s: the server answered %d %s", e.URL, e.Status, http.StatusText(e.Status))
 	}
-	return fmt.Sprintf("%s: the server answered %d %s", e.URL, e.Status, strings.TrimSpace(e.Message))
+	return fmt.Sprintf("%s: the server answered %d: %s", e.URL, e.Status, e.Message)
+}
+
+// serverError is the *ServerError of a non-2xx answer: the error code
+// and message of a JSON body (docs/protocol.md §4.2), else the first
+// line of a text body, at most 120 characters, or only that it was an
+// HTML page: a body is never pasted whole into an error.
+func serverError(url string, resp *http.Response, b []byte) *ServerError {
+	se := &ServerError{URL: url, Status: resp.StatusCode}
+	var eb struct {
+		Error   string `json:"error"`
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(b, &eb) == nil && eb.Error != "" {
+		se.Code, se.Message = oneLine(eb.Error, 80), oneLine(eb.Message, 300)
+		return se
+	}
+	text := strings.TrimSpace(string(b))
+	if strings.HasPrefix(strings.ToLower(resp.Header.Get("Content-Type")), "text/html") || strings.HasPrefix(text, "<") {
+		se.HTML = true
+		return se
+	}
+	se.Message = oneLine(text, 120)
+	return se
+}
+
+// oneLine returns the first line of s, its control characters shown escaped (a
+// server's words shown on a terminal), cut to at most n characters.
+func oneLine(s string, n int) string {
+	s, _, cut := strings.Cut(strings.TrimSpace(s), "\n")
+	s = term.Sanitize(strings.TrimSuffix(s, "\r"))
+	if r := []rune(s); len(r) > n {
+		s, cut = string(r[:n]), true
+	}
+	if cut {
+		s += "…"
+	}
+	return s
+}
+
+// requestError is the error of a request that got no answer, naming
+// the URL once: the *url.Error of package http, which names it too, is
+// replaced by what it wraps (the chain stays for errors.Is and As).
+func requestError(u string, err error) error {
+	var ue *neturl.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s: %w", u, ue.Err)
+	}
+	return fmt.Errorf("%s: %w", u, err)
 }
 
 // serverErrorWords says, for each error code of the protocol, what
@@ -175,7 +232,7 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, signe
 	}
 	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", url, err)
+		return nil, requestError(url, err)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -185,7 +242,7 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, signe
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", url, err)
+		return nil, requestError(url, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
@@ -193,20 +250,7 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, signe
 		return nil, fmt.Errorf("%s: reading the response: %w", url, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		se := &ServerError{URL: url, Status: resp.StatusCode}
-		var eb struct {
-			Error   string `json:"error"`
-			Message string `json:"message"`
-		}
-		if json.Unmarshal(b, &eb) == nil && eb.Error != "" {
-			se.Code, se.Message = eb.Error, eb.Message
-		} else {
-			se.Message = string(b)
-			if len(se.Message) > 200 {
-				se.Message = se.Message[:200] + "…"
-			}
-		}
-		return b, se
+		return b, serverError(url, resp, b)
 	}
 	return b, nil
 }

@@ -8,7 +8,9 @@
 //   - The file at the destination exists only if its bytes hash to the
 //     pin (and have the pinned size, when one is given). It is written as
 //     dst.part, renamed into place, and its directory fsynced.
-//   - Progress survives a crash: dst.part.json records the URL, the pin,
+//   - Progress survives a crash (dst.part.lock, which keeps a second
+//     download of dst away, stays with it; it is removed once dst is in
+//     place): dst.part.json records the URL, the pin,
 //     the server's validator (ETag, else Last-Modified) and how many
 //     bytes of dst.part are fsynced. A resumed download truncates dst.part
 //     to that, hashes the prefix again and goes on from there.
@@ -19,9 +21,21 @@
 //     or a file that changed, per If-Range) restarts the download from
 //     zero and is streamed whole: a 200 body is never appended. A 416 on a
 //     file already complete is not an error.
-//   - Each chunk is tried at least 10 times, with backoff, before the
-//     download fails; a connection that goes quiet for the idle timeout
-//     counts as a failed attempt (there is no whole-request timeout).
+//   - What no retry can mend fails at once: a URL that is not http://
+//     or https:// (nor a local file), a 4xx answer but 408 and 429, a
+//     size that contradicts the pin, an HTML page instead of the file.
+//   - Anything else (a connection error, a 5xx) is tried up to 10 times
+//     per chunk, with backoff, before the download fails. A server that
+//     sends nothing for the idle timeout (30 s) counts as a failed
+//     attempt, "no data for 30 s from HOST", and 3 of those in a row end
+//     the download (there is no whole-request timeout).
+//   - A local file (a path, or a file:// URL) is copied through
+//     dst.part and put in place only if it matches the pin.
+//   - The destination's folder must exist, and dst must not be a
+//     folder: both are checked before anything is downloaded.
+//   - A dst.part.json that cannot be a download's state (not JSON,
+//     counts that contradict each other) is discarded, with a warning,
+//     and the download starts over.
 //   - When the finished file misses the pin, one more pass fetches every
 //     chunk twice, keeps it only when both copies agree, and must still
 //     match the pin. Two copies that agree but miss the pin are an error
@@ -44,15 +58,18 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/metnos/agent/internal/atomicfile"
@@ -176,19 +193,35 @@ func File(ctx context.Context, url, dst string, pin Pin, o Options) error {
 	if _, err := hex.DecodeString(pin.SHA256); err != nil {
 		return fmt.Errorf("fetch %s: the pinned sha256 %q is not hex", url, pin.SHA256)
 	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return fmt.Errorf("fetch %s: %w", url, err)
+	local, err := source(url)
+	if err != nil {
+		return err
+	}
+	if err := checkDestination(url, dst); err != nil {
+		return err
 	}
 	// One download of a file at a time: another would cut dst.part from
-	// under this one. (The lock file stays: removing it would let two
-	// later downloads each lock a different file.)
-	lock, err := lockfile.Lock(dst + ".part.lock")
+	// under this one. The lock file stays while a download is left to
+	// resume; it goes, still held, once the file is in place (a download
+	// that opened it just before finds the file in place and stops).
+	lockPath := dst + ".part.lock"
+	lock, err := lockfile.Lock(lockPath)
 	if err != nil {
 		return fmt.Errorf("fetch %s: another download to %s is running: %w", url, dst, err)
 	}
-	defer lock.Release()
+	done := false
+	defer func() {
+		if _, err := os.Lstat(dst + ".part"); done || errors.Is(err, fs.ErrNotExist) {
+			os.Remove(lockPath) // fails on Windows, where the file is open: it stays
+		}
+		lock.Release()
+	}()
 	if ok, _ := matches(dst, pin); ok {
+		done = true
 		return nil
+	}
+	if local != "" {
+		return copyLocal(url, local, dst, pin, o.Logger)
 	}
 	d := &download{url: url, dst: dst, pin: pin, o: o}
 	if err := d.open(); err != nil {
@@ -205,7 +238,9 @@ func File(ctx context.Context, url, dst string, pin Pin, o Options) error {
 		return err
 	}
 	if d.verified() {
-		return d.finish()
+		err := d.finish()
+		done = err == nil
+		return err
 	}
 	d.o.Logger.Warn("the downloaded file misses its pin; fetching every chunk twice", "url", url)
 	if err := d.consensus(ctx); err != nil {
@@ -215,7 +250,114 @@ func File(ctx context.Context, url, dst string, pin Pin, o Options) error {
 		return fmt.Errorf("%w: %s fetched twice gives sha256 %x (%d bytes) both times, the pin says %s (%d bytes): the pin or the upstream file is wrong; nothing was installed",
 			ErrPinMismatch, url, d.h.Sum(nil), d.st.Committed, pin.SHA256, pin.Size)
 	}
-	return d.finish()
+	err = d.finish()
+	done = err == nil
+	return err
+}
+
+// source checks raw before anything is downloaded: an http:// or
+// https:// URL with a host (local is ""), or a local file, named by a
+// file:// URL or a path (local is its path). Anything else is an error
+// no retry could mend.
+func source(raw string) (local string, err error) {
+	u, perr := neturl.Parse(raw)
+	switch {
+	case perr == nil && (u.Scheme == "http" || u.Scheme == "https"):
+		if u.Host == "" {
+			return "", fmt.Errorf("fetch %q: the URL has no host (want http://HOST/PATH)", raw)
+		}
+		return "", nil
+	case perr == nil && u.Scheme == "file":
+		if u.Host != "" && u.Host != "localhost" {
+			return "", fmt.Errorf("fetch %q: a file:// URL must name a file on this machine (file:///PATH)", raw)
+		}
+		local = u.Path
+		if len(local) > 2 && local[0] == '/' && local[2] == ':' && filepath.Separator == '\\' {
+			local = local[1:] // file:///C:/x is C:/x on Windows
+		}
+		local = filepath.FromSlash(local)
+	case perr == nil && len(u.Scheme) > 1:
+		return "", fmt.Errorf("fetch %q: %s:// is not supported: give an http://, https:// or file:// URL, or the path of a local file", raw, u.Scheme)
+	default:
+		// No scheme (or a Windows drive letter): a path.
+		local = raw
+	}
+	fi, err := os.Stat(local)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && (perr != nil || u.Scheme != "file"):
+		return "", fmt.Errorf("fetch %q: neither a URL (it would begin with http:// or https://) nor a file here", raw)
+	case err != nil:
+		return "", fmt.Errorf("fetch %q: %w", raw, err)
+	case !fi.Mode().IsRegular():
+		return "", fmt.Errorf("fetch %q: %s is not a regular file", raw, local)
+	}
+	return local, nil
+}
+
+// checkDestination refuses, before anything is downloaded, a dst that
+// is a folder or whose folder does not exist.
+func checkDestination(url, dst string) error {
+	if fi, err := os.Stat(dst); err == nil && fi.IsDir() {
+		return fmt.Errorf("fetch %s: %s is a folder: name the file to write", url, dst)
+	}
+	dir := filepath.Dir(dst)
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("fetch %s: the folder %s does not exist: create it first", url, dir)
+	case err != nil:
+		return fmt.Errorf("fetch %s: %w", url, err)
+	case !fi.IsDir():
+		return fmt.Errorf("fetch %s: %s is not a folder", url, dir)
+	}
+	return nil
+}
+
+// copyLocal puts the local file src at dst, verified against pin the
+// same way as a download: through dst.part, renamed into place only if
+// it matches.
+func copyLocal(url, src, dst string, pin Pin, log *slog.Logger) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("fetch %s: %w", url, err)
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return fmt.Errorf("fetch %s: %w", url, err)
+	}
+	if pin.Size > 0 && fi.Size() != pin.Size {
+		return fmt.Errorf("%w: %s is %d bytes, the pin says %d; nothing was installed", ErrPinMismatch, src, fi.Size(), pin.Size)
+	}
+	part := dst + ".part"
+	out, err := os.OpenFile(part, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("fetch %s: %w", url, err)
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(out, h), in)
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(part)
+		return fmt.Errorf("fetch %s: copying to %s: %w", url, part, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != pin.SHA256 || (pin.Size > 0 && n != pin.Size) {
+		os.Remove(part)
+		return fmt.Errorf("%w: %s has sha256 %s (%d bytes), the pin says %s; nothing was installed", ErrPinMismatch, src, got, n, pin.SHA256)
+	}
+	if err := os.Rename(part, dst); err != nil {
+		os.Remove(part)
+		return fmt.Errorf("fetch %s: %w", url, err)
+	}
+	os.Remove(dst + ".part.json")
+	atomicfile.SyncDir(filepath.Dir(dst))
+	log.Info("copied and verified", "file", src, "to", dst, "bytes", n)
+	return nil
 }
 
 // matches reports whether the file at p has the pinned size and digest.
@@ -242,15 +384,23 @@ func (d *download) partPath() string  { return d.dst + ".part" }
 // open opens dst.part and the state, keeping what a previous run of the
 // same download committed.
 func (d *download) open() error {
-	if err := os.MkdirAll(filepath.Dir(d.dst), 0o755); err != nil {
-		return fmt.Errorf("fetch %s: %w", d.url, err)
-	}
-	var st state
-	if b, err := os.ReadFile(d.statePath()); err == nil && json.Unmarshal(b, &st) == nil &&
-		st.URL == d.url && st.SHA256 == d.pin.SHA256 && st.Size == d.pin.Size {
-		d.st = st
-	} else {
-		d.st = state{URL: d.url, SHA256: d.pin.SHA256, Size: d.pin.Size}
+	fresh := state{URL: d.url, SHA256: d.pin.SHA256, Size: d.pin.Size}
+	d.st = fresh
+	b, err := os.ReadFile(d.statePath())
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("fetch %s: reading the download's state: %w (delete %s to start over)", d.url, err, d.statePath())
+	default:
+		var st state
+		if err := json.Unmarshal(b, &st); err != nil || !st.sane() {
+			// Damaged: what it counts cannot be trusted, so nothing of
+			// dst.part is kept.
+			d.o.Logger.Warn("the download's state is damaged; discarding it and starting the download over", "file", d.statePath(), "err", err)
+			d.st.Committed = -1
+		} else if st.URL == d.url && st.SHA256 == d.pin.SHA256 && st.Size == d.pin.Size {
+			d.st = st
+		}
 	}
 	f, err := os.OpenFile(d.partPath(), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
@@ -261,10 +411,26 @@ func (d *download) open() error {
 	if err != nil {
 		return fmt.Errorf("fetch %s: %w", d.url, err)
 	}
+	if d.st.Committed < 0 {
+		d.st = fresh
+		if err := d.rewind(0); err != nil {
+			return err
+		}
+		return d.writeState()
+	}
 	if d.st.Committed > fi.Size() {
 		d.st.Committed = 0
 	}
 	return d.rewind(d.st.Committed)
+}
+
+// sane reports whether the counts of a state read from disk can be
+// those of a download.
+func (st *state) sane() bool {
+	return st.Committed >= 0 && st.Total >= 0 && st.Size >= 0 &&
+		(st.Total == 0 || st.Committed <= st.Total) &&
+		(st.Total == 0 || st.Size == 0 || st.Total == st.Size) &&
+		(st.Size == 0 || st.Committed <= st.Size)
 }
 
 // rewind truncates dst.part to n bytes and hashes them again.
@@ -408,13 +574,13 @@ func (d *download) pass(ctx context.Context) error {
 // complete file).
 func (d *download) chunkWithRetries(ctx context.Context, start, end int64) (done bool, err error) {
 	wait := d.o.Backoff
+	stalls := 0
 	for attempt := 1; ; attempt++ {
 		done, err := d.chunk(ctx, start, end)
 		if err == nil {
 			return done, nil
 		}
-		var perm *permanentError
-		if errors.As(err, &perm) || ctx.Err() != nil || attempt >= d.o.Attempts {
+		if !transient(err, &stalls) || ctx.Err() != nil || attempt >= d.o.Attempts {
 			return false, fmt.Errorf("fetch %s: bytes %d-%d, after %d attempt(s): %w", d.url, start, end, attempt, err)
 		}
 		d.o.Logger.Warn("chunk failed; retrying", "url", d.url, "range", fmt.Sprintf("%d-%d", start, end), "attempt", attempt, "err", err)
@@ -460,19 +626,83 @@ func (d *download) get(ctx context.Context, start, end int64, ifRange string) (r
 	if ifRange != "" {
 		req.Header.Set("If-Range", ifRange)
 	}
-	idle := time.AfterFunc(d.o.Idle, cancel)
+	st := &stall{host: req.URL.Host, d: d.o.Idle}
+	idle := time.AfterFunc(d.o.Idle, func() { st.fired.Store(true); cancel() })
 	resp, err = d.o.Client.Do(req)
 	if err != nil {
 		idle.Stop()
 		cancel()
-		return nil, nil, nil, err
+		var ue *neturl.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // it names the URL, which the error of File names already
+		}
+		return nil, nil, nil, st.explain(err)
 	}
 	done = func() { resp.Body.Close(); idle.Stop(); cancel() }
 	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
 		done()
-		return nil, nil, nil, fmt.Errorf("the server sent the file %s-encoded although identity was asked", ce)
+		return nil, nil, nil, &permanentError{fmt.Errorf("the server sent the file %s-encoded although identity was asked", ce)}
 	}
-	return resp, &idleReader{r: resp.Body, t: idle, d: d.o.Idle}, done, nil
+	return resp, &idleReader{r: resp.Body, t: idle, d: d.o.Idle, stall: st}, done, nil
+}
+
+// stall is the idle timeout of one request.
+type stall struct {
+	host  string
+	d     time.Duration
+	fired atomic.Bool
+}
+
+// explain returns a *stallError for err when the idle timeout cut the
+// request, err otherwise.
+func (s *stall) explain(err error) error {
+	if err != nil && s.fired.Load() {
+		return &stallError{host: s.host, d: s.d}
+	}
+	return err
+}
+
+// stallError is a server that sent nothing for the idle timeout. It is
+// retried, but only [maxStalls] times in a row for a chunk: a server
+// that stalls again is taken to be down.
+type stallError struct {
+	host string
+	d    time.Duration
+}
+
+func (e *stallError) Error() string {
+	return fmt.Sprintf("no data for %s s from %s", strconv.FormatFloat(e.d.Seconds(), 'f', -1, 64), e.host)
+}
+
+// maxStalls is how many attempts in a row of one chunk may stall before
+// the download fails (the idle timeout each).
+const maxStalls = 3
+
+// transient reports whether another attempt may succeed after err: not
+// for a [permanentError], nor after maxStalls stalls in a row.
+func transient(err error, stalls *int) bool {
+	var perm *permanentError
+	if errors.As(err, &perm) {
+		return false
+	}
+	var se *stallError
+	if errors.As(err, &se) {
+		*stalls++
+		return *stalls < maxStalls
+	}
+	*stalls = 0
+	return true
+}
+
+// statusError classifies an HTTP status that is not the file: a 4xx
+// but 408 and 429 is permanent (the URL is wrong, or not allowed),
+// anything else (5xx, a timeout, a rate limit) may pass.
+func statusError(resp *http.Response) error {
+	err := fmt.Errorf("the server answered %s", resp.Status)
+	if c := resp.StatusCode; c >= 400 && c < 500 && c != http.StatusRequestTimeout && c != http.StatusTooManyRequests {
+		return &permanentError{err}
+	}
+	return err
 }
 
 // pause waits before the next attempt (wait, with jitter) and doubles
@@ -506,8 +736,11 @@ func (d *download) chunk(ctx context.Context, start, end int64) (bool, error) {
 		}
 		gotEnd, _ := strconv.ParseInt(m[2], 10, 64)
 		total, _ := strconv.ParseInt(m[3], 10, 64)
-		if m[3] == "*" || (d.pin.Size > 0 && total != d.pin.Size) {
-			return false, fmt.Errorf("the server says the file is %s bytes, the pin says %d", m[3], d.pin.Size)
+		if m[3] == "*" {
+			return false, fmt.Errorf("the server answered Content-Range %q, without the file's size", m[0])
+		}
+		if d.pin.Size > 0 && total != d.pin.Size {
+			return false, &permanentError{fmt.Errorf("%w: the server says the file is %d bytes, the pin says %d: the pin or the URL is wrong; nothing was installed", ErrPinMismatch, total, d.pin.Size)}
 		}
 		if et := resp.Header.Get("ETag"); d.st.ETag != "" && et != "" && et != d.st.ETag && start > 0 {
 			// A server that ignored If-Range: another version.
@@ -553,6 +786,9 @@ func (d *download) chunk(ctx context.Context, start, end int64) (bool, error) {
 		if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(ct, "text/html") {
 			return false, &permanentError{fmt.Errorf("the server sent an HTML page (%s), not the file", ct)}
 		}
+		if d.pin.Size > 0 && resp.ContentLength >= 0 && resp.ContentLength != d.pin.Size {
+			return false, &permanentError{fmt.Errorf("%w: the server says the file is %d bytes, the pin says %d: the pin or the URL is wrong; nothing was installed", ErrPinMismatch, resp.ContentLength, d.pin.Size)}
+		}
 		limit := d.pin.Size
 		if limit == 0 {
 			limit = 1 << 40
@@ -585,10 +821,8 @@ func (d *download) chunk(ctx context.Context, start, end int64) (bool, error) {
 		d.o.Logger.Warn("the server cannot serve the range asked; starting over", "url", d.url, "from", start)
 		d.rewind(0)
 		return false, errors.New("416 for a range inside the file")
-	case http.StatusNotFound, http.StatusGone, http.StatusForbidden, http.StatusUnauthorized:
-		return false, &permanentError{fmt.Errorf("the server answered %s", resp.Status)}
 	}
-	return false, fmt.Errorf("the server answered %s", resp.Status)
+	return false, statusError(resp)
 }
 
 // restart forgets everything: the file changed upstream.
@@ -617,17 +851,22 @@ func (d *download) appendBody(r io.Reader, limit int64) (int64, error) {
 	return n, nil
 }
 
-// idleReader cancels the request when a read waits longer than d.
+// idleReader cancels the request when a read waits longer than d, and
+// then says so (a *stallError) instead of "context canceled".
 type idleReader struct {
-	r io.Reader
-	t *time.Timer
-	d time.Duration
+	r     io.Reader
+	t     *time.Timer
+	d     time.Duration
+	stall *stall
 }
 
 func (i *idleReader) Read(p []byte) (int, error) {
 	i.t.Reset(i.d)
 	n, err := i.r.Read(p)
 	i.t.Reset(i.d)
+	if err != nil && err != io.EOF {
+		err = i.stall.explain(err)
+	}
 	return n, err
 }
 
@@ -649,6 +888,10 @@ func (d *download) consensus(ctx context.Context) error {
 		var last [32]byte
 		for attempt := 1; agreed == nil; attempt++ {
 			b, err := d.fetchRange(ctx, start, end, "")
+			var perm *permanentError
+			if errors.As(err, &perm) {
+				return fmt.Errorf("fetch %s: bytes %d-%d: %w", d.url, start, end, err)
+			}
 			if err == nil {
 				sum := sha256.Sum256(b)
 				if attempt > 1 && sum == last {
@@ -741,13 +984,13 @@ func (d *download) parallel(ctx context.Context) error {
 // If-Range, retrying as chunkWithRetries does.
 func (d *download) rangeWithRetries(ctx context.Context, start, end int64) ([]byte, error) {
 	wait := d.o.Backoff
+	stalls := 0
 	for attempt := 1; ; attempt++ {
 		b, err := d.fetchRange(ctx, start, end, d.st.validator())
 		if err == nil {
 			return b, nil
 		}
-		var perm *permanentError
-		if errors.Is(err, errChanged) || errors.As(err, &perm) || ctx.Err() != nil || attempt >= d.o.Attempts {
+		if errors.Is(err, errChanged) || !transient(err, &stalls) || ctx.Err() != nil || attempt >= d.o.Attempts {
 			if errors.Is(err, errChanged) {
 				return nil, err
 			}
@@ -783,10 +1026,8 @@ func (d *download) fetchRange(ctx context.Context, start, end int64, ifRange str
 		if start != 0 || end != d.total()-1 {
 			return nil, fmt.Errorf("the server answered %s to a range", resp.Status)
 		}
-	case http.StatusNotFound, http.StatusGone, http.StatusForbidden, http.StatusUnauthorized:
-		return nil, &permanentError{fmt.Errorf("the server answered %s", resp.Status)}
 	default:
-		return nil, fmt.Errorf("the server answered %s", resp.Status)
+		return nil, statusError(resp)
 	}
 	b := make([]byte, end-start+1)
 	if n, err := io.ReadFull(body, b); err != nil {

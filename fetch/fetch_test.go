@@ -48,6 +48,8 @@ type countingWriter struct {
 	m *mirror
 }
 
+func (c countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
 func (c countingWriter) Write(b []byte) (int, error) {
 	n, err := c.ResponseWriter.Write(b)
 	c.m.mu.Lock()

@@ -78,6 +78,9 @@ func Install(ctx context.Context, lay layout.Layout, src Source, o Options) (Run
 		}
 	}
 	archive := lay.RuntimeArchive(src.Filename)
+	if err := os.MkdirAll(filepath.Dir(archive), 0o755); err != nil {
+		return Runtime{}, fmt.Errorf("runtime: %w", err)
+	}
 	if err := File(ctx, src.URL, archive, src.Pin, o); err != nil {
 		return Runtime{}, err
 	}
@@ -85,6 +88,10 @@ func Install(ctx context.Context, lay layout.Layout, src Source, o Options) (Run
 	final := filepath.Join(versions, pin[:16])
 	previous, _ := Current(lay)
 	rt, err := unpacked(ctx, archive, final, pin)
+	if errors.Is(err, ErrUnsafeArchive) {
+		// The verified archive is what it is: unpacking it again cannot help.
+		return Runtime{}, fmt.Errorf("runtime %s: the archive matches its pin but is not safe to unpack, so nothing was installed and the previous runtime stays: %w", src.Filename, err)
+	}
 	if err != nil {
 		// A damaged copy (a crash, a disk error): once more from the archive.
 		o.Logger.Warn("the unpacked runtime does not run; unpacking it again", "dir", final, "err", err)

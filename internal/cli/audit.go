@@ -50,7 +50,7 @@ func runAudit(std stdio, args []string) int {
 }
 
 func runAuditVerify(std stdio, args []string) int {
-	fs := newFlagSet("audit", std.err, auditHelp)
+	fs := newFlagSet("audit", std, auditHelp)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if code, stop := parseFlags(fs, args); stop {
 		return code

@@ -4,6 +4,7 @@
 package cli
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"strings"
+	"unicode/utf8"
 )
 
 // Version is the agent's version, set at build time with
@@ -59,6 +61,10 @@ type command struct {
 	usage string
 	// short is the one-line description shown in the command list.
 	short string
+	// maxArgs is how many positional arguments the command takes after
+	// its flags (and its subcommand, for audit and runtime); -1: any,
+	// and flags only before the first (exec).
+	maxArgs int
 	// run runs the command on its arguments and returns the exit status.
 	run func(std stdio, args []string) int
 }
@@ -84,9 +90,10 @@ func init() {
 			run:   runDoctor,
 		},
 		"exec": {
-			usage: "exec [flags] [--] COMMAND [ARG...]",
-			short: "run a command in the sandbox",
-			run:   runExec,
+			usage:   "exec [flags] [--] COMMAND [ARG...]",
+			short:   "run a command in the sandbox",
+			maxArgs: -1,
+			run:     runExec,
 		},
 		"history": {
 			usage: "history [--json] [-n N]",
@@ -94,9 +101,10 @@ func init() {
 			run:   runHistory,
 		},
 		"undo": {
-			usage: "undo (INVOCATION_ID | --last) [--dry-run] [--offline]",
-			short: "put a change back on this device, without the server",
-			run:   runUndo,
+			usage:   "undo (INVOCATION_ID | --last) [--dry-run] [--offline]",
+			short:   "put a change back on this device, without the server",
+			maxArgs: 1,
+			run:     runUndo,
 		},
 		"register": {
 			usage: "register --server URL --token TOKEN [--name NAME]",
@@ -114,7 +122,7 @@ func init() {
 			run:   runUnpair,
 		},
 		"runtime": {
-			usage: "runtime install (--url URL --sha256 HEX [--size N] | --from-server NAME) | runtime status [--json]",
+			usage: "runtime install (--url URL|FILE --sha256 HEX [--size N] | --from-server NAME)\nruntime status [--json]",
 			short: "install or show the standalone Python executors run with",
 			run:   runRuntime,
 		},
@@ -124,9 +132,10 @@ func init() {
 			run:   runRun,
 		},
 		"fetch": {
-			usage: "fetch URL --sha256 HEX -o FILE [--size N]",
-			short: "download a file in resumable chunks, installed only if it matches its pin",
-			run:   runFetch,
+			usage:   "fetch URL --sha256 HEX -o (FILE|FOLDER) [--size N]",
+			short:   "download a file in resumable chunks, installed only if it matches its pin",
+			maxArgs: 1,
+			run:     runFetch,
 		},
 		"install": {
 			usage: "install [--dry-run] [--env NAME=VALUE]...",
@@ -144,9 +153,10 @@ func init() {
 			run:   runStatus,
 		},
 		"help": {
-			usage: "help [COMMAND]",
-			short: "show help for a command",
-			run:   runHelp,
+			usage:   "help [COMMAND]",
+			short:   "show help for a command",
+			maxArgs: 1,
+			run:     runHelp,
 		},
 		"version": {
 			usage: "version",
@@ -201,81 +211,215 @@ func run(std stdio, args []string) int {
 func usage(w io.Writer) {
 	fmt.Fprint(w, "metnos-agent is the Metnos device agent: it runs commands in the strongest\n")
 	fmt.Fprint(w, "sandbox this machine offers.\n\n")
-	fmt.Fprint(w, "Usage:\n\n\tmetnos-agent <command> [arguments]\n\nThe commands are:\n\n")
+	fmt.Fprint(w, "Usage:\n\n    metnos-agent <command> [arguments]\n\nThe commands are:\n\n")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "\t%-10s %s\n", n, commands[n].short)
+		fmt.Fprintln(w, wrap(fmt.Sprintf("    %-10s %s", n, commands[n].short), strings.Repeat(" ", 15)))
 	}
 	fmt.Fprint(w, "\nUse \"metnos-agent help <command>\" for more about a command.\n")
 }
 
-// newFlagSet returns the flag set of a subcommand, printing its usage
-// and then help (the flag descriptions follow) to w on errors and -h.
-func newFlagSet(name string, w io.Writer, help string) *flag.FlagSet {
+// helpWidth is the width help texts are wrapped at.
+const helpWidth = 80
+
+// flagSink is a flag set's output: it keeps what package flag writes
+// (parseFlags says it in one line of its own) and where help and errors
+// go.
+type flagSink struct {
+	name, help string
+	std        stdio
+	buf        bytes.Buffer
+}
+
+func (s *flagSink) Write(p []byte) (int, error) { return s.buf.Write(p) }
+
+// newFlagSet returns the flag set of a subcommand. [parseFlags] prints
+// its help (the synopsis, help and the flags) to std.out on -h and
+// --help, and one line to std.err on a bad flag.
+func newFlagSet(name string, std stdio, help string) *flag.FlagSet {
 	fs := flag.NewFlagSet("metnos-agent "+name, flag.ContinueOnError)
-	fs.SetOutput(w)
-	fs.Usage = func() {
-		fmt.Fprintf(w, "usage: metnos-agent %s\n", commands[name].usage)
-		if help != "" {
-			fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(help))
-		}
-		var hasFlags bool
-		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
-		if hasFlags {
-			fmt.Fprint(w, "\nFlags:\n")
-			fs.PrintDefaults()
-		}
-	}
+	fs.SetOutput(&flagSink{name: name, help: help, std: std})
+	fs.Usage = func() {} // parseFlags prints what is needed
 	return fs
 }
 
-// parseFlags parses args into fs. It returns the exit status to return
-// at once when parsing ends the command: 0 for -h, 2 for a bad flag.
-func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
-	err := fs.Parse(args)
-	switch {
-	case err == nil:
-		return 0, false
-	case errors.Is(err, flag.ErrHelp):
-		return exitOK, true
+// commandHelp writes the help of command name, whose flags are fs, to
+// w, wrapped at helpWidth columns.
+func commandHelp(w io.Writer, name, help string, fs *flag.FlagSet) {
+	var b strings.Builder
+	for i, u := range strings.Split(commands[name].usage, "\n") {
+		lead := "usage: "
+		if i > 0 {
+			lead = "       "
+		}
+		b.WriteString(wrap(lead+"metnos-agent "+u, "           "))
+		b.WriteString("\n")
 	}
-	return exitUsage, true // flag has printed the error and the usage
+	if help = strings.TrimSpace(help); help != "" {
+		b.WriteString("\n")
+		for _, l := range strings.Split(help, "\n") {
+			b.WriteString(wrap(l, leadingSpace(l)))
+			b.WriteString("\n")
+		}
+	}
+	var hasFlags bool
+	fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+	if hasFlags {
+		b.WriteString("\nFlags:\n")
+		fs.VisitAll(func(f *flag.Flag) {
+			arg, text := flag.UnquoteUsage(f)
+			dash := "--"
+			if len(f.Name) == 1 {
+				dash = "-" // as the synopses write them: -o FILE, -n N
+			}
+			b.WriteString("  " + dash + f.Name)
+			if arg != "" {
+				b.WriteString(" " + arg)
+			}
+			b.WriteString("\n")
+			if !isZeroDefault(f) && !strings.Contains(text, "default") {
+				if fmt.Sprintf("%T", f.Value) == "*flag.stringValue" {
+					text += fmt.Sprintf(" (default %q)", f.DefValue)
+				} else {
+					text += fmt.Sprintf(" (default %s)", f.DefValue)
+				}
+			}
+			b.WriteString(wrap("        "+text, "        "))
+			b.WriteString("\n")
+		})
+	}
+	io.WriteString(w, b.String())
 }
 
-// usageError prints "metnos-agent: msg" and the command's synopsis, and
-// returns the usage exit status.
+// isZeroDefault reports whether f's default is its type's zero value,
+// which the help does not show.
+func isZeroDefault(f *flag.Flag) bool {
+	switch f.DefValue {
+	case "", "0", "false", "0s", "[]":
+		return true
+	}
+	return false
+}
+
+// leadingSpace returns the spaces and tabs s begins with.
+func leadingSpace(s string) string {
+	return s[:len(s)-len(strings.TrimLeft(s, " \t"))]
+}
+
+// wrap breaks line at spaces so that no line is wider than helpWidth
+// columns (a single word wider than that stays whole); lines after the
+// first begin with indent. A line that fits is left as it is.
+func wrap(line, indent string) string {
+	var b strings.Builder
+	for utf8.RuneCountInString(line) > helpWidth {
+		lead := len(leadingSpace(line))
+		cut, col := -1, 0 // col: the runes before line[i]
+		for i, r := range line {
+			if r == ' ' && i > lead {
+				if col <= helpWidth || cut < 0 {
+					cut = i
+				}
+				if col > helpWidth {
+					break
+				}
+			}
+			col++
+		}
+		if cut < 0 {
+			break // one word wider than the line
+		}
+		b.WriteString(strings.TrimRight(line[:cut], " ") + "\n")
+		line = indent + strings.TrimLeft(line[cut:], " ")
+	}
+	b.WriteString(line)
+	return b.String()
+}
+
+// parseFlags parses args into fs, accepting flags before and after the
+// positional arguments, as users type them ("undo ID --offline"); "--"
+// ends the flags. Afterwards fs.Args() are the positional arguments. The
+// command exec, whose arguments after its COMMAND are that command's,
+// takes flags only before it.
+//
+// It returns the exit status to return at once when parsing ends the
+// command: 0 after printing the help for -h or --help, 2 after a one-line
+// error for a bad flag or an unexpected argument.
+func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
+	sink, ok := fs.Output().(*flagSink)
+	if !ok || commands[sink.name] == nil {
+		panic("parseFlags: " + fs.Name() + " was not made by newFlagSet for a command")
+	}
+	cmd := commands[sink.name]
+	err := parseInterspersed(fs, args, cmd.maxArgs >= 0)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		commandHelp(sink.std.out, sink.name, sink.help, fs)
+		return exitOK, true
+	case err != nil:
+		// Flags are shown as --flag in the help: say them so here too.
+		msg := strings.ReplaceAll(err.Error(), "for flag -", "for flag --")
+		return usageError(sink.std.err, sink.name, "%s", msg), true
+	case cmd.maxArgs >= 0 && fs.NArg() > cmd.maxArgs:
+		return usageError(sink.std.err, sink.name, "unexpected argument %q to %s", fs.Arg(cmd.maxArgs), sink.name), true
+	}
+	return 0, false
+}
+
+// parseInterspersed parses args into fs, and when interspersed, goes on
+// past each positional argument until "--"; fs.Args() are then all the
+// positional arguments, in order.
+func parseInterspersed(fs *flag.FlagSet, args []string, interspersed bool) error {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		used := args[:len(args)-len(rest)]
+		if !interspersed || (len(used) > 0 && used[len(used)-1] == "--") {
+			pos = append(pos, rest...)
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+	// Flags already set stay set: this only makes pos fs.Args().
+	return fs.Parse(append([]string{"--"}, pos...))
+}
+
+// usageError prints one line, "metnos-agent: msg", and where to read
+// more, and returns the usage exit status.
 func usageError(w io.Writer, name, format string, args ...any) int {
-	fmt.Fprintf(w, "metnos-agent: "+format+"\n", args...)
-	fmt.Fprintf(w, "usage: metnos-agent %s\n", commands[name].usage)
-	fmt.Fprintf(w, "Run \"metnos-agent help %s\" for details.\n", name)
+	fmt.Fprintf(w, "metnos-agent: %s; see \"metnos-agent help %s\"\n", fmt.Sprintf(format, args...), name)
 	return exitUsage
 }
 
 func runHelp(std stdio, args []string) int {
-	switch len(args) {
-	case 0:
+	fs := newFlagSet("help", std, "Show the list of commands, or the help of COMMAND: its synopsis, what it does and its flags. \"metnos-agent COMMAND --help\" shows the same.")
+	if code, stop := parseFlags(fs, args); stop {
+		return code
+	}
+	if fs.NArg() == 0 {
 		usage(std.out)
 		return exitOK
-	case 1:
-	default:
-		fmt.Fprint(std.err, "metnos-agent: help takes at most one command\n")
-		return exitUsage
 	}
-	cmd, ok := commands[args[0]]
+	cmd, ok := commands[fs.Arg(0)]
 	if !ok {
-		fmt.Fprintf(std.err, "metnos-agent: unknown command %q; run \"metnos-agent help\" for the list\n", args[0])
+		fmt.Fprintf(std.err, "metnos-agent: unknown command %q; run \"metnos-agent help\" for the list\n", fs.Arg(0))
 		return exitUsage
 	}
 	// Every command prints its full help on -h.
-	return cmd.run(stdio{in: std.in, out: std.out, err: std.out, env: std.env}, []string{"-h"})
+	return cmd.run(std, []string{"-h"})
 }
 
 func runVersion(std stdio, args []string) int {
-	fs := newFlagSet("version", std.err, "Print the agent's version, the commit it was built from, the Go version and the target (GOOS/GOARCH).")
+	fs := newFlagSet("version", std, "Print the agent's version, the commit it was built from, the Go version and the target (GOOS/GOARCH).")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}

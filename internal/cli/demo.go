@@ -30,7 +30,7 @@ import (
 )
 
 func runDemo(std stdio, args []string) int {
-	fs := newFlagSet("demo", std.err, "Run the whole chain on loopback with no setup: a reference server with a throwaway key, this agent paired with it, three sample executors, and the undo of a change. Everything lives in a temporary folder, removed at the end.")
+	fs := newFlagSet("demo", std, "Run the whole chain on loopback with no setup: a reference server with a throwaway key, this agent paired with it, three sample executors, and the undo of a change. Everything lives in a temporary folder, removed at the end.")
 	keep := fs.Bool("keep", false, "keep the temporary folder, to look around")
 	verbose := fs.Bool("v", false, "show the agent's log")
 	if code, stop := parseFlags(fs, args); stop {

@@ -96,7 +96,7 @@ type profileReport struct {
 }
 
 func runDoctor(std stdio, args []string) int {
-	fs := newFlagSet("doctor", std.err, doctorHelp)
+	fs := newFlagSet("doctor", std, doctorHelp)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	if code, done := parseFlags(fs, args); done {
 		return code

@@ -61,7 +61,7 @@ type execFlags struct {
 }
 
 func runExec(std stdio, args []string) int {
-	fs := newFlagSet("exec", std.err, execHelp)
+	fs := newFlagSet("exec", std, execHelp)
 	var f execFlags
 	fs.Var(&f.read, "read", "grant read access beneath `PATH` (repeatable)")
 	fs.Var(&f.write, "write", "grant write access beneath `PATH` (repeatable)")

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
 	"os"
 	"os/signal"
+	"path"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/schollz/progressbar/v3"
@@ -16,26 +19,28 @@ import (
 )
 
 func runFetch(std stdio, args []string) int {
-	fs := newFlagSet("fetch", std.err, "Download URL to FILE in Range chunks, resuming what an earlier run left (FILE.part, FILE.part.json), and put it in place only if its SHA-256 matches the pin. A debugging door to what the runtime download does.")
-	sha := fs.String("sha256", "", "the pinned SHA-256 of the file (64 hex digits)")
-	size := fs.Int64("size", 0, "the pinned size in bytes (0: unknown)")
-	out := fs.String("o", "", "where to put the file")
-	chunk := fs.Int64("chunk", fetch.DefaultChunk, "bytes per Range request")
-	// Flags may come after the URL too.
-	var url string
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		url, args = args[0], args[1:]
-	}
+	fs := newFlagSet("fetch", std, "Download URL to FILE in Range chunks, resuming what an earlier run left (FILE.part, FILE.part.json), and put it in place only if its SHA-256 matches the pin. URL may also be a local file (a path or file://), copied and checked the same way; -o may name an existing folder, to put the file in under the URL's name. A debugging door to what the runtime download does.")
+	sha := fs.String("sha256", "", "the pinned SHA-256 of the file (64 `HEX` digits)")
+	size := fs.Int64("size", 0, "the pinned size in bytes, `N` (0: unknown)")
+	out := fs.String("o", "", "where to put the file: `FILE`, or a folder to put it in under the URL's name")
+	chunk := fs.Int64("chunk", fetch.DefaultChunk, "`BYTES` per Range request")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
-	if url == "" && fs.NArg() == 1 {
-		url = fs.Arg(0)
-	} else if fs.NArg() != 0 || url == "" {
+	if fs.NArg() != 1 {
 		return usageError(std.err, "fetch", "one URL is needed")
 	}
+	url := fs.Arg(0)
 	if *sha == "" || *out == "" {
 		return usageError(std.err, "fetch", "both --sha256 and -o are needed")
+	}
+	if fi, err := os.Stat(*out); err == nil && fi.IsDir() {
+		// A folder: the file goes in it, under the URL's name.
+		name := urlName(url)
+		if name == "" {
+			return usageError(std.err, "fetch", "%s names no file to put in %s: give -o %s", url, *out, filepath.Join(*out, "NAME"))
+		}
+		*out = filepath.Join(*out, name)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -47,6 +52,20 @@ func runFetch(std stdio, args []string) int {
 	}
 	fmt.Fprintf(std.out, "%s: verified (sha256 %s)\n", *out, *sha)
 	return exitOK
+}
+
+// urlName returns the last element of raw's path (a URL's, or a local
+// file's), or "" when it names no file.
+func urlName(raw string) string {
+	p := raw
+	if u, err := neturl.Parse(raw); err == nil && u.Scheme != "" && len(u.Scheme) > 1 {
+		p = u.Path
+	}
+	name := path.Base(filepath.ToSlash(p))
+	if name == "." || name == "/" || name == ".." || strings.ContainsAny(name, `\:`) {
+		return ""
+	}
+	return name
 }
 
 // progressOptions reports a download's progress as a bar when stderr is

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,5 +102,79 @@ func TestDoctorShowsDownload(t *testing.T) {
 	run(stdio{in: os.Stdin, out: &out, err: &bytes.Buffer{}}, []string{"doctor"})
 	if !strings.Contains(out.String(), "http://mirror/cpython.tar.gz: 8000000 of 30000000 bytes") {
 		t.Fatalf("doctor:\n%s", out.String())
+	}
+}
+
+// TestFetchDestinations: -o naming a folder puts the file in it under
+// the URL's name; -o in a missing folder is refused and creates
+// nothing; a success leaves no FILE.part* behind; flags may follow the
+// URL.
+func TestFetchDestinations(t *testing.T) {
+	data := bytes.Repeat([]byte("metnos"), 3000)
+	var requests int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests++
+		http.ServeContent(w, r, "f", time.Unix(0, 0), bytes.NewReader(data))
+	}))
+	defer srv.Close()
+	sum := sha256.Sum256(data)
+	pin := hex.EncodeToString(sum[:])
+	dir := t.TempDir()
+
+	code, out, errs := runCLI(t, "fetch", srv.URL+"/python.tar.gz", "-o", dir, "--sha256", pin)
+	got, err := os.ReadFile(filepath.Join(dir, "python.tar.gz"))
+	if code != 0 || err != nil || !bytes.Equal(got, data) {
+		t.Errorf("-o FOLDER: exit %d, %v\n%s%s", code, err, out, errs)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*.part*")); len(left) > 0 {
+		t.Errorf("left behind: %q", left)
+	}
+
+	requests = 0
+	missing := filepath.Join(dir, "nope")
+	code, _, errs = runCLI(t, "fetch", srv.URL+"/f", "-o", filepath.Join(missing, "f"), "--sha256", pin)
+	if code != exitFailure || !strings.Contains(errs, "folder "+missing+" does not exist") || requests != 0 {
+		t.Errorf("-o in a missing folder: exit %d, %d requests, stderr %s", code, requests, errs)
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Errorf("%s was created", missing)
+	}
+
+	code, _, errs = runCLI(t, "fetch", srv.URL+"/", "-o", dir, "--sha256", pin)
+	if code != exitUsage || !strings.Contains(errs, "names no file") {
+		t.Errorf("-o FOLDER with a URL naming no file: exit %d, stderr %s", code, errs)
+	}
+}
+
+// TestRuntimeInstallLocalArchive: runtime install --url takes a local
+// archive (the first thing a user tries), verified against its pin; a
+// size that contradicts the pin fails at once and installs nothing.
+func TestRuntimeInstallLocalArchive(t *testing.T) {
+	var raw bytes.Buffer
+	tw := tar.NewWriter(&raw)
+	script := "#!/bin/sh\necho 3.99.1\n"
+	tw.WriteHeader(&tar.Header{Name: "python/bin/python3", Mode: 0o755, Size: int64(len(script)), Typeflag: tar.TypeReg})
+	tw.Write([]byte(script))
+	tw.Close()
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(raw.Bytes())
+	zw.Close()
+	archive := filepath.Join(t.TempDir(), "cpython-3.99.1-test.tar.gz")
+	if err := os.WriteFile(archive, gz.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(gz.Bytes())
+	pin := hex.EncodeToString(sum[:])
+	start := time.Now()
+	code, out, errs := runCLI(t, "runtime", "install", "--url", archive, "--sha256", pin, "--size", strconv.Itoa(gz.Len()+1))
+	if code != exitFailure || !strings.Contains(errs, "the pin says") || time.Since(start) > 5*time.Second {
+		t.Errorf("a size contradicting the pin: exit %d after %v\n%s%s", code, time.Since(start), out, errs)
+	}
+	for _, u := range []string{archive, "file://" + archive} {
+		code, out, errs = runCLI(t, "runtime", "install", "--url", u, "--sha256", pin)
+		if code != 0 || !strings.Contains(out, "installed Python 3.99.1") {
+			t.Errorf("runtime install --url %s: exit %d\n%s%s", u, code, out, errs)
+		}
 	}
 }

@@ -19,7 +19,7 @@ import (
 )
 
 func runHistory(std stdio, args []string) int {
-	fs := newFlagSet("history", std.err, `Show the changes executors made on this device, newest first, and what
+	fs := newFlagSet("history", std, `Show the changes executors made on this device, newest first, and what
 undo would do for each. The history journal is chained with blake3: an
 edited or removed record is reported.`)
 	asJSON := fs.Bool("json", false, "print the entries as JSON")
@@ -193,7 +193,7 @@ func printEntry(w io.Writer, e undo.Entry) {
 }
 
 func runUndo(std stdio, args []string) int {
-	fs := newFlagSet("undo", std.err, `Put back, on this device, the changes of one invocation: its reverse
+	fs := newFlagSet("undo", std, `Put back, on this device, the changes of one invocation: its reverse
 patterns applied locally, newest change first. It never replaces a file:
 a file that changed since, or a place that is taken, is reported as a
 conflict and both are kept. A backup blob is restored only if its

@@ -145,12 +145,7 @@ func TestHistorySaysFoldersAreFolders(t *testing.T) {
 
 // TestUndoAcceptsFlagsAfterTheID: `undo ID --offline`, as the help's
 // synopsis shows it.
-//
-// LEAD: this needs the ux branch of issue 13 (flags accepted after
-// positional arguments on every command); remove the Skip once it is
-// merged.
 func TestUndoAcceptsFlagsAfterTheID(t *testing.T) {
-	t.Skip("needs the ux branch of issue 13 (flags after positional arguments): remove this Skip after merging it")
 	home := t.TempDir()
 	folder := filepath.Join(home, "Pictures")
 	os.MkdirAll(filepath.Join(folder, "2024"), 0o755)

@@ -22,7 +22,7 @@ import (
 )
 
 func runRegister(std stdio, args []string) int {
-	fs := newFlagSet("register", std.err, "Pair this device with a Metnos server using a one-time token from its admin page (Devices).")
+	fs := newFlagSet("register", std, "Pair this device with a Metnos server using a one-time token from its admin page (Devices).")
 	server := fs.String("server", "", "the server's device URL, such as http://metnos.tailnet:8765")
 	token := fs.String("token", "", "the one-time pairing token (DEV.…)")
 	name := fs.String("name", "", "the name this device shows locally (default: the name the server gives it)")
@@ -168,7 +168,7 @@ func sameServer(a, b string) bool {
 }
 
 func runWhoami(std stdio, args []string) int {
-	fs := newFlagSet("whoami", std.err, "Show this device's identity and pairing. It changes nothing: on a device that was never paired there is no key yet.")
+	fs := newFlagSet("whoami", std, "Show this device's identity and pairing. It changes nothing: on a device that was never paired there is no key yet.")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
@@ -229,7 +229,7 @@ func runWhoami(std stdio, args []string) int {
 }
 
 func runUnpair(std stdio, args []string) int {
-	fs := newFlagSet("unpair", std.err, "Forget the pairing (state.json). The device key stays, so pairing again gives the same device. Refused while `metnos-agent run` serves the pairing.")
+	fs := newFlagSet("unpair", std, "Forget the pairing (state.json). The device key stays, so pairing again gives the same device. Refused while `metnos-agent run` serves the pairing.")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}

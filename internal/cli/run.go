@@ -22,7 +22,7 @@ import (
 const exitLocked = 3
 
 func runRun(std stdio, args []string) int {
-	fs := newFlagSet("run", std.err, "Serve the paired server: long-poll for invocations, run each in the sandbox, send back the results. Stops on SIGINT or SIGTERM.")
+	fs := newFlagSet("run", std, "Serve the paired server: long-poll for invocations, run each in the sandbox, send back the results. Stops on SIGINT or SIGTERM.")
 	server := fs.String("server", "", "the server URL (default: the one paired with)")
 	var minSandbox levelFlag
 	fs.Var(&minSandbox, "min-sandbox", "refuse any executor run weaker than this (none, contained, isolated, full)")

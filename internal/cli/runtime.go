@@ -23,16 +23,18 @@ func runRuntime(std stdio, args []string) int {
 		return runRuntimeInstall(std, args[1:])
 	case "status":
 		return runRuntimeStatus(std, args[1:])
+	case "-h", "-help", "--help":
+		return runRuntimeInstall(std, args[:1])
 	}
 	return usageError(std.err, "runtime", "unknown subcommand %q (install or status)", args[0])
 }
 
 func runRuntimeInstall(std stdio, args []string) int {
-	fs := newFlagSet("runtime", std.err, "Install a standalone Python (python-build-standalone) for executors: from a URL with a pinned sha256, or from the paired server's signed runtime descriptor (--from-server NAME). The previous runtime stays until the new one has run.")
-	url := fs.String("url", "", "where the archive is")
-	sha := fs.String("sha256", "", "its pinned SHA-256")
-	size := fs.Int64("size", 0, "its pinned size in bytes (0: unknown)")
-	from := fs.String("from-server", "", "an archive name the paired server signs a descriptor for (cpython-…-install_only.tar.gz)")
+	fs := newFlagSet("runtime", std, "Install a standalone Python (python-build-standalone) for executors: from a URL or a local archive FILE with a pinned sha256, or from the paired server's signed runtime descriptor (--from-server NAME). The previous runtime stays until the new one has run. \"runtime status\" shows the installed runtime and the Python executors run with.")
+	url := fs.String("url", "", "where the archive is: an http(s):// `URL`, or a local file (a path or file://)")
+	sha := fs.String("sha256", "", "its pinned SHA-256 (64 `HEX` digits)")
+	size := fs.Int64("size", 0, "its pinned size in bytes, `N` (0: unknown)")
+	from := fs.String("from-server", "", "an archive `NAME` the paired server signs a descriptor for (cpython-…-install_only.tar.gz)")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
@@ -79,7 +81,7 @@ func runRuntimeInstall(std stdio, args []string) int {
 }
 
 func runRuntimeStatus(std stdio, args []string) int {
-	fs := newFlagSet("runtime", std.err, "Show the installed runtime, the Python executors would run with, and any download under way.")
+	fs := newFlagSet("runtime", std, "Show the installed runtime, the Python executors would run with, and any download under way.")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if code, stop := parseFlags(fs, args); stop {
 		return code

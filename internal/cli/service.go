@@ -73,7 +73,7 @@ func newService(std stdio, dryRun bool) (*service.Manager, error) {
 }
 
 func runInstall(std stdio, args []string) int {
-	fs := newFlagSet("install", std.err, installHelp)
+	fs := newFlagSet("install", std, installHelp)
 	dryRun := fs.Bool("dry-run", false, "print what would be written and run, and change nothing")
 	var env envFlag
 	fs.Var(&env, "env", "set `NAME=VALUE` in the service's environment (repeatable; not on Windows)")
@@ -145,7 +145,7 @@ func hasEnv(env envFlag, k string) bool {
 }
 
 func runUninstall(std stdio, args []string) int {
-	fs := newFlagSet("uninstall", std.err, `
+	fs := newFlagSet("uninstall", std, `
 Stop the agent's service and remove it. The device key, the pairing and
 the caches stay, so a later install (or the Rust client) finds them;
 --purge removes them too, unless the Rust client, which shares them, is
@@ -170,7 +170,7 @@ as it is.`)
 }
 
 func runStatus(std stdio, args []string) int {
-	fs := newFlagSet("status", std.err, "Show whether the agent's service is installed, enabled and running, and whether the Rust client's is present.")
+	fs := newFlagSet("status", std, "Show whether the agent's service is installed, enabled and running, and whether the Rust client's is present.")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
