@@ -225,7 +225,11 @@ or add --offline.`)
 		if url, why := serverAnswers(env, warnLogger(std)); url != "" && why == nil {
 			return fail(std, fmt.Errorf("this device is paired with %s and the server answers: ask Metnos to undo, so that its undo log stays true (or run again with --offline to undo here anyway)", url))
 		} else if url != "" {
-			fmt.Fprintf(std.err, "metnos-agent: the paired server %s does not answer (%v): undoing here; Metnos's undo log will not know\n", url, why)
+			server := url + " "
+			if strings.Contains(why.Error(), url) {
+				server = "" // the error names it already
+			}
+			fmt.Fprintf(std.err, "metnos-agent: the paired server %sdoes not answer (%v): undoing here; Metnos's undo log will not know\n", server, why)
 		}
 	}
 	dir := env.lay.Journal()
