@@ -9,17 +9,20 @@
 //     [layout.Layout]'s TailnetState, never in /var/lib/tailscale; the node is not ephemeral,
 //     so it keeps its identity across restarts.
 //   - Log upload to Tailscale is off unless Config.LogUpload is set.
-//   - The node listens on nothing: the agent only dials out through it
-//     ([Node.Dial]). Executors never see it (they use the OS network, or
-//     none).
+//   - The node accepts no connection from the tailnet: it is "shields
+//     up", and its peer API is not exempt from that (see [Start]); the
+//     agent only dials out through it ([Node.Dial]). Executors never see
+//     it (they use the OS network, or none).
 //   - [DenyListen], which the agent calls before [Start], makes that
 //     hold for the kernel too, on Linux: see its doc for what it costs.
 //
 // # What it does not guarantee
 //
-//   - The node binds a UDP port on the OS for WireGuard and reaches the
-//     control server and DERP relays over the OS network, as any
-//     Tailscale node does.
+//   - The node binds a UDP socket on the OS for WireGuard (one per
+//     address family) and reaches the control server and DERP relays
+//     over the OS network, as any Tailscale node does.
+//   - Its Hostinfo still advertises the peer API (peerapi4, peerapi6,
+//     peerapi-dns-proxy): tsnet cannot turn it off; nothing answers there.
 package tailnet
 
 import (
@@ -36,6 +39,7 @@ import (
 	"time"
 
 	"tailscale.com/envknob"
+	"tailscale.com/ipn"
 	"tailscale.com/tsnet"
 
 	"github.com/metnos/agent/internal/layout"
@@ -120,8 +124,9 @@ type Status struct {
 	At         time.Time `json:"at"`
 }
 
-// Start brings the node up with its state in lay's TailnetState and
-// waits until it is connected (or ctx ends). Without an auth key on a
+// Start brings the node up with its state in lay's TailnetState,
+// refusing every connection from the tailnet, and waits until it is
+// connected (or ctx ends). Without an auth key on a
 // first login, it logs the login URL to open and keeps waiting.
 func Start(ctx context.Context, lay layout.Layout, c Config, log *slog.Logger) (*Node, error) {
 	if c.Hostname == "" {
@@ -156,6 +161,10 @@ func Start(ctx context.Context, lay layout.Layout, c Config, log *slog.Logger) (
 			log.Info("tailnet: " + msg)
 		},
 	}
+	if err := n.shieldsUp(ctx); err != nil {
+		n.s.Close()
+		return nil, err
+	}
 	if _, err := n.s.Up(ctx); err != nil {
 		n.s.Close()
 		n.note(err)
@@ -163,6 +172,41 @@ func Start(ctx context.Context, lay layout.Layout, c Config, log *slog.Logger) (
 	}
 	n.writeStatus(ctx)
 	return n, nil
+}
+
+// shieldsUp starts the node's backend and, before it joins, makes it
+// accept no connection from the tailnet:
+//
+//   - its "shields up" preference, so that its packet filter drops
+//     every connection a peer opens to it (tsnet resets the preferences
+//     at every start, so it is set each time);
+//   - and no exemption from that filter for the peer API, which the
+//     node serves whatever the preferences say (with listen(2) denied,
+//     from its own network stack on port 1: "This is my Tailscale
+//     device"), and which tsnet offers no way to turn off.
+//
+// The agent's own connections out, and their replies, are unaffected.
+// The node still advertises its peer API in its Hostinfo (peerapi4,
+// peerapi6, peerapi-dns-proxy): nothing answers there.
+func (n *Node) shieldsUp(ctx context.Context) error {
+	if err := n.s.Start(); err != nil {
+		return fmt.Errorf("tailnet: starting the node in %s: %w", n.s.Dir, err)
+	}
+	tun, ok := n.s.Sys().Tun.GetOK()
+	if !ok {
+		return errors.New("tailnet: the node has no packet filter to refuse the tailnet's connections with; not joining")
+	}
+	// Read only when a packet comes in from a peer, and there is no peer
+	// before the node has joined.
+	tun.PeerAPIPort = nil
+	lc, err := n.s.LocalClient()
+	if err == nil {
+		_, err = lc.EditPrefs(ctx, &ipn.MaskedPrefs{ShieldsUpSet: true, Prefs: ipn.Prefs{ShieldsUp: true}})
+	}
+	if err != nil {
+		return fmt.Errorf("tailnet: refusing connections from the tailnet (shields up): %w", err)
+	}
+	return nil
 }
 
 func controlName(u string) string {

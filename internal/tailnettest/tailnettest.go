@@ -127,15 +127,23 @@ func Start(t *testing.T) *testcontrol.Server {
 	return c
 }
 
-// ServeNode serves h on a tsnet node named "metnos", port 8765,
-// listening on the tailnet only.
-func ServeNode(t *testing.T, ctx context.Context, control string, h http.Handler) {
-	s := &tsnet.Server{Dir: t.TempDir(), ControlURL: control, Hostname: "metnos", Store: new(mem.Store), Ephemeral: true,
+// Node brings up a tsnet node named name on the tailnet of control,
+// for the test's life (a peer that probes or serves).
+func Node(t *testing.T, ctx context.Context, control, name string) *tsnet.Server {
+	t.Helper()
+	s := &tsnet.Server{Dir: t.TempDir(), ControlURL: control, Hostname: name, Store: new(mem.Store), Ephemeral: true,
 		AuthKey: "tskey-test", UserLogf: func(string, ...any) {}, Logf: func(string, ...any) {}}
 	t.Cleanup(func() { s.Close() })
 	if _, err := s.Up(ctx); err != nil {
-		t.Fatal(err)
+		t.Fatalf("tailnet node %s: %v", name, err)
 	}
+	return s
+}
+
+// ServeNode serves h on a tsnet node named "metnos", port 8765,
+// listening on the tailnet only.
+func ServeNode(t *testing.T, ctx context.Context, control string, h http.Handler) {
+	s := Node(t, ctx, control, "metnos")
 	ln, err := s.Listen("tcp", ":8765")
 	if err != nil {
 		t.Fatal(err)
