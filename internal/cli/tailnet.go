@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/metnos/agent/internal/config"
@@ -97,15 +98,107 @@ func printTailnet(w interface{ Write([]byte) (int, error) }, lay layout.Layout) 
 		fmt.Fprintln(w, "tailnet state:       unknown (no agent has run with it yet)")
 		return
 	}
-	state := "not connected"
-	if st.Connected {
-		state = "connected"
+	for _, l := range describeTailnet(st, time.Now()) {
+		fmt.Fprintln(w, l)
 	}
-	fmt.Fprintf(w, "tailnet state:       %s, IPs %v, as of %s\n", state, st.IPs, st.At.Format(time.RFC3339))
+}
+
+// answerFresh is how long after the server's last answer the tailnet
+// still counts as working: a running agent hears from the server at
+// least every poll (25 s) and heartbeat (30 s).
+const answerFresh = 90 * time.Second
+
+// statusStale is the age past which a status file no longer comes from
+// a running agent (a running one rewrites it at least every 30 s).
+const statusStale = 2 * time.Minute
+
+// describeTailnet is what whoami and doctor say of the node from the
+// status st a running agent last recorded, at now: whether the server
+// answers through it, and the node's own view (control, DERP, peers).
+// "Up" is never said of a node that only runs: it takes the server's
+// answer.
+func describeTailnet(st tailnet.Status, now time.Time) []string {
+	outage := st.Outage()
+	answered := st.ServerAnswered
+	var head string
+	switch {
+	case answered.IsZero() && outage != "":
+		head = "no answer from the server yet (" + outage + ")"
+	case answered.IsZero():
+		head = "no answer from the server yet"
+	case outage == "" && st.At.Sub(answered) <= answerFresh:
+		head = "node up, server last answered " + ago(now.Sub(answered))
+	case outage != "":
+		head = "no answer from the server since " + clock(answered, now) + " (" + outage + ")"
+	default:
+		head = "no answer from the server since " + clock(answered, now) + " (the node itself sees the tailnet up)"
+	}
+	switch {
+	case st.Stopped:
+		head += "; the agent stopped at " + clock(st.At, now)
+	case now.Sub(st.At) > statusStale:
+		head += "; recorded at " + clock(st.At, now) + ", no running agent has updated it since"
+	}
+	control := "control unreachable"
+	if st.ControlReachable {
+		control = "control reachable"
+	}
+	derp := "no DERP relay"
+	switch {
+	case st.DERPHome != "" && st.DERPReachable:
+		derp = "DERP relay " + st.DERPHome
+	case st.DERPHome != "":
+		derp = "DERP relay " + st.DERPHome + " unreachable"
+	}
+	if !st.DERPLastFrame.IsZero() && !st.DERPReachable {
+		derp += " (last heard from at " + clock(st.DERPLastFrame, now) + ")"
+	}
+	running := "running"
+	if !st.Running {
+		running = "not running"
+	}
+	out := []string{
+		"tailnet:             " + head,
+		fmt.Sprintf("tailnet node state:  %s, IPs %v, %s, %s, %d of %d peers online, as of %s",
+			running, st.IPs, control, derp, st.PeersOnline, st.Peers, st.At.Local().Format(time.RFC3339)),
+	}
 	if st.LastError != "" {
-		fmt.Fprintf(w, "tailnet last error:  %s\n", st.LastError)
+		out = append(out, "tailnet last error:  "+tailnetText(st.LastError))
 	}
 	if st.LoginURL != "" {
-		fmt.Fprintf(w, "tailnet login:       %s\n", st.LoginURL)
+		out = append(out, "tailnet login:       "+tailnetText(st.LoginURL))
 	}
+	return out
+}
+
+// ago is d as "12 s ago", "3 min ago" or "5 h ago".
+func ago(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%d s ago", max(0, int(d/time.Second)))
+	case d < time.Hour:
+		return fmt.Sprintf("%d min ago", int(d/time.Minute))
+	}
+	return fmt.Sprintf("%d h ago", int(d/time.Hour))
+}
+
+// clock is t in local time, as 15:04:05 on now's day, else with its
+// date.
+func clock(t, now time.Time) string {
+	t, now = t.Local(), now.Local()
+	if y, m, d := t.Date(); y == now.Year() && m == now.Month() && d == now.Day() {
+		return t.Format("15:04:05")
+	}
+	return t.Format("2006-01-02 15:04:05")
+}
+
+// tailnetText drops the control characters of s, which comes from the
+// node or the control server, before it is shown on a terminal.
+func tailnetText(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return -1
+		}
+		return r
+	}, s)
 }
