@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,6 +60,26 @@ type Config struct {
 	AuthKey string `json:"-"`
 	// LogUpload sends the node's logs to Tailscale (off by default).
 	LogUpload bool `json:"log_upload,omitempty"`
+	// Progress, when set, is told every few seconds, while [Start] waits
+	// for the node to join, what it waits for (one line, no newline).
+	Progress func(line string) `json:"-"`
+}
+
+// CheckControlURL reports whether u can be a control server's URL: ""
+// (Tailscale's own), or an http:// or https:// URL with a host and
+// nothing after the path.
+func CheckControlURL(u string) error {
+	if u == "" {
+		return nil
+	}
+	p, err := url.Parse(u)
+	if err == nil && (p.Scheme != "http" && p.Scheme != "https" || p.Hostname() == "" || p.User != nil || p.RawQuery != "" || p.Fragment != "") {
+		err = errors.New("want an http:// or https:// URL with a host, e.g. https://headscale.example")
+	}
+	if err != nil {
+		return fmt.Errorf("tailnet: control URL %q: %w", u, err)
+	}
+	return nil
 }
 
 // LoadConfig reads lay's TailnetConfig; ok is false when there is none
@@ -188,6 +209,9 @@ func Start(ctx context.Context, lay layout.Layout, c Config, log *slog.Logger) (
 	if c.Hostname == "" {
 		return nil, errors.New("tailnet: the node needs a name")
 	}
+	if err := CheckControlURL(c.ControlURL); err != nil {
+		return nil, err
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -221,15 +245,76 @@ func Start(ctx context.Context, lay layout.Layout, c Config, log *slog.Logger) (
 		n.s.Close()
 		return nil, err
 	}
-	if _, err := n.s.Up(ctx); err != nil {
+	stopProgress := n.progress(ctx, c.Progress)
+	_, err := n.s.Up(ctx)
+	waited := stopProgress()
+	if err != nil {
 		n.s.Close()
 		n.note(err)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, fmt.Errorf("tailnet: could not join the tailnet of %s as %s within %s: check the control URL, that this machine reaches it, and the auth key (--tailnet-authkey-file), or allow longer with --tailnet-wait",
+				controlName(c.ControlURL), c.Hostname, waited.Round(time.Second))
+		}
 		return nil, fmt.Errorf("tailnet: joining %s as %s: %w", controlName(c.ControlURL), c.Hostname, err)
 	}
 	n.writeStatus(ctx)
 	n.stop, n.done = make(chan struct{}), make(chan struct{})
 	go n.watch(watchEvery)
 	return n, nil
+}
+
+// progressEvery is how often Start says what it waits for.
+const progressEvery = 5 * time.Second
+
+// progress tells report, every progressEvery until the returned stop
+// is called, what joining the tailnet waits for; stop returns how long
+// it waited.
+func (n *Node) progress(ctx context.Context, report func(string)) (stop func() time.Duration) {
+	start := time.Now()
+	if report == nil {
+		return func() time.Duration { return time.Since(start) }
+	}
+	host := "Tailscale"
+	if u, err := url.Parse(n.cfg.ControlURL); err == nil && u.Host != "" {
+		host = u.Host
+	}
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			what := "waiting for control"
+			if lc, err := n.s.LocalClient(); err == nil {
+				sctx, cancel := context.WithTimeout(ctx, time.Second)
+				st, err := lc.StatusWithoutPeers(sctx)
+				cancel()
+				if err == nil {
+					switch {
+					case st.AuthURL != "":
+						what = "waiting for this device to be logged in at " + st.AuthURL
+					case st.BackendState == ipn.NeedsMachineAuth.String():
+						what = "waiting for the tailnet's admin to approve this device"
+					case st.BackendState == ipn.Starting.String() && st.Self != nil && st.Self.Online:
+						what = "waiting for the tailnet to be set up"
+					}
+				}
+			}
+			report(fmt.Sprintf("joining the tailnet at %s: %s (%d s)…", host, what, int(time.Since(start).Seconds())))
+		}
+	}()
+	return func() time.Duration {
+		close(done)
+		<-ended
+		return time.Since(start)
+	}
 }
 
 // watchEvery is how often the node's goroutine looks at its state.

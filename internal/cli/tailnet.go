@@ -17,6 +17,7 @@ import (
 type tailnetFlags struct {
 	control, authKey, authKeyFile, name *string
 	logUpload                           *bool
+	wait                                *time.Duration
 }
 
 func addTailnetFlags(fs *flag.FlagSet) tailnetFlags {
@@ -26,6 +27,7 @@ func addTailnetFlags(fs *flag.FlagSet) tailnetFlags {
 		authKeyFile: fs.String("tailnet-authkey-file", "", "a file (mode 0600) holding the auth key"),
 		name:        fs.String("tailnet-name", "", "the node's name on the tailnet (default: the device name)"),
 		logUpload:   fs.Bool("tailnet-log-upload", false, "let the node upload its logs to Tailscale (off unless asked)"),
+		wait:        fs.Duration("tailnet-wait", 5*time.Minute, "how long to wait for the node to join the tailnet before giving up"),
 	}
 }
 
@@ -33,11 +35,19 @@ func addTailnetFlags(fs *flag.FlagSet) tailnetFlags {
 // envKey (METNOS_TAILNET_AUTHKEY) when no flag gives a key; ok is false
 // when no tailnet is configured (the OS network is used).
 func (f tailnetFlags) config(lay layout.Layout, deviceName string, envKey config.Secret) (tailnet.Config, bool, error) {
+	control, name, keyFile := deref(f.control), deref(f.name), deref(f.authKeyFile)
+	if err := f.check(); err != nil {
+		return tailnet.Config{}, false, err
+	}
 	c, ok, err := tailnet.LoadConfig(lay)
 	if err != nil {
 		return c, false, err
 	}
-	control, name, keyFile := deref(f.control), deref(f.name), deref(f.authKeyFile)
+	if control == "" {
+		if err := tailnet.CheckControlURL(c.ControlURL); err != nil {
+			return c, false, fmt.Errorf("%s: %w; fix it or run register again with --tailnet-control-url", lay.TailnetConfig(), err)
+		}
+	}
 	key := deref(f.authKey)
 	if key == "" {
 		key = string(envKey)
@@ -67,6 +77,26 @@ func (f tailnetFlags) config(lay layout.Layout, deviceName string, envKey config
 	}
 	c.AuthKey = key
 	return c, ok, nil
+}
+
+// check refuses a --tailnet-control-url that is no control server's
+// URL and a --tailnet-wait that is not positive.
+func (f tailnetFlags) check() error {
+	if err := tailnet.CheckControlURL(deref(f.control)); err != nil {
+		return err
+	}
+	if f.wait != nil && *f.wait <= 0 {
+		return fmt.Errorf("--tailnet-wait %s: want a positive duration, e.g. 10m", *f.wait)
+	}
+	return nil
+}
+
+// waitFor is --tailnet-wait, or 0 for a command without it.
+func (f tailnetFlags) waitFor() time.Duration {
+	if f.wait == nil {
+		return 0
+	}
+	return *f.wait
 }
 
 // deref is *p, or "" for a flag the command does not have.
