@@ -163,11 +163,16 @@ func describeTailnet(st tailnet.Status, now time.Time) []string {
 	default:
 		head = "no answer from the server since " + clock(answered, now) + " (the node itself sees the tailnet up)"
 	}
+	// A status no running agent keeps is history: no "up" in it.
+	last := "the server never answered it"
+	if !answered.IsZero() {
+		last = "the server last answered it at " + clock(answered, now)
+	}
 	switch {
 	case st.Stopped:
-		head += "; the agent stopped at " + clock(st.At, now)
+		head = "no agent running (it stopped at " + clock(st.At, now) + "); " + last
 	case now.Sub(st.At) > statusStale:
-		head += "; recorded at " + clock(st.At, now) + ", no running agent has updated it since"
+		head = "no running agent has updated this since " + clock(st.At, now) + "; " + last
 	}
 	control := "control unreachable"
 	if st.ControlReachable {

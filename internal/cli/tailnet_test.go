@@ -39,11 +39,11 @@ func TestDescribeTailnet(t *testing.T) {
 		{name: "stopped", edit: func(s *tailnet.Status) {
 			s.At, s.ServerAnswered, s.Stopped = now.Add(-time.Hour), now.Add(-time.Hour-10*time.Second), true
 		},
-			want: []string{"; the agent stopped at 11:10:00"}},
+			want: []string{"tailnet:             no agent running (it stopped at 11:10:00); the server last answered it at 11:09:50"}, forbidden: []string{"node up"}},
 		{name: "stale", edit: func(s *tailnet.Status) {
 			s.At, s.ServerAnswered = now.Add(-time.Hour), now.Add(-time.Hour-10*time.Second)
 		},
-			want: []string{"recorded at 11:10:00, no running agent has updated it since"}},
+			want: []string{"tailnet:             no running agent has updated this since 11:10:00; the server last answered it at 11:09:50"}, forbidden: []string{"node up"}},
 		{name: "escapes", edit: func(s *tailnet.Status) { s.At, s.LastError = now, "bad\x1b]0;owned\x07 thing" },
 			want: []string{"tailnet last error:  bad]0;owned thing"}, forbidden: []string{"\x1b", "\x07"}},
 	} {

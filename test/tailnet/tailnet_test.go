@@ -191,8 +191,8 @@ func TestAgentOverTailnet(t *testing.T) {
 	}
 
 	code, out := cli("whoami")
-	if code != 0 || !strings.Contains(out, "tailnet node:        laptop") || !strings.Contains(out, "tailnet:             node up, server last answered") ||
-		!strings.Contains(out, "the agent stopped at") || !strings.Contains(out, "running, IPs [100.") {
+	if code != 0 || !strings.Contains(out, "tailnet node:        laptop") || !strings.Contains(out, "tailnet:             no agent running (it stopped at ") ||
+		!strings.Contains(out, "the server last answered it at") || !strings.Contains(out, "running, IPs [100.") {
 		t.Fatalf("whoami:\n%s", out)
 	}
 }
