@@ -10,9 +10,10 @@ import (
 
 // DenyListen makes listen(2) fail with EPERM for the rest of this
 // process's life. The embedded node would otherwise open a kernel TCP
-// listener for its peer API on every interface (it falls back to its
-// own netstack when it cannot), and the agent serves nothing: it only
-// dials out.
+// listener for its peer API on every interface, and the agent serves
+// nothing: it only dials out. (Denied, the node serves its peer API
+// from its own network stack instead, to tailnet peers only; [Start]
+// closes that too.)
 //
 // What it does, exactly:
 //

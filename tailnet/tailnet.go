@@ -9,17 +9,20 @@
 //     [layout.Layout]'s TailnetState, never in /var/lib/tailscale; the node is not ephemeral,
 //     so it keeps its identity across restarts.
 //   - Log upload to Tailscale is off unless Config.LogUpload is set.
-//   - The node listens on nothing: the agent only dials out through it
-//     ([Node.Dial]). Executors never see it (they use the OS network, or
-//     none).
+//   - The node accepts no connection from the tailnet: it is "shields
+//     up", and its peer API is not exempt from that (see [Start]); the
+//     agent only dials out through it ([Node.Dial]). Executors never see
+//     it (they use the OS network, or none).
 //   - [DenyListen], which the agent calls before [Start], makes that
 //     hold for the kernel too, on Linux: see its doc for what it costs.
 //
 // # What it does not guarantee
 //
-//   - The node binds a UDP port on the OS for WireGuard and reaches the
-//     control server and DERP relays over the OS network, as any
-//     Tailscale node does.
+//   - The node binds a UDP socket on the OS for WireGuard (one per
+//     address family) and reaches the control server and DERP relays
+//     over the OS network, as any Tailscale node does.
+//   - Its Hostinfo still advertises the peer API (peerapi4, peerapi6,
+//     peerapi-dns-proxy): tsnet cannot turn it off; nothing answers there.
 package tailnet
 
 import (
@@ -29,13 +32,18 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"tailscale.com/client/local"
 	"tailscale.com/envknob"
+	"tailscale.com/ipn"
+	"tailscale.com/tsconst"
 	"tailscale.com/tsnet"
 
 	"github.com/metnos/agent/internal/layout"
@@ -52,6 +60,26 @@ type Config struct {
 	AuthKey string `json:"-"`
 	// LogUpload sends the node's logs to Tailscale (off by default).
 	LogUpload bool `json:"log_upload,omitempty"`
+	// Progress, when set, is told every few seconds, while [Start] waits
+	// for the node to join, what it waits for (one line, no newline).
+	Progress func(line string) `json:"-"`
+}
+
+// CheckControlURL reports whether u can be a control server's URL: ""
+// (Tailscale's own), or an http:// or https:// URL with a host and
+// nothing after the path.
+func CheckControlURL(u string) error {
+	if u == "" {
+		return nil
+	}
+	p, err := url.Parse(u)
+	if err == nil && (p.Scheme != "http" && p.Scheme != "https" || p.Hostname() == "" || p.User != nil || p.RawQuery != "" || p.Fragment != "") {
+		err = errors.New("want an http:// or https:// URL with a host, e.g. https://headscale.example")
+	}
+	if err != nil {
+		return fmt.Errorf("tailnet: control URL %q: %w", u, err)
+	}
+	return nil
 }
 
 // LoadConfig reads lay's TailnetConfig; ok is false when there is none
@@ -107,25 +135,82 @@ type Node struct {
 	log    *slog.Logger
 	mu     sync.Mutex
 	last   string
+	// answered is when the server last sent anything over a connection
+	// dialled through the node (Unix nanoseconds; 0: never).
+	answered atomic.Int64
+	// stop ends the watch goroutine; done is closed when it has ended.
+	stop, done chan struct{}
 }
 
-// Status is what whoami and doctor show of the node.
+// Status is what whoami and doctor show of the node: the node's own
+// view of the tailnet, and when the server last answered through it.
 type Status struct {
-	Hostname   string    `json:"hostname"`
-	ControlURL string    `json:"control_url"`
-	IPs        []string  `json:"ips,omitempty"`
-	Connected  bool      `json:"connected"`
-	LastError  string    `json:"last_error,omitempty"`
-	LoginURL   string    `json:"login_url,omitempty"`
-	At         time.Time `json:"at"`
+	Hostname   string   `json:"hostname"`
+	ControlURL string   `json:"control_url"`
+	IPs        []string `json:"ips,omitempty"`
+	// Running is the node's backend running (logged in, with
+	// addresses). It says nothing of what can be reached: see the
+	// fields below.
+	Running bool `json:"running"`
+	// ControlReachable is the node in its long poll of the control
+	// server.
+	ControlReachable bool `json:"control_reachable"`
+	// DERPHome is the region code of the node's home DERP relay ("":
+	// none); DERPReachable is false when the node reports that it cannot
+	// reach it, has not heard from it for over 2 minutes, or has none.
+	DERPHome      string `json:"derp_home,omitempty"`
+	DERPReachable bool   `json:"derp_reachable"`
+	// DERPLastFrame is when the node last heard from its home relay
+	// (zero: unknown).
+	DERPLastFrame time.Time `json:"derp_last_frame,omitzero"`
+	// Peers is how many peers the node knows, PeersOnline how many of
+	// them control last said were online.
+	Peers       int `json:"peers"`
+	PeersOnline int `json:"peers_online"`
+	// ServerAnswered is when the server last sent anything over a
+	// connection through the node (zero: not since the agent started).
+	ServerAnswered time.Time `json:"server_answered,omitzero"`
+	// Health is the node's own warnings.
+	Health    []string  `json:"health,omitempty"`
+	LastError string    `json:"last_error,omitempty"`
+	LoginURL  string    `json:"login_url,omitempty"`
+	At        time.Time `json:"at"`
+	// Stopped is set by the last status an agent wrote as it stopped.
+	Stopped bool `json:"stopped,omitempty"`
 }
 
-// Start brings the node up with its state in lay's TailnetState and
-// waits until it is connected (or ctx ends). Without an auth key on a
+// Outage says what of the tailnet the node cannot reach ("": nothing
+// it knows of), e.g. "control unreachable, DERP relay test unreachable".
+// Peers are not judged: whether they are online is control's word,
+// which not every control server keeps (the server's answers say more).
+func (s Status) Outage() string {
+	var out []string
+	if !s.Running {
+		out = append(out, "node not running")
+	}
+	if !s.ControlReachable {
+		out = append(out, "control unreachable")
+	}
+	if !s.DERPReachable {
+		if s.DERPHome != "" {
+			out = append(out, "DERP relay "+s.DERPHome+" unreachable")
+		} else {
+			out = append(out, "no DERP relay")
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// Start brings the node up with its state in lay's TailnetState,
+// refusing every connection from the tailnet, and waits until it is
+// connected (or ctx ends). Without an auth key on a
 // first login, it logs the login URL to open and keeps waiting.
 func Start(ctx context.Context, lay layout.Layout, c Config, log *slog.Logger) (*Node, error) {
 	if c.Hostname == "" {
 		return nil, errors.New("tailnet: the node needs a name")
+	}
+	if err := CheckControlURL(c.ControlURL); err != nil {
+		return nil, err
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -156,13 +241,169 @@ func Start(ctx context.Context, lay layout.Layout, c Config, log *slog.Logger) (
 			log.Info("tailnet: " + msg)
 		},
 	}
-	if _, err := n.s.Up(ctx); err != nil {
+	if err := n.shieldsUp(ctx); err != nil {
+		n.s.Close()
+		return nil, err
+	}
+	stopProgress := n.progress(ctx, c.Progress)
+	_, err := n.s.Up(ctx)
+	waited := stopProgress()
+	if err != nil {
 		n.s.Close()
 		n.note(err)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, fmt.Errorf("tailnet: could not join the tailnet of %s as %s within %s: check the control URL, that this machine reaches it, and the auth key (--tailnet-authkey-file), or allow longer with --tailnet-wait",
+				controlName(c.ControlURL), c.Hostname, waited.Round(time.Second))
+		}
 		return nil, fmt.Errorf("tailnet: joining %s as %s: %w", controlName(c.ControlURL), c.Hostname, err)
 	}
 	n.writeStatus(ctx)
+	n.stop, n.done = make(chan struct{}), make(chan struct{})
+	go n.watch(watchEvery)
 	return n, nil
+}
+
+// progressEvery is how often Start says what it waits for.
+const progressEvery = 5 * time.Second
+
+// progress tells report, every progressEvery until the returned stop
+// is called, what joining the tailnet waits for; stop returns how long
+// it waited.
+func (n *Node) progress(ctx context.Context, report func(string)) (stop func() time.Duration) {
+	start := time.Now()
+	if report == nil {
+		return func() time.Duration { return time.Since(start) }
+	}
+	host := "Tailscale"
+	if u, err := url.Parse(n.cfg.ControlURL); err == nil && u.Host != "" {
+		host = u.Host
+	}
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			what := "waiting for control"
+			if lc, err := n.s.LocalClient(); err == nil {
+				sctx, cancel := context.WithTimeout(ctx, time.Second)
+				st, err := lc.StatusWithoutPeers(sctx)
+				cancel()
+				if err == nil {
+					switch {
+					case st.AuthURL != "":
+						what = "waiting for this device to be logged in at " + st.AuthURL
+					case st.BackendState == ipn.NeedsMachineAuth.String():
+						what = "waiting for the tailnet's admin to approve this device"
+					case st.BackendState == ipn.Starting.String() && st.Self != nil && st.Self.Online:
+						what = "waiting for the tailnet to be set up"
+					}
+				}
+			}
+			report(fmt.Sprintf("joining the tailnet at %s: %s (%d s)…", host, what, int(time.Since(start).Seconds())))
+		}
+	}()
+	return func() time.Duration {
+		close(done)
+		<-ended
+		return time.Since(start)
+	}
+}
+
+// watchEvery is how often the node's goroutine looks at its state.
+const watchEvery = 5 * time.Second
+
+// statusEvery is how often the status file is rewritten when nothing
+// in it changed but the time.
+const statusEvery = 30 * time.Second
+
+// watch looks at the node's state every period until Close: it logs,
+// once, when the node loses the tailnet (at warn, "tailnet unreachable:
+// …") and when it gets it back (at info), and keeps the status file
+// current, so that whoami sees an outage even when no heartbeat gets
+// through.
+func (n *Node) watch(period time.Duration) {
+	defer close(n.done)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	var (
+		down      string
+		downSince time.Time
+		written   = time.Now()
+	)
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), period)
+		st := n.Status(ctx)
+		cancel()
+		outage := st.Outage()
+		switch {
+		case outage != "" && down == "":
+			downSince = st.At
+			n.log.Warn("tailnet unreachable: "+outage, "control", st.ControlURL, "server_answered", formatTime(st.ServerAnswered))
+		case outage == "" && down != "":
+			n.log.Info("tailnet reachable again", "control", st.ControlURL, "after", st.At.Sub(downSince).Round(time.Second).String())
+		}
+		if outage != down || time.Since(written) >= statusEvery {
+			n.write(st)
+			written = time.Now()
+		}
+		down = outage
+	}
+}
+
+// formatTime is t for a log line, or "never".
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return t.Format(time.RFC3339)
+}
+
+// shieldsUp starts the node's backend and, before it joins, makes it
+// accept no connection from the tailnet:
+//
+//   - its "shields up" preference, so that its packet filter drops
+//     every connection a peer opens to it (tsnet resets the preferences
+//     at every start, so it is set each time);
+//   - and no exemption from that filter for the peer API, which the
+//     node serves whatever the preferences say (with listen(2) denied,
+//     from its own network stack on port 1: "This is my Tailscale
+//     device"), and which tsnet offers no way to turn off.
+//
+// The agent's own connections out, and their replies, are unaffected.
+// The node still advertises its peer API in its Hostinfo (peerapi4,
+// peerapi6, peerapi-dns-proxy): nothing answers there.
+func (n *Node) shieldsUp(ctx context.Context) error {
+	if err := n.s.Start(); err != nil {
+		return fmt.Errorf("tailnet: starting the node in %s: %w", n.s.Dir, err)
+	}
+	tun, ok := n.s.Sys().Tun.GetOK()
+	if !ok {
+		return errors.New("tailnet: the node has no packet filter to refuse the tailnet's connections with; not joining")
+	}
+	// Read only when a packet comes in from a peer, and there is no peer
+	// before the node has joined.
+	tun.PeerAPIPort = nil
+	lc, err := n.s.LocalClient()
+	if err == nil {
+		_, err = lc.EditPrefs(ctx, &ipn.MaskedPrefs{ShieldsUpSet: true, Prefs: ipn.Prefs{ShieldsUp: true}})
+	}
+	if err != nil {
+		return fmt.Errorf("tailnet: refusing connections from the tailnet (shields up): %w", err)
+	}
+	return nil
 }
 
 func controlName(u string) string {
@@ -188,27 +429,80 @@ func (n *Node) note(err error) {
 func (n *Node) Name() string { return n.cfg.Hostname }
 
 // Dial connects to addr through the node, over the tailnet; the
-// device's server client (package client) dials with it.
+// device's server client (package client) dials with it, and nothing
+// else does. Whatever the far end sends on the connection counts as the
+// server answering (see [Node.ServerAnswered]).
 func (n *Node) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	return n.s.Dial(ctx, network, addr)
+	c, err := n.s.Dial(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return answerConn{c, n}, nil
+}
+
+// answerConn marks the server as having answered whenever a read from
+// it returns data.
+type answerConn struct {
+	net.Conn
+	n *Node
+}
+
+func (c answerConn) Read(p []byte) (int, error) {
+	k, err := c.Conn.Read(p)
+	if k > 0 {
+		c.n.ServerAnswered(time.Now())
+	}
+	return k, err
+}
+
+// ServerAnswered records that the server answered at t, for the status
+// file; [Node.Dial]'s connections call it as data arrives. An earlier
+// t than the one recorded is ignored.
+func (n *Node) ServerAnswered(t time.Time) {
+	v := t.UnixNano()
+	for {
+		old := n.answered.Load()
+		if v <= old || n.answered.CompareAndSwap(old, v) {
+			return
+		}
+	}
 }
 
 // Status reports the node's state now.
 func (n *Node) Status(ctx context.Context) Status {
 	st := Status{Hostname: n.cfg.Hostname, ControlURL: controlName(n.cfg.ControlURL), At: time.Now().UTC()}
+	if v := n.answered.Load(); v != 0 {
+		st.ServerAnswered = time.Unix(0, v).UTC()
+	}
 	lc, err := n.s.LocalClient()
-	if err == nil {
+	if err != nil {
+		lc = nil
+	} else {
 		if s, err2 := lc.Status(ctx); err2 == nil {
 			for _, ip := range s.TailscaleIPs {
 				st.IPs = append(st.IPs, ip.String())
 			}
-			st.Connected = s.BackendState == "Running"
+			st.Running = s.BackendState == ipn.Running.String()
 			if s.AuthURL != "" {
 				st.LoginURL = s.AuthURL
 			}
+			if s.Self != nil {
+				st.ControlReachable = s.Self.Online
+				st.DERPHome = s.Self.Relay
+			}
+			for _, p := range s.Peer {
+				st.Peers++
+				if p.Online {
+					st.PeersOnline++
+				}
+			}
+			st.Health = s.Health
 		} else {
 			err = err2
 		}
+	}
+	if st.DERPHome != "" && lc != nil {
+		st.DERPReachable, st.DERPLastFrame = n.derpHealthy(ctx, lc, st.DERPHome)
 	}
 	n.mu.Lock()
 	st.LastError = n.last
@@ -219,24 +513,77 @@ func (n *Node) Status(ctx context.Context) Status {
 	return st
 }
 
+// derpIdle is how long the node may go without a frame from its home
+// DERP relay (which sends a keep-alive every minute) before the relay
+// counts as unreachable: tailscale's own threshold.
+const derpIdle = 2*time.Minute + 5*time.Second
+
+// derpHealthy reports whether the node's home DERP relay, the region
+// whose code is home, is reachable: no warning about it from the node,
+// and a frame from it within derpIdle; and when the last frame came.
+// (The node's own warnings about its relay are silent while it is cut
+// from control, hence the frames.)
+func (n *Node) derpHealthy(ctx context.Context, lc *local.Client, home string) (ok bool, last time.Time) {
+	sys := n.s.Sys()
+	if sys == nil {
+		return false, time.Time{}
+	}
+	ht, ok := sys.HealthTracker.GetOK()
+	if !ok {
+		return false, time.Time{}
+	}
+	for code := range ht.CurrentState().Warnings {
+		switch code {
+		case tsconst.HealthWarnableNoDERPHome, tsconst.HealthWarnableNoDERPConnection, tsconst.HealthWarnableDERPTimedOut:
+			return false, time.Time{}
+		}
+	}
+	dm, err := lc.CurrentDERPMap(ctx)
+	if err != nil || dm == nil {
+		return true, time.Time{}
+	}
+	for id, r := range dm.Regions {
+		if r != nil && r.RegionCode == home {
+			last = ht.GetDERPRegionReceivedTime(id)
+			return !last.IsZero() && time.Since(last) < derpIdle, last.UTC()
+		}
+	}
+	return true, time.Time{}
+}
+
 // writeStatus records the status in the layout's TailnetStatus, for
 // whoami and doctor (which do not start a second node on the same
 // state).
-func (n *Node) writeStatus(ctx context.Context) {
-	b, _ := json.MarshalIndent(n.Status(ctx), "", "  ")
+func (n *Node) writeStatus(ctx context.Context) { n.write(n.Status(ctx)) }
+
+func (n *Node) write(st Status) {
+	b, _ := json.MarshalIndent(st, "", "  ")
 	p := n.status
 	tmp := p + ".tmp"
-	if os.WriteFile(tmp, b, 0o600) == nil {
-		os.Rename(tmp, p)
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		n.log.Debug("tailnet: recording the node's status", "path", p, "err", err)
+		return
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		n.log.Debug("tailnet: recording the node's status", "path", p, "err", err)
 	}
 }
 
 // Report writes the status file; the agent calls it with each heartbeat.
 func (n *Node) Report(ctx context.Context) { n.writeStatus(ctx) }
 
-// Close stops the node.
+// Close stops the node, recording its last status as stopped.
 func (n *Node) Close() error {
-	n.writeStatus(context.Background())
+	if n.stop != nil {
+		close(n.stop)
+		<-n.done
+		n.stop = nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	st := n.Status(ctx)
+	cancel()
+	st.Stopped = true
+	n.write(st)
 	return n.s.Close()
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"runtime/debug"
 	"time"
@@ -30,8 +31,12 @@ type connectOptions struct {
 	// tailnet are the command's tailnet flags (the zero value:
 	// tailnet.json alone decides).
 	tailnet tailnetFlags
-	// wait bounds the joining of the tailnet (0: 5 minutes).
+	// wait bounds the joining of the tailnet (0: --tailnet-wait, else 5
+	// minutes).
 	wait time.Duration
+	// progress, when set, gets a line every few seconds while the node
+	// joins the tailnet (nil: the log gets them, at info).
+	progress io.Writer
 }
 
 // connect is the one step by which every command that talks to the
@@ -41,6 +46,10 @@ type connectOptions struct {
 // dials through it). node is nil on the OS network; otherwise close it
 // when done.
 func connect(ctx context.Context, e environment, o connectOptions, log *slog.Logger) (c *client.Client, node *tailnet.Node, err error) {
+	// Bad flags are refused before anything is read or written.
+	if err := o.tailnet.check(); err != nil {
+		return nil, nil, err
+	}
 	key, err := pairing.LoadOrCreateKey(e.lay)
 	if err != nil {
 		return nil, nil, err
@@ -75,7 +84,16 @@ func connect(ctx context.Context, e environment, o connectOptions, log *slog.Log
 	if !useTailnet {
 		return client.New(server, key, deviceID, nil), nil, nil
 	}
-	node, err = joinTailnet(ctx, e.lay, tc, o.wait, e.cfg.GoMemLimit == "", log)
+	wait := o.wait
+	if wait == 0 {
+		wait = o.tailnet.waitFor()
+	}
+	if o.progress != nil {
+		tc.Progress = func(line string) { fmt.Fprintln(o.progress, line) }
+	} else {
+		tc.Progress = func(line string) { log.Info(line) }
+	}
+	node, err = joinTailnet(ctx, e.lay, tc, wait, e.cfg.GoMemLimit == "", log)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -62,7 +62,7 @@ func runRegister(std stdio, args []string) int {
 			return code
 		}
 	}
-	c, node, err := connect(context.Background(), e, connectOptions{server: *server, unpaired: true, name: *name, tailnet: tf}, warnLogger(std))
+	c, node, err := connect(context.Background(), e, connectOptions{server: *server, unpaired: true, name: *name, tailnet: tf, progress: std.err}, warnLogger(std))
 	if err != nil {
 		return fail(std, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/metnos/agent/internal/config"
@@ -16,6 +17,7 @@ import (
 type tailnetFlags struct {
 	control, authKey, authKeyFile, name *string
 	logUpload                           *bool
+	wait                                *time.Duration
 }
 
 func addTailnetFlags(fs *flag.FlagSet) tailnetFlags {
@@ -25,6 +27,7 @@ func addTailnetFlags(fs *flag.FlagSet) tailnetFlags {
 		authKeyFile: fs.String("tailnet-authkey-file", "", "a file (mode 0600) holding the auth key"),
 		name:        fs.String("tailnet-name", "", "the node's name on the tailnet (default: the device name)"),
 		logUpload:   fs.Bool("tailnet-log-upload", false, "let the node upload its logs to Tailscale (off unless asked)"),
+		wait:        fs.Duration("tailnet-wait", 5*time.Minute, "how long to wait for the node to join the tailnet before giving up"),
 	}
 }
 
@@ -32,11 +35,19 @@ func addTailnetFlags(fs *flag.FlagSet) tailnetFlags {
 // envKey (METNOS_TAILNET_AUTHKEY) when no flag gives a key; ok is false
 // when no tailnet is configured (the OS network is used).
 func (f tailnetFlags) config(lay layout.Layout, deviceName string, envKey config.Secret) (tailnet.Config, bool, error) {
+	control, name, keyFile := deref(f.control), deref(f.name), deref(f.authKeyFile)
+	if err := f.check(); err != nil {
+		return tailnet.Config{}, false, err
+	}
 	c, ok, err := tailnet.LoadConfig(lay)
 	if err != nil {
 		return c, false, err
 	}
-	control, name, keyFile := deref(f.control), deref(f.name), deref(f.authKeyFile)
+	if control == "" {
+		if err := tailnet.CheckControlURL(c.ControlURL); err != nil {
+			return c, false, fmt.Errorf("%s: %w; fix it or run register again with --tailnet-control-url", lay.TailnetConfig(), err)
+		}
+	}
 	key := deref(f.authKey)
 	if key == "" {
 		key = string(envKey)
@@ -68,6 +79,26 @@ func (f tailnetFlags) config(lay layout.Layout, deviceName string, envKey config
 	return c, ok, nil
 }
 
+// check refuses a --tailnet-control-url that is no control server's
+// URL and a --tailnet-wait that is not positive.
+func (f tailnetFlags) check() error {
+	if err := tailnet.CheckControlURL(deref(f.control)); err != nil {
+		return err
+	}
+	if f.wait != nil && *f.wait <= 0 {
+		return fmt.Errorf("--tailnet-wait %s: want a positive duration, e.g. 10m", *f.wait)
+	}
+	return nil
+}
+
+// waitFor is --tailnet-wait, or 0 for a command without it.
+func (f tailnetFlags) waitFor() time.Duration {
+	if f.wait == nil {
+		return 0
+	}
+	return *f.wait
+}
+
 // deref is *p, or "" for a flag the command does not have.
 func deref(p *string) string {
 	if p == nil {
@@ -97,15 +128,112 @@ func printTailnet(w interface{ Write([]byte) (int, error) }, lay layout.Layout) 
 		fmt.Fprintln(w, "tailnet state:       unknown (no agent has run with it yet)")
 		return
 	}
-	state := "not connected"
-	if st.Connected {
-		state = "connected"
+	for _, l := range describeTailnet(st, time.Now()) {
+		fmt.Fprintln(w, l)
 	}
-	fmt.Fprintf(w, "tailnet state:       %s, IPs %v, as of %s\n", state, st.IPs, st.At.Format(time.RFC3339))
+}
+
+// answerFresh is how long after the server's last answer the tailnet
+// still counts as working: a running agent hears from the server at
+// least every poll (25 s) and heartbeat (30 s).
+const answerFresh = 90 * time.Second
+
+// statusStale is the age past which a status file no longer comes from
+// a running agent (a running one rewrites it at least every 30 s).
+const statusStale = 2 * time.Minute
+
+// describeTailnet is what whoami and doctor say of the node from the
+// status st a running agent last recorded, at now: whether the server
+// answers through it, and the node's own view (control, DERP, peers).
+// "Up" is never said of a node that only runs: it takes the server's
+// answer.
+func describeTailnet(st tailnet.Status, now time.Time) []string {
+	outage := st.Outage()
+	answered := st.ServerAnswered
+	var head string
+	switch {
+	case answered.IsZero() && outage != "":
+		head = "no answer from the server yet (" + outage + ")"
+	case answered.IsZero():
+		head = "no answer from the server yet"
+	case outage == "" && st.At.Sub(answered) <= answerFresh:
+		head = "node up, server last answered " + ago(now.Sub(answered))
+	case outage != "":
+		head = "no answer from the server since " + clock(answered, now) + " (" + outage + ")"
+	default:
+		head = "no answer from the server since " + clock(answered, now) + " (the node itself sees the tailnet up)"
+	}
+	// A status no running agent keeps is history: no "up" in it.
+	last := "the server never answered it"
+	if !answered.IsZero() {
+		last = "the server last answered it at " + clock(answered, now)
+	}
+	switch {
+	case st.Stopped:
+		head = "no agent running (it stopped at " + clock(st.At, now) + "); " + last
+	case now.Sub(st.At) > statusStale:
+		head = "no running agent has updated this since " + clock(st.At, now) + "; " + last
+	}
+	control := "control unreachable"
+	if st.ControlReachable {
+		control = "control reachable"
+	}
+	derp := "no DERP relay"
+	switch {
+	case st.DERPHome != "" && st.DERPReachable:
+		derp = "DERP relay " + st.DERPHome
+	case st.DERPHome != "":
+		derp = "DERP relay " + st.DERPHome + " unreachable"
+	}
+	if !st.DERPLastFrame.IsZero() && !st.DERPReachable {
+		derp += " (last heard from at " + clock(st.DERPLastFrame, now) + ")"
+	}
+	running := "running"
+	if !st.Running {
+		running = "not running"
+	}
+	out := []string{
+		"tailnet:             " + head,
+		fmt.Sprintf("tailnet node state:  %s, IPs %v, %s, %s, %d of %d peers online, as of %s",
+			running, st.IPs, control, derp, st.PeersOnline, st.Peers, st.At.Local().Format(time.RFC3339)),
+	}
 	if st.LastError != "" {
-		fmt.Fprintf(w, "tailnet last error:  %s\n", st.LastError)
+		out = append(out, "tailnet last error:  "+tailnetText(st.LastError))
 	}
 	if st.LoginURL != "" {
-		fmt.Fprintf(w, "tailnet login:       %s\n", st.LoginURL)
+		out = append(out, "tailnet login:       "+tailnetText(st.LoginURL))
 	}
+	return out
+}
+
+// ago is d as "12 s ago", "3 min ago" or "5 h ago".
+func ago(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%d s ago", max(0, int(d/time.Second)))
+	case d < time.Hour:
+		return fmt.Sprintf("%d min ago", int(d/time.Minute))
+	}
+	return fmt.Sprintf("%d h ago", int(d/time.Hour))
+}
+
+// clock is t in local time, as 15:04:05 on now's day, else with its
+// date.
+func clock(t, now time.Time) string {
+	t, now = t.Local(), now.Local()
+	if y, m, d := t.Date(); y == now.Year() && m == now.Month() && d == now.Day() {
+		return t.Format("15:04:05")
+	}
+	return t.Format("2006-01-02 15:04:05")
+}
+
+// tailnetText drops the control characters of s, which comes from the
+// node or the control server, before it is shown on a terminal.
+func tailnetText(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return -1
+		}
+		return r
+	}, s)
 }

@@ -16,6 +16,8 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -91,20 +93,88 @@ func loopbackUp() error {
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }
 
+// Tailnet is a control server with its DERP relay, on loopback, that a
+// test can take down and bring back ([Tailnet.Outage]).
+type Tailnet struct {
+	*testcontrol.Server
+	down  atomic.Bool
+	conns *conns
+}
+
+// Outage takes the control server and DERP down (every connection to
+// them is closed, and new ones are closed as they come) or, with
+// down false, brings them back on the same addresses.
+func (tn *Tailnet) Outage(down bool) {
+	tn.down.Store(down)
+	if down {
+		tn.conns.closeAll()
+	}
+}
+
+// Gate is h, or while the tailnet is down ([Tailnet.Outage]), a handler
+// that closes the connection without a byte of answer.
+func (tn *Tailnet) Gate(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !tn.down.Load() {
+			h.ServeHTTP(w, r)
+			return
+		}
+		if hj, ok := w.(http.Hijacker); ok {
+			if c, _, err := hj.Hijack(); err == nil {
+				c.Close()
+				return
+			}
+		}
+		panic(http.ErrAbortHandler)
+	})
+}
+
+// conns are the connections a listener accepted, upgraded ones
+// included (which httptest forgets).
+type conns struct {
+	mu sync.Mutex
+	m  map[net.Conn]bool
+}
+
+func (cs *conns) closeAll() {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for c := range cs.m {
+		c.Close()
+	}
+	clear(cs.m)
+}
+
+type trackingListener struct {
+	net.Listener
+	cs *conns
+}
+
+func (l trackingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.cs.mu.Lock()
+		l.cs.m[c] = true
+		l.cs.mu.Unlock()
+	}
+	return c, err
+}
+
 // Start runs DERP (TLS), STUN and a control server on loopback.
 // (testcontrol asks for the auth key at every start of a node when it
 // requires one, which real control servers do not: the tests run it
 // open, and check the auth key handling on the agent's side.)
-func Start(t *testing.T) *testcontrol.Server {
+func Start(t *testing.T) *Tailnet {
 	netns.SetEnabled(false)
+	tn := &Tailnet{conns: &conns{m: map[net.Conn]bool{}}}
 	d := derpserver.New(key.NewNode(), logger.Discard)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	derp := httptest.NewUnstartedServer(derpserver.Handler(d))
+	derp := httptest.NewUnstartedServer(tn.Gate(derpserver.Handler(d)))
 	derp.Listener.Close()
-	derp.Listener = ln
+	derp.Listener = trackingListener{ln, tn.conns}
 	derp.Config.ErrorLog = logger.StdLogger(logger.Discard)
 	derp.Config.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
 	derp.StartTLS()
@@ -122,20 +192,31 @@ func Start(t *testing.T) *testcontrol.Server {
 		MagicDNSDomain: "tail.test",
 		Logf:           logger.Discard,
 	}
-	c.HTTPTestServer = httptest.NewServer(c)
+	tn.Server = c
+	c.HTTPTestServer = httptest.NewUnstartedServer(tn.Gate(c))
+	c.HTTPTestServer.Listener = trackingListener{c.HTTPTestServer.Listener, tn.conns}
+	c.HTTPTestServer.Start()
 	t.Cleanup(c.HTTPTestServer.Close)
-	return c
+	return tn
+}
+
+// Node brings up a tsnet node named name on the tailnet of control,
+// for the test's life (a peer that probes or serves).
+func Node(t *testing.T, ctx context.Context, control, name string) *tsnet.Server {
+	t.Helper()
+	s := &tsnet.Server{Dir: t.TempDir(), ControlURL: control, Hostname: name, Store: new(mem.Store), Ephemeral: true,
+		AuthKey: "tskey-test", UserLogf: func(string, ...any) {}, Logf: func(string, ...any) {}}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.Up(ctx); err != nil {
+		t.Fatalf("tailnet node %s: %v", name, err)
+	}
+	return s
 }
 
 // ServeNode serves h on a tsnet node named "metnos", port 8765,
 // listening on the tailnet only.
 func ServeNode(t *testing.T, ctx context.Context, control string, h http.Handler) {
-	s := &tsnet.Server{Dir: t.TempDir(), ControlURL: control, Hostname: "metnos", Store: new(mem.Store), Ephemeral: true,
-		AuthKey: "tskey-test", UserLogf: func(string, ...any) {}, Logf: func(string, ...any) {}}
-	t.Cleanup(func() { s.Close() })
-	if _, err := s.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s := Node(t, ctx, control, "metnos")
 	ln, err := s.Listen("tcp", ":8765")
 	if err != nil {
 		t.Fatal(err)

@@ -23,8 +23,6 @@ import (
 	"testing/fstest"
 	"time"
 
-	"tailscale.com/tstest/integration/testcontrol"
-
 	"github.com/metnos/agent/examples"
 	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/internal/tailnettest"
@@ -193,7 +191,8 @@ func TestAgentOverTailnet(t *testing.T) {
 	}
 
 	code, out := cli("whoami")
-	if code != 0 || !strings.Contains(out, "tailnet node:        laptop") || !strings.Contains(out, "connected, IPs [100.") {
+	if code != 0 || !strings.Contains(out, "tailnet node:        laptop") || !strings.Contains(out, "tailnet:             no agent running (it stopped at ") ||
+		!strings.Contains(out, "the server last answered it at") || !strings.Contains(out, "running, IPs [100.") {
 		t.Fatalf("whoami:\n%s", out)
 	}
 }
@@ -304,7 +303,7 @@ func TestServerOnlyOverTailnet(t *testing.T) {
 // keyMode; cli runs the agent there.
 type world struct {
 	srv                    *refserver.Server
-	tc                     *testcontrol.Server
+	tc                     *tailnettest.Tailnet
 	control, home, keyFile string
 	env                    []string
 	cli                    func(args ...string) (int, string)
@@ -321,7 +320,8 @@ func newWorld(t *testing.T, ctx context.Context, cfg refserver.Config, keyMode o
 	}
 	t.Cleanup(func() { srv.Close() })
 	w.srv = srv
-	tailnettest.ServeNode(t, ctx, w.control, srv.Handler())
+	// The server goes down with control and DERP (tc.Outage).
+	tailnettest.ServeNode(t, ctx, w.control, tc.Gate(srv.Handler()))
 	os.Chmod(w.home, 0o755)
 	w.env = append(os.Environ(), "HOME="+w.home, "METNOS_LOG=debug")
 	w.env = append(w.env, tailnettest.Knobs...)

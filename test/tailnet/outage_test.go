@@ -1,0 +1,93 @@
+//go:build linux
+
+package tailnet
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/metnos/agent/refserver"
+)
+
+// TestOutage: with control, DERP and the server all gone, whoami no
+// longer says the tailnet is up, but when the server last answered and
+// what the node cannot reach; the agent logs the outage once, at warn,
+// and its end at info; and whoami says the server answers again.
+func TestOutage(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	w := newWorld(t, ctx, refserver.Config{PollCheck: 20 * time.Millisecond}, 0o600)
+	tok, _ := w.srv.IssueToken("laptop", 10*time.Minute)
+	if code, out := w.cli("register", "--server", "http://metnos:8765", "--token", tok, "--tailnet-control-url", w.control, "--tailnet-authkey-file", w.keyFile, "--name", "laptop"); code != 0 {
+		t.Fatalf("register over the tailnet: exit %d\n%s", code, out)
+	}
+	cmd := exec.Command(filepath.Join(binDir, "metnos-agent"), "run")
+	cmd.Env = w.env
+	logPath := filepath.Join(w.home, "run.log")
+	logf, _ := os.Create(logPath)
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
+	agentLog := func() string { b, _ := os.ReadFile(logPath); return string(b) }
+	serve := func(what string) {
+		t.Helper()
+		id, _ := w.srv.Enqueue(w.srv.Devices()[0].ID, "echo_args", map[string]any{}, refserver.EnqueueOptions{})
+		wctx, wcancel := context.WithTimeout(ctx, 100*time.Second)
+		defer wcancel()
+		if info, err := w.srv.Wait(wctx, id); err != nil || info.State != "done" {
+			t.Fatalf("%s: the agent did not serve over the tailnet: %v %s\n%s", what, err, info.ResultBody, agentLog())
+		}
+	}
+	// waitWhoami waits until whoami's output has every one of want.
+	waitWhoami := func(what string, want ...string) string {
+		t.Helper()
+		var out string
+		for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+			_, out = w.cli("whoami")
+			ok := true
+			for _, s := range want {
+				ok = ok && strings.Contains(out, s)
+			}
+			if ok {
+				return out
+			}
+		}
+		t.Fatalf("%s: whoami never said %q:\n%s\nagent log:\n%s", what, want, out, agentLog())
+		return ""
+	}
+	serve("before the outage")
+	waitWhoami("before the outage", "tailnet:             node up, server last answered")
+
+	w.tc.Outage(true) // the server's handler too: see newWorld
+	// (The node counts its relay lost after 2 minutes of silence, as
+	// tailscale does: not waited for here.)
+	out := waitWhoami("during the outage", "tailnet:             no answer from the server since", "control unreachable")
+	for _, bad := range []string{"node up", "connected"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("during the outage, whoami says %q:\n%s", bad, out)
+		}
+	}
+	time.Sleep(12 * time.Second) // a few more looks at the node: still one warning
+	if n := strings.Count(agentLog(), "tailnet unreachable: "); n != 1 {
+		t.Errorf("the outage was logged %d times, want once:\n%s", n, agentLog())
+	}
+	if !strings.Contains(agentLog(), "level=WARN msg=\"tailnet unreachable: control unreachable") {
+		t.Errorf("no warning naming the outage:\n%s", agentLog())
+	}
+
+	w.tc.Outage(false)
+	serve("after the outage")
+	waitWhoami("after the outage", "tailnet:             node up, server last answered", "control reachable, DERP relay test,")
+	if !strings.Contains(agentLog(), "level=INFO msg=\"tailnet reachable again\"") {
+		t.Errorf("the end of the outage was not logged:\n%s", agentLog())
+	}
+}
