@@ -1,0 +1,134 @@
+//go:build linux
+
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/metnos/agent/refserver"
+)
+
+// spooled lists the results waiting in the agent's spool.
+func (w *world) spooled(t *testing.T) []string {
+	t.Helper()
+	ps, err := filepath.Glob(filepath.Join(w.dataDir(), "spool", "results", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
+
+// logLine returns the first line of an agent's log that has every one
+// of subs, or "".
+func logLine(p *agentProc, subs ...string) string {
+	b, _ := os.ReadFile(p.log)
+next:
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, s := range subs {
+			if !strings.Contains(l, s) {
+				continue next
+			}
+		}
+		return l
+	}
+	return ""
+}
+
+// TestStopDeliversFinishedRun: SIGTERM while an executor runs: the
+// agent says which run it waits for, lets it finish, and delivers its
+// result before it exits, so the server does not show it unanswered
+// until the next start.
+func TestStopDeliversFinishedRun(t *testing.T) {
+	w := newWorld(t)
+	w.pair()
+	p := w.start()
+	id := w.enqueue("touch_once", map[string]any{"folder": w.work, "tag": "slow", "sleep_ms": 2500}, refserver.EnqueueOptions{DeadlineMS: 60000})
+	waitFile(t, filepath.Join(w.work, "started-slow"), 60*time.Second)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.exitCode(t, 25*time.Second); code != 0 {
+		t.Errorf("the agent exited %d after SIGTERM, want 0", code)
+	}
+	info, _ := w.srv.Invocation(id)
+	if info.ResultBody == nil {
+		t.Fatalf("the agent exited without delivering the result of the run it waited for (state %s, spool %v)", info.State, w.spooled(t))
+	}
+	if r := result(t, info); r["ok"] != true {
+		t.Errorf("result %s", info.ResultBody)
+	}
+	if l := logLine(p, "waiting for this run", id, "touch_once"); l == "" {
+		t.Error("the log does not say which run (invocation id and executor) the stop waits for")
+	}
+	if len(w.spooled(t)) != 0 {
+		t.Errorf("delivered results left in the spool: %v", w.spooled(t))
+	}
+}
+
+// TestSecondSignalStopsNow: SIGTERM while an executor runs, and a
+// second SIGTERM while its result cannot get through: the agent exits
+// at once, the result stays in the spool, and the next start delivers
+// it, once.
+func TestSecondSignalStopsNow(t *testing.T) {
+	w := newWorld(t)
+	w.pair()
+	p := w.start()
+	held := make(chan struct{}, 10)
+	release := make(chan struct{})
+	w.srv.SetResultGate(func(string, []byte) int {
+		// The server does not answer (nor store) the result until the
+		// test lets it go, and then refuses it for now.
+		held <- struct{}{}
+		<-release
+		return 503
+	})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	id := w.enqueue("touch_once", map[string]any{"folder": w.work, "tag": "slow", "sleep_ms": 1500}, refserver.EnqueueOptions{DeadlineMS: 60000})
+	waitFile(t, filepath.Join(w.work, "started-slow"), 60*time.Second)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("after SIGTERM, the agent did not try to deliver the result of the run it waited for")
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	start := time.Now()
+	p.exitCode(t, 5*time.Second)
+	t.Logf("exited %s after the second SIGTERM", time.Since(start).Round(time.Millisecond))
+	if !logHas(p, "stopping now") {
+		t.Error("the log does not say the second signal stops now")
+	}
+	if n := len(w.spooled(t)); n != 1 {
+		t.Fatalf("%d results in the spool after stopping now, want the one not delivered", n)
+	}
+	close(release)
+	w.srv.SetResultGate(nil)
+	if info, _ := w.srv.Invocation(id); info.ResultBody != nil {
+		t.Fatal("the server stored a result the gate held")
+	}
+	q := w.start()
+	info := w.wait(id)
+	if r := result(t, info); r["ok"] != true {
+		t.Errorf("result %s", info.ResultBody)
+	}
+	q.stop(t)
+	info, _ = w.srv.Invocation(id)
+	if info.ResultPosts != 1 {
+		t.Errorf("the result was posted %d times past the gate, want once", info.ResultPosts)
+	}
+	if ran := lines(t, filepath.Join(w.work, "ran.log")); len(ran) != 1 {
+		t.Errorf("the executor ran %d times, want once: %v", len(ran), ran)
+	}
+	if n := len(w.spooled(t)); n != 0 {
+		t.Errorf("%d results left in the spool after the restart delivered it", n)
+	}
+}
