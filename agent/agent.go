@@ -317,7 +317,7 @@ func (r *reachability) failed(log *slog.Logger, err error) {
 	}
 	now := time.Now()
 	r.since = &now
-	log.Warn("server unreachable: "+err.Error()+"; retrying until it answers", "err", err)
+	log.Warn("server unreachable: " + err.Error() + "; polling again until it answers")
 }
 
 // answered notes a poll the server answered.
