@@ -132,3 +132,62 @@ func TestSecondSignalStopsNow(t *testing.T) {
 		t.Errorf("%d results left in the spool after the restart delivered it", n)
 	}
 }
+
+// unitStopTimeout is TimeoutStopSec of the systemd unit the packages
+// install: how long systemd waits after SIGTERM before SIGKILL.
+func unitStopTimeout(t *testing.T) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "packaging", "linux", "metnos-agent.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "TimeoutStopSec="); ok {
+			d, err := time.ParseDuration(v + "s")
+			if err != nil {
+				t.Fatalf("TimeoutStopSec=%s: %v", v, err)
+			}
+			return d
+		}
+	}
+	t.Fatal("the unit sets no TimeoutStopSec")
+	return 0
+}
+
+// TestStopDeliveryBounded: SIGTERM once, and the server never answers
+// the result: the agent gives up delivering it in time to exit by
+// itself before systemd's stop timeout would kill it, says so, and
+// keeps the result in the spool.
+func TestStopDeliveryBounded(t *testing.T) {
+	limit := unitStopTimeout(t)
+	w := newWorld(t)
+	w.pair()
+	p := w.start()
+	held := make(chan struct{}, 10)
+	release := make(chan struct{})
+	w.srv.SetResultGate(func(string, []byte) int {
+		held <- struct{}{}
+		<-release
+		return 503
+	})
+	t.Cleanup(func() { close(release) })
+	w.enqueue("touch_once", map[string]any{"folder": w.work, "tag": "slow", "sleep_ms": 500}, refserver.EnqueueOptions{DeadlineMS: 60000})
+	waitFile(t, filepath.Join(w.work, "started-slow"), 60*time.Second)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	stopped := time.Now()
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("after SIGTERM, the agent did not try to deliver the result of the run it waited for")
+	}
+	// The run took 0.5 s of the unit's time; leave a couple of seconds
+	// for the rest of the stop.
+	p.exitCode(t, limit-2*time.Second)
+	t.Logf("exited %s after SIGTERM (the unit allows %s)", time.Since(stopped).Round(100*time.Millisecond), limit)
+	if logLine(p, "not delivered", "spool") == "" {
+		t.Error("the log does not say that the result was not delivered and stays in the spool")
+	}
+	if n := len(w.spooled(t)); n != 1 {
+		t.Errorf("%d results in the spool, want the one not delivered", n)
+	}
+}
