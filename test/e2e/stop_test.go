@@ -191,3 +191,39 @@ func TestStopDeliveryBounded(t *testing.T) {
 		t.Errorf("%d results in the spool, want the one not delivered", n)
 	}
 }
+
+// TestSecondSignalCutsRun: a second SIGTERM while the run is still
+// going stops the agent now, not at the run's deadline; the run is cut
+// short, and the next start reports it as execution_outcome_unknown
+// (as after a crash), never running it again.
+func TestSecondSignalCutsRun(t *testing.T) {
+	w := newWorld(t)
+	w.pair()
+	p := w.start()
+	id := w.enqueue("touch_once", map[string]any{"folder": w.work, "tag": "long", "sleep_ms": 120000}, refserver.EnqueueOptions{DeadlineMS: 180000})
+	waitFile(t, filepath.Join(w.work, "started-long"), 60*time.Second)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	for deadline := time.Now().Add(10 * time.Second); logLine(p, "waiting for this run", id) == "" && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.exitCode(t, 10*time.Second)
+	if logLine(p, "cut short", id) == "" {
+		t.Error("the log does not say the run was cut short")
+	}
+	time.Sleep(200 * time.Millisecond)
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, c := range procs {
+		if cl, _ := os.ReadFile(c); strings.Contains(string(cl), "touch_once") {
+			t.Errorf("a process of the cut run survives the agent: %s %q", c, cl)
+		}
+	}
+	w.start()
+	info := w.wait(id)
+	if r := result(t, info); r["error_class"] != "execution_outcome_unknown" {
+		t.Errorf("after a cut run, the next start reported %s", info.ResultBody)
+	}
+	if ran := lines(t, filepath.Join(w.work, "ran.log")); len(ran) != 1 {
+		t.Errorf("the executor ran %d times, want once: %v", len(ran), ran)
+	}
+}
