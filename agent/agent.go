@@ -380,11 +380,23 @@ func (a *Agent) sleep(ctx context.Context, backoff *time.Duration) {
 }
 
 // heartbeats sends the profile at once and then every HeartbeatEvery.
+// A failure is logged at warn when it follows a heartbeat that went
+// through, and at debug while they keep failing (the run loop's polls
+// say when the server is unreachable and when it is back).
 func (a *Agent) heartbeats(ctx context.Context) {
 	t := time.NewTicker(a.cfg.HeartbeatEvery)
 	defer t.Stop()
+	failing := false
 	for {
-		if err := a.client.Heartbeat(ctx, a.profile()); err != nil && ctx.Err() == nil {
+		err := a.client.Heartbeat(ctx, a.profile())
+		switch {
+		case err == nil:
+			failing = false
+		case ctx.Err() != nil:
+		case failing:
+			a.log.Debug("heartbeat failed again", "err", err)
+		default:
+			failing = true
 			a.log.Warn("heartbeat failed", "err", err)
 		}
 		if a.cfg.OnHeartbeat != nil {

@@ -75,3 +75,38 @@ func TestUnreachableLoggedOnce(t *testing.T) {
 		t.Errorf("the recovery logged %d times, want once:\n%s", n, out)
 	}
 }
+
+// TestHeartbeatFailuresLoggedOnce: heartbeats that keep failing are
+// logged at warn once, not every period.
+func TestHeartbeatFailuresLoggedOnce(t *testing.T) {
+	var beats atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == wire.PathHeartbeat {
+			beats.Add(1)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		if r.URL.Path == wire.PathPoll {
+			w.Write([]byte(`{"invocation":null}`))
+			return
+		}
+		w.Write([]byte(`{"ok":true}`))
+	}))
+	defer srv.Close()
+	a := testAgent(t, srv.URL)
+	var logs syncBuffer
+	a.log = slog.New(slog.NewTextHandler(&logs, nil))
+	a.cfg.Block, a.cfg.HeartbeatEvery = 100*time.Millisecond, 20*time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	for ctx.Err() == nil && beats.Load() < 5 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if n := strings.Count(logs.String(), "heartbeat failed"); n != 1 {
+		t.Errorf("%d failed heartbeats in a row logged %d times at warn, want once:\n%s", beats.Load(), n, logs.String())
+	}
+}
