@@ -174,8 +174,9 @@ func StatusOf(err error) int {
 }
 
 // ErrPathDead is the cause of a poll cut short because another request
-// found the server's path dead.
-var ErrPathDead = errors.New("another request to the server got no answer on its connection: the path to the server went away")
+// found the path to the server dead, or [Client.Reconnect] said it
+// changed.
+var ErrPathDead = errors.New("cut short: the path to the server went away or changed, and the poll's connection with it")
 
 // do sends one request and reads the whole response. A non-2xx status
 // is a *ServerError. The request fails after timeout, or once its
@@ -197,6 +198,17 @@ func (c *Client) doWatched(ctx context.Context, method, path string, body []byte
 		}
 	}
 	return b, err
+}
+
+// Reconnect closes the pooled connections and cuts short the polls in
+// flight (they fail with [ErrPathDead]), so that the next requests go
+// over new connections: for when the network path to the server is
+// known to have changed (the embedded tailnet node lost and found its
+// way to the server again), when the old connections may be dead
+// without anything on them saying so yet.
+func (c *Client) Reconnect() {
+	c.hc.CloseIdleConnections()
+	c.cutPolls(nil)
 }
 
 // cutPolls cuts short the polls in flight but except's.

@@ -111,3 +111,25 @@ func TestDeadConnectionCutsPolls(t *testing.T) {
 		t.Fatal("the poll in flight was not cut short when another request found the path dead")
 	}
 }
+
+// TestReconnectCutsPolls: Reconnect (the path changed) cuts the poll in
+// flight short at once.
+func TestReconnectCutsPolls(t *testing.T) {
+	srv := stallingServer(t, func(string, int) bool { return true })
+	c := testClient(srv)
+	polled := make(chan error, 1)
+	go func() {
+		_, err := c.Poll(context.Background(), "", 20*time.Second)
+		polled <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	c.Reconnect()
+	select {
+	case err := <-polled:
+		if !errors.Is(err, ErrPathDead) {
+			t.Fatalf("the poll ended with %v, want ErrPathDead", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("Reconnect did not cut the poll in flight short")
+	}
+}
