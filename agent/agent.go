@@ -23,6 +23,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/metnos/agent/agent/internal/spool"
@@ -135,6 +136,9 @@ type Agent struct {
 	// the Run goroutine touches them.
 	outbox []spool.Spooled
 	loaded bool
+	// runEnded is when the last run ended (only the Run goroutine
+	// touches it).
+	runEnded time.Time
 }
 
 // ErrNotPaired is returned by [New] on a device that has no pairing.
@@ -249,12 +253,23 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(a.halt, cancel)()
+	// A result POST under way when the stop request comes is not cut
+	// short (the server may have it already, and would get it twice):
+	// deliveries go on until Config.StopDelivery after the request, or
+	// until the agent stops now.
+	var stopAt atomic.Int64
+	dctx, dcancel := context.WithCancel(a.halt)
+	defer dcancel()
+	defer context.AfterFunc(ctx, func() {
+		stopAt.Store(time.Now().UnixNano())
+		time.AfterFunc(a.cfg.StopDelivery, dcancel)
+	})()
 	go a.heartbeats(ctx)
 	backoff := time.Second
 	var down reachability
 	for ctx.Err() == nil {
 		block := a.cfg.Block
-		if !a.flush(ctx) {
+		if !a.flush(dctx) {
 			// Results wait in the spool: come back soon to retry them
 			// rather than after a whole long-poll.
 			block = min(block, 2*time.Second)
@@ -296,7 +311,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		backoff = time.Second
 	}
-	a.deliverBeforeStop()
+	// The stop time, unless the loop ended before the AfterFunc ran.
+	stopped := time.Now()
+	if at := stopAt.Load(); at != 0 {
+		stopped = time.Unix(0, at)
+	}
+	a.deliverBeforeStop(stopped)
 	a.log.Info("agent stopped")
 	return nil
 }
@@ -330,9 +350,11 @@ func (r *reachability) answered(log *slog.Logger) {
 }
 
 // deliverBeforeStop delivers the results that finished, once the agent
-// is asked to stop, for up to Config.StopDelivery or until the agent is
-// told to stop now; what is left stays in the spool, for the next start.
-func (a *Agent) deliverBeforeStop() {
+// is asked to stop (at stopAt), for up to Config.StopDelivery after the
+// request or after the last run ended, whichever is later, or until the
+// agent is told to stop now; what is left stays in the spool, for the
+// next start.
+func (a *Agent) deliverBeforeStop(stopAt time.Time) {
 	if a.halt.Err() == nil && !a.loaded {
 		a.load()
 	}
@@ -342,11 +364,12 @@ func (a *Agent) deliverBeforeStop() {
 		}
 		return
 	}
-	ctx, cancel := context.WithTimeout(a.halt, a.cfg.StopDelivery)
+	deadline := later(stopAt, a.runEnded).Add(a.cfg.StopDelivery)
+	ctx, cancel := context.WithDeadline(a.halt, deadline)
 	defer cancel()
 	if ctx.Err() == nil {
 		a.log.Info("stopping: delivering the results that finished first; a second Ctrl-C or SIGTERM stops now and keeps them in the spool",
-			"invocations", a.outboxIDs(), "for_at_most", a.cfg.StopDelivery.String())
+			"invocations", a.outboxIDs(), "for_at_most", time.Until(deadline).Round(100*time.Millisecond).String())
 	}
 	for ctx.Err() == nil && !a.flush(ctx) {
 		select {
@@ -357,6 +380,14 @@ func (a *Agent) deliverBeforeStop() {
 	if len(a.outbox) > 0 {
 		a.log.Warn("stopping with results not delivered; they stay in the spool and are delivered at the next start", "invocations", a.outboxIDs())
 	}
+}
+
+// later returns the later of two times.
+func later(t, u time.Time) time.Time {
+	if u.After(t) {
+		return u
+	}
+	return t
 }
 
 // outboxIDs are the invocation ids of the results waiting for delivery.

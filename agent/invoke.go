@@ -186,6 +186,7 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 		}
 	})()
 	r := a.run(rctx, inv, req, shimDir)
+	a.runEnded = time.Now()
 	if a.halt.Err() != nil {
 		inv.log.Warn("stopped now: the run was cut short; the next start reports it as execution_outcome_unknown")
 		return result.Result{}, false

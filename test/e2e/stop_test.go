@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -225,5 +226,51 @@ func TestSecondSignalCutsRun(t *testing.T) {
 	}
 	if ran := lines(t, filepath.Join(w.work, "ran.log")); len(ran) != 1 {
 		t.Errorf("the executor ran %d times, want once: %v", len(ran), ran)
+	}
+}
+
+// TestStopDuringDelivery: SIGTERM while a result POST is under way does
+// not cut it (the server may have it already): it completes, once, and
+// the agent exits with nothing left in the spool.
+func TestStopDuringDelivery(t *testing.T) {
+	w := newWorld(t)
+	w.pair()
+	p := w.start()
+	held := make(chan struct{}, 10)
+	release := make(chan struct{})
+	var once sync.Once
+	w.srv.SetResultGate(func(string, []byte) int {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			// The server is slow with the first POST, and takes it.
+			held <- struct{}{}
+			<-release
+		}
+		return 0
+	})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	id := w.enqueue("echo_args", map[string]any{}, refserver.EnqueueOptions{})
+	select {
+	case <-held:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the agent did not deliver the result")
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	time.Sleep(300 * time.Millisecond)
+	close(release)
+	p.exitCode(t, 15*time.Second)
+	info, _ := w.srv.Invocation(id)
+	if info.ResultBody == nil || info.ResultPosts != 1 {
+		t.Errorf("result posted %d times (stored: %v), want once", info.ResultPosts, info.ResultBody != nil)
+	}
+	if n := len(w.spooled(t)); n != 0 {
+		t.Errorf("%d results left in the spool: the delivery the server took was cut and will be sent again", n)
 	}
 }
