@@ -23,6 +23,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/metnos/agent/agent/internal/spool"
@@ -82,6 +83,16 @@ type Config struct {
 	// OnHeartbeat, when set, runs with every heartbeat (the tailnet
 	// node records its state then).
 	OnHeartbeat func(context.Context)
+	// StopDelivery bounds how long the agent, once asked to stop, keeps
+	// trying to deliver the results that finished (0: 10 s, under the
+	// systemd unit's TimeoutStopSec=20 and a run's own time). What is
+	// not delivered by then stays in the spool for the next start.
+	StopDelivery time.Duration
+	// Halt, when closed, stops the agent now: a run under way is cut
+	// short (the next start reports it as execution_outcome_unknown,
+	// as after a crash) and undelivered results stay in the spool. The
+	// command closes it on a second SIGINT or SIGTERM.
+	Halt <-chan struct{}
 	// Watchdog is called, on a goroutine of its own, when an execution
 	// overruns its deadline by 10 s (docs/protocol.md §7.2 step 8); the run goes on
 	// meanwhile. Nil means no watchdog: the agent waits for the run
@@ -112,6 +123,11 @@ type Agent struct {
 	journal *undo.Journal
 	audit   *audit.Log
 
+	// halt ends when Config.Halt is closed (see Run): the stop-now
+	// context of the runs and of the last delivery.
+	halt       context.Context
+	haltCancel context.CancelFunc
+
 	// outbox is what flush delivers: the spooled results not delivered
 	// yet, read from the spool once (at the first flush, or again after
 	// that read failed: loaded says whether it was) and then kept up to
@@ -120,6 +136,9 @@ type Agent struct {
 	// the Run goroutine touches them.
 	outbox []spool.Spooled
 	loaded bool
+	// runEnded is when the last run ended (only the Run goroutine
+	// touches it).
+	runEnded time.Time
 }
 
 // ErrNotPaired is returned by [New] on a device that has no pairing.
@@ -136,6 +155,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.HeartbeatEvery == 0 {
 		cfg.HeartbeatEvery = 30 * time.Second
+	}
+	if cfg.StopDelivery == 0 {
+		cfg.StopDelivery = 10 * time.Second
 	}
 	if cfg.SpoolRetention == 0 {
 		cfg.SpoolRetention = 14 * 24 * time.Hour
@@ -163,6 +185,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger, client: cfg.Client, server: server, spool: sp, state: st, host: host}
+	a.halt, a.haltCancel = context.WithCancel(context.Background())
 	unknown, err := sp.Recover(*st.DeviceID)
 	for _, id := range unknown {
 		a.log.Warn("an invocation was running when the agent stopped; it will not run again and is reported as execution_outcome_unknown", "invocation", id)
@@ -203,6 +226,7 @@ func New(cfg Config) (*Agent, error) {
 
 // Close releases the spool and the audit log.
 func (a *Agent) Close() error {
+	a.haltCancel()
 	a.audit.Close()
 	return a.spool.Close()
 }
@@ -214,16 +238,52 @@ func (a *Agent) Python() (Python, error) { return a.python, a.pyErr }
 // SandboxLevel is the strongest sandbox word this machine gives.
 func (a *Agent) SandboxLevel() string { return a.best }
 
-// Run polls and executes until ctx ends. It returns nil when ctx ends.
+// Run polls and executes until ctx ends, which is a request to stop: a
+// run under way finishes (it is not cut short), and the results that
+// finished are delivered for up to Config.StopDelivery before Run
+// returns; closing Config.Halt stops at once instead, leaving them in
+// the spool. It returns nil when it stopped.
 func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent running", "server", a.client.URL(), "device", a.client.DeviceID(), "sandbox", a.best)
+	ran := make(chan struct{})
+	defer close(ran)
+	if a.cfg.Halt != nil {
+		go func() {
+			select {
+			case <-a.cfg.Halt:
+				a.haltCancel()
+			case <-ran:
+			}
+		}()
+	}
+	// Stopping now is also a request to stop.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(a.halt, cancel)()
+	// A result POST under way when the stop request comes is not cut
+	// short (the server may have it already, and would get it twice):
+	// deliveries go on until Config.StopDelivery after the request, or
+	// until the agent stops now.
+	var stopAt atomic.Int64
+	dctx, dcancel := context.WithCancel(a.halt)
+	defer dcancel()
+	defer context.AfterFunc(ctx, func() {
+		stopAt.Store(time.Now().UnixNano())
+		time.AfterFunc(a.cfg.StopDelivery, dcancel)
+	})()
 	go a.heartbeats(ctx)
 	backoff := time.Second
+	var down reachability
 	for ctx.Err() == nil {
 		block := a.cfg.Block
-		if !a.flush(ctx) {
+		if !a.flush(dctx) {
 			// Results wait in the spool: come back soon to retry them
 			// rather than after a whole long-poll.
+			block = min(block, 2*time.Second)
+		}
+		if down.since != nil {
+			// The server was unreachable: a short poll finds out soon
+			// that it is back, rather than a whole long-poll later.
 			block = min(block, 2*time.Second)
 		}
 		// The cursor is always null. The Rust client sends the last id
@@ -238,10 +298,15 @@ func (a *Agent) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				break
 			}
-			a.log.Warn("poll failed; retrying", "err", err)
+			if client.StatusOf(err) == 0 {
+				down.failed(a.log, err)
+			} else {
+				a.log.Warn("poll failed; retrying", "err", err)
+			}
 			a.sleep(ctx, &backoff)
 			continue
 		}
+		down.answered(a.log)
 		a.noteShim(resp.ShimSHA256)
 		if resp.Invocation != nil {
 			if err := a.handle(ctx, resp.Invocation); err != nil {
@@ -253,8 +318,92 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		backoff = time.Second
 	}
-	a.log.Info("agent stopping")
+	// The stop time, unless the loop ended before the AfterFunc ran.
+	stopped := time.Now()
+	if at := stopAt.Load(); at != 0 {
+		stopped = time.Unix(0, at)
+	}
+	a.deliverBeforeStop(stopped)
+	a.log.Info("agent stopped")
 	return nil
+}
+
+// reachability is whether the server answers the run loop's polls, so
+// that an outage is logged once when it starts and once when it ends,
+// not at every retry.
+type reachability struct {
+	since *time.Time // when polls started failing; nil while they answer
+}
+
+// failed notes a poll that got no answer (a transport error: no
+// connection, no answer in time).
+func (r *reachability) failed(log *slog.Logger, err error) {
+	if r.since != nil {
+		log.Debug("poll failed; the server is still unreachable", "err", err)
+		return
+	}
+	now := time.Now()
+	r.since = &now
+	log.Warn("server unreachable: " + err.Error() + "; polling again until it answers")
+}
+
+// answered notes a poll the server answered.
+func (r *reachability) answered(log *slog.Logger) {
+	if r.since == nil {
+		return
+	}
+	log.Info("server reachable again", "unreachable_for", time.Since(*r.since).Round(time.Second).String())
+	r.since = nil
+}
+
+// deliverBeforeStop delivers the results that finished, once the agent
+// is asked to stop (at stopAt), for up to Config.StopDelivery after the
+// request or after the last run ended, whichever is later, or until the
+// agent is told to stop now; what is left stays in the spool, for the
+// next start.
+func (a *Agent) deliverBeforeStop(stopAt time.Time) {
+	if a.halt.Err() == nil && !a.loaded {
+		a.load()
+	}
+	if len(a.outbox) == 0 {
+		if a.halt.Err() != nil {
+			a.log.Info("stopping now")
+		}
+		return
+	}
+	deadline := later(stopAt, a.runEnded).Add(a.cfg.StopDelivery)
+	ctx, cancel := context.WithDeadline(a.halt, deadline)
+	defer cancel()
+	if ctx.Err() == nil {
+		a.log.Info("stopping: delivering the results that finished first; a second Ctrl-C or SIGTERM stops now and keeps them in the spool",
+			"invocations", a.outboxIDs(), "for_at_most", time.Until(deadline).Round(100*time.Millisecond).String())
+	}
+	for ctx.Err() == nil && !a.flush(ctx) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	if len(a.outbox) > 0 {
+		a.log.Warn("stopping with results not delivered; they stay in the spool and are delivered at the next start", "invocations", a.outboxIDs())
+	}
+}
+
+// later returns the later of two times.
+func later(t, u time.Time) time.Time {
+	if u.After(t) {
+		return u
+	}
+	return t
+}
+
+// outboxIDs are the invocation ids of the results waiting for delivery.
+func (a *Agent) outboxIDs() []string {
+	ids := make([]string, len(a.outbox))
+	for i, r := range a.outbox {
+		ids[i] = r.ID
+	}
+	return ids
 }
 
 // sleep waits backoff × a jitter in [0.75, 1.25), then doubles backoff
@@ -269,11 +418,23 @@ func (a *Agent) sleep(ctx context.Context, backoff *time.Duration) {
 }
 
 // heartbeats sends the profile at once and then every HeartbeatEvery.
+// A failure is logged at warn when it follows a heartbeat that went
+// through, and at debug while they keep failing (the run loop's polls
+// say when the server is unreachable and when it is back).
 func (a *Agent) heartbeats(ctx context.Context) {
 	t := time.NewTicker(a.cfg.HeartbeatEvery)
 	defer t.Stop()
+	failing := false
 	for {
-		if err := a.client.Heartbeat(ctx, a.profile()); err != nil && ctx.Err() == nil {
+		err := a.client.Heartbeat(ctx, a.profile())
+		switch {
+		case err == nil:
+			failing = false
+		case ctx.Err() != nil:
+		case failing:
+			a.log.Debug("heartbeat failed again", "err", err)
+		default:
+			failing = true
 			a.log.Warn("heartbeat failed", "err", err)
 		}
 		if a.cfg.OnHeartbeat != nil {
@@ -331,14 +492,8 @@ func (a *Agent) spoolResult(id string, body []byte) error {
 // dead-results, and on a transport error or a retryable status it stops
 // until the next round. It reports whether the spool is now empty.
 func (a *Agent) flush(ctx context.Context) bool {
-	if !a.loaded {
-		// Everything spooled so far is on disk, queued results included.
-		pending, err := a.spool.Pending()
-		if err != nil {
-			a.log.Error("reading the spool", "err", err)
-			return false
-		}
-		a.outbox, a.loaded = pending, true
+	if !a.loaded && !a.load() {
+		return false
 	}
 	empty := true
 	var kept []spool.Spooled
@@ -371,6 +526,18 @@ func (a *Agent) flush(ctx context.Context) bool {
 	}
 	a.outbox = kept
 	return empty
+}
+
+// load reads the outbox from the spool: everything spooled so far is
+// on disk, queued results included. It reports whether it could.
+func (a *Agent) load() bool {
+	pending, err := a.spool.Pending()
+	if err != nil {
+		a.log.Error("reading the spool", "err", err)
+		return false
+	}
+	a.outbox, a.loaded = pending, true
+	return true
 }
 
 // housekeeping applies the retention rules at start: spooled results

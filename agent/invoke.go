@@ -88,7 +88,6 @@ func (a *Agent) handle(ctx context.Context, raw any) error {
 	}
 	r, keep := a.execute(ctx, inv)
 	if !keep {
-		inv.log.Info("stopping before the run started; the server will hand the invocation out again")
 		return nil
 	}
 	r.InvocationID, r.DeviceID = inv.ID, a.client.DeviceID()
@@ -149,7 +148,11 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 		req, err = a.request(inv, shimDir, inv.limit)
 	}
 	if err != nil {
-		return result.DeviceError(err), ctx.Err() == nil
+		if ctx.Err() != nil {
+			inv.log.Info("stopping before the run started; the server will hand the invocation out again")
+			return result.Result{}, false
+		}
+		return result.DeviceError(err), true
 	}
 	// A backup blob the run would restore must still be the bytes it
 	// was named after.
@@ -170,8 +173,26 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 		defer dog.Stop()
 	}
 	// A started run is not cut short when the agent is asked to stop: it
-	// ends by itself or at its deadline, and its result is spooled.
-	return a.run(context.WithoutCancel(ctx), inv, req, shimDir), true
+	// ends by itself or at its deadline, and its result is spooled and
+	// delivered before the agent exits. Only stopping now (a second
+	// signal) cuts it short.
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	defer context.AfterFunc(a.halt, cancel)()
+	started := time.Now()
+	defer context.AfterFunc(ctx, func() {
+		if a.halt.Err() == nil {
+			inv.log.Info("stop requested: waiting for this run to end, then delivering its result; a second Ctrl-C or SIGTERM stops now",
+				"ends_within", (inv.limit - time.Since(started)).Round(time.Second).String())
+		}
+	})()
+	r := a.run(rctx, inv, req, shimDir)
+	a.runEnded = time.Now()
+	if a.halt.Err() != nil {
+		inv.log.Warn("stopped now: the run was cut short; the next start reports it as execution_outcome_unknown")
+		return result.Result{}, false
+	}
+	return r, true
 }
 
 // executor returns the verified executor, from the cache or fetched.

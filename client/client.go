@@ -38,6 +38,7 @@ import (
 	neturl "net/url"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/metnos/agent/internal/term"
@@ -67,17 +68,25 @@ type Client struct {
 	key      ed25519.PrivateKey
 	deviceID string
 	hc       *http.Client
+
+	// polls are the cancels of the polls in flight, which a request
+	// that found the server's path dead cuts short: their connections
+	// are most likely dead too, and would otherwise be waited on for
+	// their whole block.
+	mu    sync.Mutex
+	polls map[*watch]context.CancelCauseFunc
+	// answerIdle and pollMargin are AnswerIdle and PollMargin (shorter
+	// in this package's tests).
+	answerIdle, pollMargin time.Duration
 }
 
 // New returns a Client for the server at base (its URL; a trailing
 // slash is dropped) with the device key and, once paired, the device
 // id. Connections go through dial, or the OS network when dial is nil.
 func New(base string, key ed25519.PrivateKey, deviceID string, dial Dialer) *Client {
-	hc := &http.Client{CheckRedirect: noRedirect}
-	if dial != nil {
-		hc.Transport = &http.Transport{DialContext: dial}
-	}
-	return &Client{base: strings.TrimRight(base, "/"), key: key, deviceID: deviceID, hc: hc}
+	hc := &http.Client{CheckRedirect: noRedirect, Transport: newTransport(dial)}
+	return &Client{base: strings.TrimRight(base, "/"), key: key, deviceID: deviceID, hc: hc,
+		polls: map[*watch]context.CancelCauseFunc{}, answerIdle: AnswerIdle, pollMargin: PollMargin}
 }
 
 // noRedirect is the one redirect rule of every request of the device: a
@@ -220,9 +229,57 @@ func StatusOf(err error) int {
 	return 0
 }
 
+// ErrPathDead is the cause of a poll cut short because another request
+// found the path to the server dead, or [Client.Reconnect] said it
+// changed.
+var ErrPathDead = errors.New("cut short: the path to the server went away or changed, and the poll's connection with it")
+
 // do sends one request and reads the whole response. A non-2xx status
-// is a *ServerError.
+// is a *ServerError. The request fails after timeout, or once its
+// connection carries no byte for AnswerIdle (see [Client.doWatched]).
 func (c *Client) do(ctx context.Context, method, path string, body []byte, signed bool, timeout time.Duration) ([]byte, error) {
+	return c.doWatched(ctx, method, path, body, signed, timeout, &watch{idle: c.answerIdle})
+}
+
+// doWatched is do with the connection watched by w. After a transport
+// error, the pooled connections are closed, so that the next request
+// dials afresh; after a dead connection, the polls in flight are cut
+// short too.
+func (c *Client) doWatched(ctx context.Context, method, path string, body []byte, signed bool, timeout time.Duration, w *watch) ([]byte, error) {
+	b, err := c.send(withWatch(ctx, w), method, path, body, signed, timeout, w)
+	if err != nil && StatusOf(err) == 0 && ctx.Err() == nil {
+		c.hc.CloseIdleConnections()
+		if deadConn(err) {
+			c.cutPolls(w)
+		}
+	}
+	return b, err
+}
+
+// Reconnect closes the pooled connections and cuts short the polls in
+// flight (they fail with [ErrPathDead]), so that the next requests go
+// over new connections: for when the network path to the server is
+// known to have changed (the embedded tailnet node lost and found its
+// way to the server again), when the old connections may be dead
+// without anything on them saying so yet.
+func (c *Client) Reconnect() {
+	c.hc.CloseIdleConnections()
+	c.cutPolls(nil)
+}
+
+// cutPolls cuts short the polls in flight but except's.
+func (c *Client) cutPolls(except *watch) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for w, cancel := range c.polls {
+		if w != except {
+			cancel(ErrPathDead)
+		}
+	}
+}
+
+// send sends one request and reads the whole response.
+func (c *Client) send(ctx context.Context, method, path string, body []byte, signed bool, timeout time.Duration, w *watch) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	url := c.base + path
@@ -242,17 +299,35 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, signe
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, requestError(url, err)
+		return nil, transportError(ctx, url, w, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
 	if err != nil {
-		return nil, fmt.Errorf("%s: reading the response: %w", url, err)
+		return nil, fmt.Errorf("%s: reading the response: %w", url, transportError(ctx, url, w, err))
 	}
 	if resp.StatusCode/100 != 2 {
 		return b, serverError(url, resp, b)
 	}
 	return b, nil
+}
+
+// transportError words a request's failure to get an answer: a dead
+// connection or a poll cut short says so, rather than "i/o timeout" or
+// "context canceled".
+func transportError(ctx context.Context, url string, w *watch, err error) error {
+	var ue *neturl.Error
+	if errors.As(err, &ue) {
+		// It names the URL again (the cause stays in the chain).
+		err = ue.Err
+	}
+	switch {
+	case deadConn(err):
+		return fmt.Errorf("%s: no data for %s on the connection (the network path to the server is down, or the server stalled): %w", url, w.idle, err)
+	case errors.Is(context.Cause(ctx), ErrPathDead):
+		return fmt.Errorf("%s: %w", url, ErrPathDead)
+	}
+	return fmt.Errorf("%s: %w", url, err)
 }
 
 // Register pairs the device key with the server using a one-time token
@@ -291,7 +366,20 @@ func (c *Client) Poll(ctx context.Context, cursor string, block time.Duration) (
 	if err != nil {
 		return wire.PollResponse{}, err
 	}
-	b, err := c.do(ctx, http.MethodPost, wire.PathPoll, body, true, block+15*time.Second)
+	// The server answers within block_ms: a connection silent for
+	// longer than that and PollMargin is dead.
+	w := &watch{idle: block + c.pollMargin}
+	pctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	c.mu.Lock()
+	c.polls[w] = cancel
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.polls, w)
+		c.mu.Unlock()
+	}()
+	b, err := c.doWatched(pctx, http.MethodPost, wire.PathPoll, body, true, block+15*time.Second, w)
 	if err != nil {
 		return wire.PollResponse{}, err
 	}
@@ -315,7 +403,13 @@ func (c *Client) Heartbeat(ctx context.Context, profile map[string]any) error {
 	}
 	id, _ := json.Marshal(c.deviceID)
 	body := []byte(`{"device_id":` + string(id) + `,"profile":` + string(p) + `}`)
-	_, err = c.do(ctx, http.MethodPost, wire.PathHeartbeat, body, true, SignedTimeout)
+	w := &watch{idle: c.answerIdle}
+	_, err = c.doWatched(ctx, http.MethodPost, wire.PathHeartbeat, body, true, SignedTimeout, w)
+	if err != nil && StatusOf(err) == 0 && ctx.Err() == nil && (w.reused.Load() || deadConn(err)) {
+		// It failed on a connection the path's outage left dead (the
+		// pooled ones are closed by now): once more, on a new one.
+		_, err = c.doWatched(ctx, http.MethodPost, wire.PathHeartbeat, body, true, SignedTimeout, &watch{idle: c.answerIdle})
+	}
 	return err
 }
 

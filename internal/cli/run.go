@@ -57,8 +57,7 @@ func runRun(std stdio, args []string) int {
 	}
 	defer logf.Close()
 	log := newLogger(logf, std.err, e.cfg.LogLevel)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, halt := stopOnSignals(log)
 	c, node, err := connect(ctx, e, connectOptions{server: *server, tailnet: tf}, log)
 	if err != nil {
 		log.Error("cannot start", "err", err)
@@ -91,6 +90,7 @@ func runRun(std stdio, args []string) int {
 		}
 	}
 	ac.Watchdog = exitOnOverrun(log)
+	ac.Halt = halt
 	a, err := agent.New(ac)
 	if err != nil {
 		log.Error("cannot start", "err", err)
@@ -102,6 +102,30 @@ func runRun(std stdio, args []string) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// stopOnSignals returns a context that ends at the first SIGINT or
+// SIGTERM (stop: finish the run under way and deliver its result) and
+// a channel closed at the second (stop now: what is not delivered stays
+// in the spool). Each is logged, so that a Ctrl-C is never met with
+// silence; a third exits at once, whatever is under way.
+func stopOnSignals(log *slog.Logger) (context.Context, <-chan struct{}) {
+	sigs := make(chan os.Signal, 3)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	halt := make(chan struct{})
+	go func() {
+		s := <-sigs
+		log.Info("stop requested; finishing what runs and delivering its result first (a second Ctrl-C or SIGTERM stops now)", "signal", s.String())
+		cancel()
+		s = <-sigs
+		log.Warn("stopping now; results not delivered stay in the spool for the next start (a third signal exits at once)", "signal", s.String())
+		close(halt)
+		s = <-sigs
+		log.Error("exiting at once", "signal", s.String())
+		os.Exit(exitFailure)
+	}()
+	return ctx, halt
 }
 
 // exitOnOverrun is the agent's watchdog (docs/protocol.md §7.2 step 8): a run still

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"testing/fstest"
@@ -26,6 +28,7 @@ import (
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/refserver"
 	"github.com/metnos/agent/sandbox"
+	"github.com/metnos/agent/wire"
 )
 
 // binDir holds the agent and its shim, built once for the package
@@ -376,10 +379,19 @@ type proxy struct {
 	// client goes away, as a server that does not notice a dead
 	// client's long-poll (docs/protocol.md §6.5).
 	sticky bool
+	// armed and open are the blackhole's states (see
+	// blackholeAtNextPoll); opened is closed when it opens.
+	armed, open bool
+	opened      chan struct{}
+	links       map[*link]bool
 }
 
+// link is one connection through the proxy; dead, it forwards nothing
+// either way and closes neither side, as a network path that went away.
+type link struct{ dead atomic.Bool }
+
 func newProxy(t *testing.T, target string) *proxy {
-	p := &proxy{t: t, target: target, conns: map[net.Conn]bool{}}
+	p := &proxy{t: t, target: target, conns: map[net.Conn]bool{}, links: map[*link]bool{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -411,11 +423,14 @@ func (p *proxy) pipe(c net.Conn) {
 		c.Close()
 		return
 	}
+	l := &link{}
 	p.mu.Lock()
 	p.conns[c], p.conns[s] = true, true
+	p.links[l] = true
+	l.dead.Store(p.open)
 	p.mu.Unlock()
 	go func() {
-		io.Copy(s, c)
+		p.forward(l, s, c)
 		p.mu.Lock()
 		sticky := p.sticky
 		p.mu.Unlock()
@@ -423,8 +438,48 @@ func (p *proxy) pipe(c net.Conn) {
 			s.Close()
 		}
 	}()
-	io.Copy(io.Discard, io.TeeReader(s, writerOrDiscard{c}))
+	io.Copy(io.Discard, io.TeeReader(s, writerOrDiscard{deadOr{l, c}}))
 	c.Close()
+}
+
+// forward copies the client's bytes to the server until the client
+// goes away, dropping them while the link is dead; the poll that
+// opens an armed blackhole is dropped too.
+func (p *proxy) forward(l *link, s, c net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			if p.armed && bytes.Contains(buf[:n], []byte("POST "+wire.PathPoll)) {
+				p.armed, p.open = false, true
+				for l := range p.links {
+					l.dead.Store(true)
+				}
+				close(p.opened)
+			}
+			p.mu.Unlock()
+			if !l.dead.Load() {
+				s.Write(buf[:n])
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// deadOr writes to w unless the link is dead.
+type deadOr struct {
+	l *link
+	w io.Writer
+}
+
+func (d deadOr) Write(b []byte) (int, error) {
+	if d.l.dead.Load() {
+		return len(b), nil
+	}
+	return d.w.Write(b)
 }
 
 // writerOrDiscard writes to w until it fails, then drops what comes.
@@ -443,6 +498,26 @@ func (p *proxy) setSticky(v bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.sticky = v
+}
+
+// blackholeAtNextPoll arms a blackhole that opens when the agent sends
+// its next poll: that poll and every byte after it, either way, on
+// every connection open or opened meanwhile, are dropped, and no
+// connection is closed, as when the network path to the server goes
+// away. The channel is closed when it opens.
+func (p *proxy) blackholeAtNextPoll() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.armed, p.opened = true, make(chan struct{})
+	return p.opened
+}
+
+// restore ends the blackhole: new connections go through again; the
+// ones it killed stay dead, as after an outage that outlived them.
+func (p *proxy) restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.open = false
 }
 
 // down closes the port and cuts every open connection.

@@ -1,0 +1,276 @@
+//go:build linux
+
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/metnos/agent/refserver"
+)
+
+// spooled lists the results waiting in the agent's spool.
+func (w *world) spooled(t *testing.T) []string {
+	t.Helper()
+	ps, err := filepath.Glob(filepath.Join(w.dataDir(), "spool", "results", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
+
+// logLine returns the first line of an agent's log that has every one
+// of subs, or "".
+func logLine(p *agentProc, subs ...string) string {
+	b, _ := os.ReadFile(p.log)
+next:
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, s := range subs {
+			if !strings.Contains(l, s) {
+				continue next
+			}
+		}
+		return l
+	}
+	return ""
+}
+
+// TestStopDeliversFinishedRun: SIGTERM while an executor runs: the
+// agent says which run it waits for, lets it finish, and delivers its
+// result before it exits, so the server does not show it unanswered
+// until the next start.
+func TestStopDeliversFinishedRun(t *testing.T) {
+	w := newWorld(t)
+	w.pair()
+	p := w.start()
+	id := w.enqueue("touch_once", map[string]any{"folder": w.work, "tag": "slow", "sleep_ms": 2500}, refserver.EnqueueOptions{DeadlineMS: 60000})
+	waitFile(t, filepath.Join(w.work, "started-slow"), 60*time.Second)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.exitCode(t, 25*time.Second); code != 0 {
+		t.Errorf("the agent exited %d after SIGTERM, want 0", code)
+	}
+	info, _ := w.srv.Invocation(id)
+	if info.ResultBody == nil {
+		t.Fatalf("the agent exited without delivering the result of the run it waited for (state %s, spool %v)", info.State, w.spooled(t))
+	}
+	if r := result(t, info); r["ok"] != true {
+		t.Errorf("result %s", info.ResultBody)
+	}
+	if l := logLine(p, "waiting for this run", id, "touch_once"); l == "" {
+		t.Error("the log does not say which run (invocation id and executor) the stop waits for")
+	}
+	if len(w.spooled(t)) != 0 {
+		t.Errorf("delivered results left in the spool: %v", w.spooled(t))
+	}
+}
+
+// TestSecondSignalStopsNow: SIGTERM while an executor runs, and a
+// second SIGTERM while its result cannot get through: the agent exits
+// at once, the result stays in the spool, and the next start delivers
+// it, once.
+func TestSecondSignalStopsNow(t *testing.T) {
+	w := newWorld(t)
+	w.pair()
+	p := w.start()
+	held := make(chan struct{}, 10)
+	release := make(chan struct{})
+	w.srv.SetResultGate(func(string, []byte) int {
+		// The server does not answer (nor store) the result until the
+		// test lets it go, and then refuses it for now.
+		held <- struct{}{}
+		<-release
+		return 503
+	})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	id := w.enqueue("touch_once", map[string]any{"folder": w.work, "tag": "slow", "sleep_ms": 1500}, refserver.EnqueueOptions{DeadlineMS: 60000})
+	waitFile(t, filepath.Join(w.work, "started-slow"), 60*time.Second)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("after SIGTERM, the agent did not try to deliver the result of the run it waited for")
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	start := time.Now()
+	p.exitCode(t, 5*time.Second)
+	t.Logf("exited %s after the second SIGTERM", time.Since(start).Round(time.Millisecond))
+	if !logHas(p, "stopping now") {
+		t.Error("the log does not say the second signal stops now")
+	}
+	if n := len(w.spooled(t)); n != 1 {
+		t.Fatalf("%d results in the spool after stopping now, want the one not delivered", n)
+	}
+	close(release)
+	w.srv.SetResultGate(nil)
+	if info, _ := w.srv.Invocation(id); info.ResultBody != nil {
+		t.Fatal("the server stored a result the gate held")
+	}
+	q := w.start()
+	info := w.wait(id)
+	if r := result(t, info); r["ok"] != true {
+		t.Errorf("result %s", info.ResultBody)
+	}
+	q.stop(t)
+	info, _ = w.srv.Invocation(id)
+	if info.ResultPosts != 1 {
+		t.Errorf("the result was posted %d times past the gate, want once", info.ResultPosts)
+	}
+	if ran := lines(t, filepath.Join(w.work, "ran.log")); len(ran) != 1 {
+		t.Errorf("the executor ran %d times, want once: %v", len(ran), ran)
+	}
+	if n := len(w.spooled(t)); n != 0 {
+		t.Errorf("%d results left in the spool after the restart delivered it", n)
+	}
+}
+
+// unitStopTimeout is TimeoutStopSec of the systemd unit the packages
+// install: how long systemd waits after SIGTERM before SIGKILL.
+func unitStopTimeout(t *testing.T) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "packaging", "linux", "metnos-agent.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "TimeoutStopSec="); ok {
+			d, err := time.ParseDuration(v + "s")
+			if err != nil {
+				t.Fatalf("TimeoutStopSec=%s: %v", v, err)
+			}
+			return d
+		}
+	}
+	t.Fatal("the unit sets no TimeoutStopSec")
+	return 0
+}
+
+// TestStopDeliveryBounded: SIGTERM once, and the server never answers
+// the result: the agent gives up delivering it in time to exit by
+// itself before systemd's stop timeout would kill it, says so, and
+// keeps the result in the spool.
+func TestStopDeliveryBounded(t *testing.T) {
+	limit := unitStopTimeout(t)
+	w := newWorld(t)
+	w.pair()
+	p := w.start()
+	held := make(chan struct{}, 10)
+	release := make(chan struct{})
+	w.srv.SetResultGate(func(string, []byte) int {
+		held <- struct{}{}
+		<-release
+		return 503
+	})
+	t.Cleanup(func() { close(release) })
+	w.enqueue("touch_once", map[string]any{"folder": w.work, "tag": "slow", "sleep_ms": 500}, refserver.EnqueueOptions{DeadlineMS: 60000})
+	waitFile(t, filepath.Join(w.work, "started-slow"), 60*time.Second)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	stopped := time.Now()
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("after SIGTERM, the agent did not try to deliver the result of the run it waited for")
+	}
+	// The run took 0.5 s of the unit's time; leave a couple of seconds
+	// for the rest of the stop.
+	p.exitCode(t, limit-2*time.Second)
+	t.Logf("exited %s after SIGTERM (the unit allows %s)", time.Since(stopped).Round(100*time.Millisecond), limit)
+	if logLine(p, "not delivered", "spool") == "" {
+		t.Error("the log does not say that the result was not delivered and stays in the spool")
+	}
+	if n := len(w.spooled(t)); n != 1 {
+		t.Errorf("%d results in the spool, want the one not delivered", n)
+	}
+}
+
+// TestSecondSignalCutsRun: a second SIGTERM while the run is still
+// going stops the agent now, not at the run's deadline; the run is cut
+// short, and the next start reports it as execution_outcome_unknown
+// (as after a crash), never running it again.
+func TestSecondSignalCutsRun(t *testing.T) {
+	w := newWorld(t)
+	w.pair()
+	p := w.start()
+	id := w.enqueue("touch_once", map[string]any{"folder": w.work, "tag": "long", "sleep_ms": 120000}, refserver.EnqueueOptions{DeadlineMS: 180000})
+	waitFile(t, filepath.Join(w.work, "started-long"), 60*time.Second)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	for deadline := time.Now().Add(10 * time.Second); logLine(p, "waiting for this run", id) == "" && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.exitCode(t, 10*time.Second)
+	if logLine(p, "cut short", id) == "" {
+		t.Error("the log does not say the run was cut short")
+	}
+	time.Sleep(200 * time.Millisecond)
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, c := range procs {
+		if cl, _ := os.ReadFile(c); strings.Contains(string(cl), "touch_once") {
+			t.Errorf("a process of the cut run survives the agent: %s %q", c, cl)
+		}
+	}
+	w.start()
+	info := w.wait(id)
+	if r := result(t, info); r["error_class"] != "execution_outcome_unknown" {
+		t.Errorf("after a cut run, the next start reported %s", info.ResultBody)
+	}
+	if ran := lines(t, filepath.Join(w.work, "ran.log")); len(ran) != 1 {
+		t.Errorf("the executor ran %d times, want once: %v", len(ran), ran)
+	}
+}
+
+// TestStopDuringDelivery: SIGTERM while a result POST is under way does
+// not cut it (the server may have it already): it completes, once, and
+// the agent exits with nothing left in the spool.
+func TestStopDuringDelivery(t *testing.T) {
+	w := newWorld(t)
+	w.pair()
+	p := w.start()
+	held := make(chan struct{}, 10)
+	release := make(chan struct{})
+	var once sync.Once
+	w.srv.SetResultGate(func(string, []byte) int {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			// The server is slow with the first POST, and takes it.
+			held <- struct{}{}
+			<-release
+		}
+		return 0
+	})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	id := w.enqueue("echo_args", map[string]any{}, refserver.EnqueueOptions{})
+	select {
+	case <-held:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the agent did not deliver the result")
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	time.Sleep(300 * time.Millisecond)
+	close(release)
+	p.exitCode(t, 15*time.Second)
+	info, _ := w.srv.Invocation(id)
+	if info.ResultBody == nil || info.ResultPosts != 1 {
+		t.Errorf("result posted %d times (stored: %v), want once", info.ResultPosts, info.ResultBody != nil)
+	}
+	if n := len(w.spooled(t)); n != 0 {
+		t.Errorf("%d results left in the spool: the delivery the server took was cut and will be sent again", n)
+	}
+}
