@@ -140,7 +140,17 @@ type Node struct {
 	answered atomic.Int64
 	// stop ends the watch goroutine; done is closed when it has ended.
 	stop, done chan struct{}
+	// back is called when the node gets the tailnet back after an
+	// outage (see [Node.OnBack]).
+	back atomic.Pointer[func()]
 }
+
+// OnBack sets f to be called, from the node's own goroutine, each time
+// the node finds the tailnet again after an outage it logged: the
+// connections made through it before may be dead without anything on
+// them saying so yet (a long poll waits in silence), so a client drops
+// them then (client.Client.Reconnect).
+func (n *Node) OnBack(f func()) { n.back.Store(&f) }
 
 // Status is what whoami and doctor show of the node: the node's own
 // view of the tailnet, and when the server last answered through it.
@@ -354,6 +364,9 @@ func (n *Node) watch(period time.Duration) {
 			n.log.Warn("tailnet unreachable: "+outage, "control", st.ControlURL, "server_answered", formatTime(st.ServerAnswered))
 		case outage == "" && down != "":
 			n.log.Info("tailnet reachable again", "control", st.ControlURL, "after", st.At.Sub(downSince).Round(time.Second).String())
+			if f := n.back.Load(); f != nil {
+				(*f)()
+			}
 		}
 		if outage != down || time.Since(written) >= statusEvery {
 			n.write(st)

@@ -97,7 +97,15 @@ func connect(ctx context.Context, e environment, o connectOptions, log *slog.Log
 	if err != nil {
 		return nil, nil, err
 	}
-	return client.New(server, key, deviceID, node.Dial), node, nil
+	c = client.New(server, key, deviceID, node.Dial)
+	// Back from an outage, the polls in flight may sit on connections
+	// that died with the path: new ones, at once, instead of waiting for
+	// the poll's idle limit.
+	node.OnBack(func() {
+		log.Info("tailnet back: the polls in flight start again on new connections to the server")
+		c.Reconnect()
+	})
+	return c, node, nil
 }
 
 // joinTailnet starts the embedded node, within wait (0: 5 minutes), and

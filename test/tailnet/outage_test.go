@@ -90,4 +90,7 @@ func TestOutage(t *testing.T) {
 	if !strings.Contains(agentLog(), "level=INFO msg=\"tailnet reachable again\"") {
 		t.Errorf("the end of the outage was not logged:\n%s", agentLog())
 	}
+	if !strings.Contains(agentLog(), "msg=\"tailnet back: the polls in flight start again on new connections") {
+		t.Errorf("the client kept the connections made before the outage:\n%s", agentLog())
+	}
 }
