@@ -57,6 +57,9 @@ func TestLatency(t *testing.T) {
 		t.Fatal(err)
 	}
 	home := filepath.Join(dir, "home")
+	if err := os.Mkdir(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	env := append(withoutEnv(withoutEnv(withoutEnv(os.Environ(), "HOME"), "XDG_DATA_HOME"), "XDG_CACHE_HOME"), "HOME="+home)
 	tok, _ := srv.IssueToken("bench", time.Minute)
 	reg := exec.Command(filepath.Join(dir, "metnos-agent"), "register", "--server", url, "--token", tok)

@@ -61,6 +61,9 @@ func TestTailnet(t *testing.T) {
 	}
 	start := func(name, url string, extra ...string) *agentRun {
 		home := filepath.Join(dir, name)
+		if err := os.Mkdir(home, 0o700); err != nil {
+			t.Fatal(err)
+		}
 		env := append(os.Environ(), "HOME="+home, "METNOS_LOG=warn")
 		env = append(env, tailnettest.Knobs...)
 		tok, _ := srv.IssueToken(name, time.Minute)
