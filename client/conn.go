@@ -62,6 +62,12 @@ func newTransport(dial Dialer) http.RoundTripper {
 		return &watchedConn{Conn: c}, nil
 	}
 	t.IdleConnTimeout = idleConnTimeout
+	// HTTP/1.1 only, as the protocol is (docs/protocol.md §1.2), over
+	// https too: each request must have its connection to itself, or one
+	// request's idle limit would be set on the connection another (a long
+	// poll) waits on in silence.
+	t.ForceAttemptHTTP2 = false
+	t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
 	return idleTransport{t}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -132,4 +133,48 @@ func TestReconnectCutsPolls(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("Reconnect did not cut the poll in flight short")
 	}
+}
+
+// TestHTTPSLongPollBesideHeartbeat: over https with a server that
+// offers HTTP/2, a heartbeat sent while a long poll waits in silence
+// does not set its short idle limit on the poll's connection: each
+// request has a connection of its own (HTTP/1.1, as the protocol is),
+// and the poll gets its answer.
+func TestHTTPSLongPollBesideHeartbeat(t *testing.T) {
+	var protos sync.Map
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		protos.Store(r.Proto, true)
+		if r.URL.Path == wire.PathPoll {
+			time.Sleep(time.Second) // silent for longer than the heartbeat's idle limit
+			w.Write([]byte(`{"invocation":null}`))
+			return
+		}
+		w.Write([]byte(`{"ok":true}`))
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	c := testClient(srv)
+	c.pollMargin = 2 * time.Second
+	c.hc.Transport.(idleTransport).TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	polled := make(chan error, 1)
+	go func() {
+		_, err := c.Poll(ctx, "", time.Second)
+		polled <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := c.Heartbeat(ctx, map[string]any{"agent": "test"}); err != nil {
+		t.Fatalf("heartbeat: %v", err)
+	}
+	if err := <-polled; err != nil {
+		t.Fatalf("the poll failed beside a heartbeat: %v", err)
+	}
+	protos.Range(func(k, _ any) bool {
+		if k != "HTTP/1.1" {
+			t.Errorf("a request went as %v; the protocol is HTTP/1.1", k)
+		}
+		return true
+	})
 }
