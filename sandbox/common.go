@@ -1,6 +1,10 @@
 package sandbox
 
-import "strings"
+import (
+	"io"
+	"os"
+	"strings"
+)
 
 // The small helpers every backend shares.
 
@@ -35,4 +39,30 @@ func (c *capped) Write(b []byte) (int, error) {
 		c.dropped = true
 	}
 	return len(b), nil
+}
+
+// stdinFor is what a command gets as its standard input for r. A pipe
+// (or FIFO) is handed to it as its descriptor 0, so that nothing is read
+// ahead or held in memory; it can only read it. Any other file is
+// copied to it through a pipe instead, as it reads: handed as it is, a
+// regular file opened for writing (`<>`) would let it write where its
+// policy grants nothing, a directory would be a base for openat outside
+// the sandbox's view, a socket a channel to the network. A directory is
+// an empty input. Other readers are copied by os/exec already.
+func stdinFor(r io.Reader) io.Reader {
+	f, ok := r.(*os.File)
+	if !ok {
+		return r
+	}
+	if f == nil {
+		return nil
+	}
+	fi, err := f.Stat()
+	switch {
+	case err == nil && fi.Mode()&os.ModeNamedPipe != 0:
+		return f
+	case err == nil && fi.IsDir():
+		return nil
+	}
+	return struct{ io.Reader }{f}
 }

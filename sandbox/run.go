@@ -19,11 +19,12 @@ type Request struct {
 	// slash.
 	Argv []string
 	// Stdin is the command's standard input; nil means empty. An
-	// *os.File (a pipe, a file) is handed to the command as it is, so
-	// that the command reads it as it goes and nothing is read ahead or
-	// held in memory; any other reader is copied to the command while it
-	// runs, then closed. An invocation's bytes come as a
-	// [bytes.Reader].
+	// *os.File that is a pipe is handed to the command as it is, so that
+	// the command reads it as it goes and nothing is read ahead or held
+	// in memory; any other file or reader is copied to the command as it
+	// reads (a descriptor of the caller's, such as a file open for
+	// writing, never reaches it), then closed. An invocation's bytes come
+	// as a [bytes.Reader].
 	Stdin io.Reader
 	// Env is the command's whole environment, as "KEY=value". The
 	// sandbox starts from nothing: no variable of the agent's own

@@ -118,7 +118,7 @@ func run(ctx context.Context, req Request) (Output, error) {
 		return out, fmt.Errorf("sandbox: stderr pipe: %w", err)
 	}
 	cmd := &exec.Cmd{Path: argv[0], Args: argv, Env: env, Dir: dir}
-	cmd.Stdin = req.Stdin
+	cmd.Stdin = stdinFor(req.Stdin)
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.WaitDelay = 2 * time.Second
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

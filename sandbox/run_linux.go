@@ -346,9 +346,9 @@ type executed struct {
 func (ln *launch) execute(ctx context.Context, stdin io.Reader, lim Limits) (executed, error) {
 	ex := executed{stdout: &capped{limit: lim.OutputBytes}, stderr: &capped{limit: lim.OutputBytes}}
 	cmd := &exec.Cmd{Path: ln.argv[0], Args: ln.argv, Env: []string{}, Dir: "/"}
-	// An *os.File goes to the command as its descriptor 0 (os/exec
-	// copies nothing); nil is /dev/null.
-	cmd.Stdin = stdin
+	// A pipe goes to the command as its descriptor 0 (os/exec copies
+	// nothing); nil is /dev/null; see stdinFor.
+	cmd.Stdin = stdinFor(stdin)
 	cmd.Stdout, cmd.Stderr = ex.stdout, ex.stderr
 	cmd.ExtraFiles = ln.fds.files
 	cmd.WaitDelay = 2 * time.Second

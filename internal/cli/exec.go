@@ -380,8 +380,9 @@ func commandEnv(p policy.Policy, h policy.Host, cfg config.Config) []string {
 }
 
 // stdinFor is the command's standard input: f itself, which the
-// command reads as it goes (nothing is read ahead, so an endless or a
-// slow producer costs no memory and delays nothing), unless f is a
+// command reads as it goes (a pipe is never read ahead, so an endless
+// or a slow producer costs no memory and delays nothing; the sandbox
+// copies other files rather than hand them over), unless f is a
 // terminal or missing: the command then gets an empty input rather than
 // waiting on the user.
 func stdinFor(f *os.File) io.Reader {

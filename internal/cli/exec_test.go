@@ -297,3 +297,43 @@ func TestExecMissingInterpreter(t *testing.T) {
 		}
 	}
 }
+
+// TestExecStdinOpenForWriting: `metnos-agent exec -- sh -c 'echo x >&0'
+// <>FILE` hands the command a file open for reading and writing as its
+// stdin. The command reads it, but cannot write through it: its policy
+// grants no write there. The same command outside the sandbox does.
+func TestExecStdinOpenForWriting(t *testing.T) {
+	agent := needExecSandbox(t)
+	file := filepath.Join(t.TempDir(), "notes.txt")
+	const text = "the user's own words\n"
+	run := func(argv ...string) (string, string) {
+		if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(file, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		cmd, stdout, _ := agentCmd(t, agent)
+		cmd.Path, cmd.Args = argv[0], argv
+		if argv[0] == "metnos-agent" {
+			cmd.Path, cmd.Args = agent, append([]string{agent}, argv[1:]...)
+		}
+		cmd.Stdin = f
+		cmd.Run()
+		b, _ := os.ReadFile(file)
+		return stdout.String(), string(b)
+	}
+	const script = `head -c 8; echo PWNED >&0`
+	if out, after := run("/bin/sh", "-c", script); !strings.Contains(after, "PWNED") {
+		t.Fatalf("outside the sandbox the write through stdin failed (output %q, file %q): the test proves nothing", out, after)
+	}
+	out, after := run("metnos-agent", "exec", "--", "/bin/sh", "-c", script)
+	if after != text {
+		t.Errorf("inside the sandbox the command wrote through its stdin: the file is now %q", after)
+	}
+	if out != text[:8] {
+		t.Errorf("inside the sandbox the command read %q from its stdin, want %q", out, text[:8])
+	}
+}
