@@ -107,6 +107,19 @@ type Conflict struct {
 func plan(patterns []string, rows []Row, dirs []string) []Item {
 	var items []Item
 	moveFrom := map[string]int{} // MoveBack's From → item
+	// A pattern listed twice, or delete_created_paths with
+	// delete_created_dirs, must not remove a folder twice. The
+	// duplicates are dropped as the steps are made, never after: a
+	// restore's After is a position in items.
+	dirSeen := map[string]bool{}
+	addDirs := func(its []Item) {
+		for _, it := range its {
+			if !dirSeen[it.Path] {
+				dirSeen[it.Path] = true
+				items = append(items, it)
+			}
+		}
+	}
 	// A file written several times in one run goes back to what it was
 	// before the first write (the oldest row's blob), and one the run
 	// made is only removed: the later rows of its path are passed over.
@@ -167,14 +180,15 @@ func plan(patterns []string, rows []Row, dirs []string) []Item {
 				}
 				items = append(items, Item{Kind: RemoveFile, Pattern: p, Row: i, Path: r.Path, Expect: r.Now, After: -1})
 			}
-			for _, it := range dirItems(p, append(createdDirs, dirs...)) {
-				if i, ok := rowOf[it.Path]; ok {
-					it.Row = i
+			its := dirItems(p, append(createdDirs, dirs...))
+			for k := range its {
+				if i, ok := rowOf[its[k].Path]; ok {
+					its[k].Row = i
 				}
-				items = append(items, it)
 			}
+			addDirs(its)
 		case "delete_created_dirs":
-			items = append(items, dirItems(p, dirs)...)
+			addDirs(dirItems(p, dirs))
 		case "restore_trashed_files":
 			// Google Drive's trash, by the ids its rows record: nothing
 			// of this device's files.
@@ -183,20 +197,7 @@ func plan(patterns []string, rows []Row, dirs []string) []Item {
 				Why: "not a pattern a device can undo by itself"})
 		}
 	}
-	// A pattern listed twice, or delete_created_paths with
-	// delete_created_dirs, must not remove a folder twice.
-	seen := map[string]bool{}
-	out := items[:0]
-	for _, it := range items {
-		if it.Kind == RemoveDir {
-			if seen[it.Path] {
-				continue
-			}
-			seen[it.Path] = true
-		}
-		out = append(out, it)
-	}
-	return out
+	return items
 }
 
 // dirItems are the created folders, deepest first, each once.
@@ -355,6 +356,11 @@ func (e *Entry) check(i int, gone map[string]bool) (status, string) {
 		}
 		return conflict, fmt.Sprintf("%s is gone (moved or removed since)", it.From)
 	case Restore:
+		if it.After >= i || (it.After >= 0 && e.Items[it.After].Kind != MoveBack) {
+			// plan puts the move first; a journal that says otherwise
+			// was not written by it.
+			return conflict, fmt.Sprintf("the undo steps of %s are out of order: not restored", it.Path)
+		}
 		if _, undone := e.Undone[it.After]; it.After >= 0 && !undone {
 			if st, _ := e.check(it.After, gone); st != done {
 				return pending, "" // its place is freed by a move first
