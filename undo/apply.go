@@ -90,7 +90,13 @@ func (j *Journal) Undo(id, history string, dryRun bool) (Report, error) {
 			rep.Already++
 			continue
 		}
-		st, why := e.check(i, gone)
+		// Outside the grants or masked: refused before the disk is
+		// looked at (the journal did not look there after the run).
+		if err := c.confined(it); err != nil {
+			rep.Conflicts = append(rep.Conflicts, Conflict{Item: i, Path: it.target(), Why: err.Error()})
+			continue
+		}
+		st, why := e.check(i, gone, nil)
 		switch st {
 		case done:
 			rep.Already++
@@ -427,17 +433,8 @@ func (c *confinement) close() {
 // was allowed to write, symbolic links resolved, or on a masked path;
 // for a restore, a blob outside the history folder or corrupted.
 func (c *confinement) check(it Item) error {
-	var paths []string
-	switch it.Kind {
-	case MoveBack:
-		paths = []string{it.From, it.To}
-	default:
-		paths = []string{it.Path}
-	}
-	for _, p := range paths {
-		if _, _, _, err := c.locate(p); err != nil {
-			return err
-		}
+	if err := c.confined(it); err != nil {
+		return err
 	}
 	if it.Kind != Restore {
 		return nil
@@ -450,6 +447,24 @@ func (c *confinement) check(it Item) error {
 		return nil
 	}
 	return CheckBlob(c.history, it.Blob, it.BlobSHA256)
+}
+
+// confined refuses a step whose paths lie outside the grants or on,
+// under or holding a mask.
+func (c *confinement) confined(it Item) error {
+	var paths []string
+	switch it.Kind {
+	case MoveBack:
+		paths = []string{it.From, it.To}
+	default:
+		paths = []string{it.Path}
+	}
+	for _, p := range paths {
+		if _, _, _, err := c.locate(p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // CheckBlob checks a backup blob before it is restored: p must be a

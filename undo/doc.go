@@ -13,7 +13,7 @@
 //     the reverse patterns its signed manifest declares, the folders it
 //     was allowed to write and the paths masked in them, and the size
 //     and modification time of every
-//     file it left where it is now). The journal is append-only, fsynced
+//     file it left where it is now, inside its grants). The journal is append-only, fsynced
 //     and chained with blake3 (internal/chainlog): an edited or removed
 //     record is found. Several processes may append to it (the agent
 //     and a local undo).
@@ -46,7 +46,12 @@
 //     size, modification time and SHA-256 as the journal recorded after
 //     the run. One changed since is kept, the version from before the
 //     run put beside it ("notes (before the change).txt"), and a
-//     conflict reported. A file to be moved back whose size or
+//     conflict reported. So is one whose state after the run was not
+//     hashed (the journal hashes at most 1 GiB per run, each path once,
+//     and only inside the run's grants), and one of an entry recorded
+//     only at a start after a crash (from the spooled result, looked at
+//     late: a user's edit in between would pass for the run's); a file
+//     such an entry created is kept. A file to be moved back whose size or
 //     modification time differs from what the journal recorded, a place
 //     to restore to that is taken by another file, a folder that is not
 //     empty: each is reported as a conflict and left as it is, with
