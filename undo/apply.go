@@ -150,7 +150,10 @@ func (j *Journal) Undo(id, history string, dryRun bool) (Report, error) {
 	hook(-1, "end")
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return rep, j.write(record{Kind: kindUndone, ID: id, Items: items, By: ByLocal, Conflicts: rep.Conflicts})
+	if err := j.write(record{Kind: kindUndone, ID: id, Items: items, By: ByLocal, Conflicts: rep.Conflicts}); err != nil {
+		return rep, fmt.Errorf("%s: the steps reported were done, but recording them failed, so the history still shows the change as not undone; once the journal is writable, run the undo again (it finds them done): %w", id, err)
+	}
+	return rep, nil
 }
 
 // beside is where a local undo keeps the version of a file from before
