@@ -99,7 +99,9 @@ func (a *Agent) auditUnknown(ids []string) {
 
 // recoverJournal settles the journal entries a crash left open: one
 // whose result was spooled is finished from it (the crash came between
-// the two), any other is marked interrupted.
+// the two), marked recovered: the files the run left are looked at only
+// now, so a local undo keeps both versions rather than trust that look.
+// Any other is marked interrupted.
 func (a *Agent) recoverJournal(unknown []string) error {
 	for _, id := range a.journal.Unfinished() {
 		var r struct {
@@ -110,7 +112,7 @@ func (a *Agent) recoverJournal(unknown []string) error {
 		body, ok := a.spool.Body(id)
 		if ok && !slices.Contains(unknown, id) && json.Unmarshal(body, &r) == nil {
 			a.log.Warn("the agent stopped before recording a change in the history journal; recorded now from the spooled result", "invocation", id)
-			if _, err := a.journal.Finish(id, undo.Outcome{OK: r.OK, ErrorClass: r.ErrorClass, Payload: r.Payload}); err != nil {
+			if _, err := a.journal.Finish(id, undo.Outcome{OK: r.OK, ErrorClass: r.ErrorClass, Payload: r.Payload, Recovered: true}); err != nil {
 				return err
 			}
 			continue

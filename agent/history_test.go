@@ -36,7 +36,9 @@ func TestJournalRecovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e, _ := j.Entry(done); !e.Finished || len(e.Rows) != 1 || e.Rows[0].Dst != "/a/2024/x.jpg" || len(e.DirsCreated) != 1 {
+	// Recorded late: marked so, so that a local undo keeps both
+	// versions of what a user may have changed since.
+	if e, _ := j.Entry(done); !e.Finished || !e.Recovered || len(e.Rows) != 1 || e.Rows[0].Dst != "/a/2024/x.jpg" || len(e.DirsCreated) != 1 {
 		t.Fatalf("the entry whose result was spooled: %+v", e)
 	}
 	if e, _ := j.Entry(cut); e.State() != "interrupted" {

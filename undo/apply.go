@@ -76,7 +76,7 @@ func (j *Journal) Undo(id, history string, dryRun bool) (Report, error) {
 			return rep, err
 		}
 	}
-	c := &confinement{roots: e.Roots, masks: e.Masks, history: history, resolved: map[string]string{},
+	c := &confinement{roots: e.Roots, masks: e.Masks, history: history, dryRun: dryRun, resolved: map[string]string{},
 		opened: map[string]*os.Root{}, dirs: map[string]*os.File{}}
 	defer c.close()
 	gone := map[string]bool{} // in a dry run: what the steps before would have moved away
@@ -90,7 +90,13 @@ func (j *Journal) Undo(id, history string, dryRun bool) (Report, error) {
 			rep.Already++
 			continue
 		}
-		st, why := e.check(i, gone)
+		// Outside the grants or masked: refused before the disk is
+		// looked at (the journal did not look there after the run).
+		if err := c.confined(it); err != nil {
+			rep.Conflicts = append(rep.Conflicts, Conflict{Item: i, Path: it.target(), Why: err.Error()})
+			continue
+		}
+		st, why := e.check(i, gone, nil)
 		switch st {
 		case done:
 			rep.Already++
@@ -144,7 +150,10 @@ func (j *Journal) Undo(id, history string, dryRun bool) (Report, error) {
 	hook(-1, "end")
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return rep, j.write(record{Kind: kindUndone, ID: id, Items: items, By: ByLocal, Conflicts: rep.Conflicts})
+	if err := j.write(record{Kind: kindUndone, ID: id, Items: items, By: ByLocal, Conflicts: rep.Conflicts}); err != nil {
+		return rep, fmt.Errorf("%s: the steps reported were done, but recording them failed, so the history still shows the change as not undone; once the journal is writable, run the undo again (it finds them done): %w", id, err)
+	}
+	return rep, nil
 }
 
 // beside is where a local undo keeps the version of a file from before
@@ -192,12 +201,16 @@ func (c *confinement) keepBeside(i int, it Item, dryRun bool) string {
 // the blob the row names, else one named by its SHA-256 in the history
 // folder. A row whose blob is gone cannot be restored: an error.
 func (c *confinement) findBlob(it Item) (string, error) {
-	if it.Blob != "" {
+	_, inHistory := historyRel(c.history, it.Blob)
+	if inHistory {
 		if _, err := os.Lstat(it.Blob); err == nil {
 			return it.Blob, nil
 		}
 	}
 	if len(it.BlobSHA256) == 64 && c.history != "" {
+		if err := historyNotLink(c.history); err != nil {
+			return "", err
+		}
 		if c.blobs == nil {
 			c.blobs = map[string]string{}
 			filepath.WalkDir(c.history, func(p string, d fs.DirEntry, err error) error {
@@ -213,7 +226,10 @@ func (c *confinement) findBlob(it Item) (string, error) {
 			return p, nil
 		}
 	}
-	if it.Blob != "" {
+	switch {
+	case it.Blob != "" && !inHistory:
+		return "", fmt.Errorf("the backup %s is not in this agent's history folder %s, and no backup with its SHA-256 is: %s is not restored", it.Blob, c.history, it.Path)
+	case it.Blob != "":
 		return "", fmt.Errorf("the backup %s is gone: %s cannot be restored", it.Blob, it.Path)
 	}
 	return "", fmt.Errorf("no backup with SHA-256 %s in %s: %s cannot be restored", it.BlobSHA256, c.history, it.Path)
@@ -282,18 +298,24 @@ func (c *confinement) do(i int, it Item) error {
 	return errors.New(it.Why)
 }
 
-// restore copies the blob to a temporary file beside Path, hashing it
-// on the way, and renames it into place, never over a file, only if the
-// hash is the one the row recorded; the blob stays where it is.
+// restore opens the blob once (from the history folder, no link on the
+// way), hashes it whole, and only when the hash is the one the row
+// recorded copies that same open file to a temporary file beside Path,
+// hashing it again on the way, and renames it into place, never over a
+// file; the blob stays where it is. No byte of a blob reaches the
+// user's folder before its hash matched.
 func (c *confinement) restore(i int, it Item) error {
 	if len(it.BlobSHA256) != 64 {
 		return fmt.Errorf("the row records no SHA-256 for %s: not restored", it.Blob)
 	}
-	in, err := openBlob(it.Blob)
+	in, err := openHistoryBlob(c.history, it.Blob)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
+	if err := verifyOpen(in, it.Blob, it.BlobSHA256); err != nil {
+		return err
+	}
 	to, err := c.open(it.Path, true)
 	if err != nil {
 		return err
@@ -382,6 +404,7 @@ type confinement struct {
 	roots   []string
 	masks   []string
 	history string
+	dryRun  bool
 	// resolved caches resolve's answers for folders: a large undo
 	// checks thousands of files in a few folders.
 	resolved map[string]string
@@ -413,6 +436,25 @@ func (c *confinement) close() {
 // was allowed to write, symbolic links resolved, or on a masked path;
 // for a restore, a blob outside the history folder or corrupted.
 func (c *confinement) check(it Item) error {
+	if err := c.confined(it); err != nil {
+		return err
+	}
+	if it.Kind != Restore {
+		return nil
+	}
+	if !c.dryRun {
+		// The restore opens, hashes and copies the blob itself.
+		if _, ok := historyRel(c.history, it.Blob); !ok {
+			return fmt.Errorf("the backup %s is not in this agent's history folder %s: not used", it.Blob, c.history)
+		}
+		return nil
+	}
+	return CheckBlob(c.history, it.Blob, it.BlobSHA256)
+}
+
+// confined refuses a step whose paths lie outside the grants or on,
+// under or holding a mask.
+func (c *confinement) confined(it Item) error {
 	var paths []string
 	switch it.Kind {
 	case MoveBack:
@@ -425,22 +467,90 @@ func (c *confinement) check(it Item) error {
 			return err
 		}
 	}
-	if it.Kind != Restore {
-		return nil
-	}
-	return checkBlob(c.history, it.Blob, it.BlobSHA256, c.resolve)
+	return nil
 }
 
 // CheckBlob checks a backup blob before it is restored: p must be a
-// clean path inside history (links resolved), a regular file, and have
-// the SHA-256 want.
-func CheckBlob(history, p, want string) error { return checkBlob(history, p, want, resolve) }
-
-func checkBlob(history, p, want string, resolve func(string) string) error {
-	if history == "" || !clean(p) || !fspath.Inside(filepath.Join(resolve(filepath.Dir(p)), filepath.Base(p)), resolve(history)) {
-		return fmt.Errorf("the backup %s is not in this agent's history folder: not used", p)
+// clean path inside history, reached from it with no symbolic link on
+// the way (history itself not a link), a regular file, and have the
+// SHA-256 want.
+func CheckBlob(history, p, want string) error {
+	f, err := openHistoryBlob(history, p)
+	if err != nil {
+		return err
 	}
-	return VerifyBlob(p, want)
+	defer f.Close()
+	return verifyOpen(f, p, want)
+}
+
+// historyRel is p relative to the history folder, when p is a clean
+// path that lies in it as named, or under the history folder with the
+// links of the folders above it resolved. Links below the history
+// folder are not resolved: opening refuses them.
+func historyRel(history, p string) (string, bool) {
+	if history == "" || !clean(p) {
+		return "", false
+	}
+	for _, h := range []string{filepath.Clean(history), resolve(history)} {
+		if fspath.Inside(p, h) {
+			if rel, err := filepath.Rel(h, p); err == nil && filepath.IsLocal(rel) {
+				return rel, true
+			}
+		}
+	}
+	return "", false
+}
+
+// historyNotLink refuses a history folder that is a symbolic link: it
+// lies in a folder executors can write, so the link may be theirs.
+func historyNotLink(history string) error {
+	if fi, err := os.Lstat(history); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		return fmt.Errorf("the history folder %s is a symbolic link, which an executor could have made: no backup is read from it (make it a real folder holding the backups)", history)
+	}
+	return nil
+}
+
+// openHistoryBlob opens the backup p for reading, from the history
+// folder down with no symbolic link in any component (the history
+// folder itself included), without blocking on a FIFO, and only if it
+// is a regular file.
+func openHistoryBlob(history, p string) (*os.File, error) {
+	rel, ok := historyRel(history, p)
+	if !ok {
+		return nil, fmt.Errorf("the backup %s is not in this agent's history folder %s: not used", p, history)
+	}
+	if err := historyNotLink(history); err != nil {
+		return nil, err
+	}
+	base := filepath.Clean(history)
+	if !fspath.Inside(p, base) {
+		base = resolve(history)
+	}
+	f, err := openUnder(base, rel, p)
+	if err != nil {
+		return nil, fmt.Errorf("the backup %s cannot be read (no link is followed in the history folder): %w", p, err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("the backup %s is not a regular file: not used", p)
+	}
+	return f, nil
+}
+
+// verifyOpen hashes the open blob f whole, compares with want, and
+// rewinds it for the copy.
+func verifyOpen(f *os.File, p, want string) error {
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("the backup %s cannot be read: %w", p, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != strings.ToLower(want) {
+		return fmt.Errorf("the backup %s is corrupted (its SHA-256 is %s, the change recorded %s): not restored", p, got, want)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("the backup %s cannot be read again: %w", p, err)
+	}
+	return nil
 }
 
 // clean reports whether p is absolute and already in its clean form:
@@ -584,27 +694,8 @@ func resolve(p string) string {
 	}
 }
 
-// VerifyBlob checks that the backup blob at p (a regular file, not a
-// link or a FIFO) has the SHA-256 want, and says what is wrong
-// otherwise.
-func VerifyBlob(p, want string) error {
-	f, err := openBlob(p)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return fmt.Errorf("the backup %s cannot be read: %w", p, err)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != strings.ToLower(want) {
-		return fmt.Errorf("the backup %s is corrupted (its SHA-256 is %s, the change recorded %s): not restored", p, got, want)
-	}
-	return nil
-}
-
-// openBlob opens a blob for reading: not through a link, without
-// blocking on a FIFO, and only if it is a regular file.
+// openBlob opens a file for reading (to hash it): not through a link,
+// without blocking on a FIFO, and only if it is a regular file.
 func openBlob(p string) (*os.File, error) {
 	f, err := openNoFollow(p)
 	if err != nil {

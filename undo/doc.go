@@ -13,7 +13,7 @@
 //     the reverse patterns its signed manifest declares, the folders it
 //     was allowed to write and the paths masked in them, and the size
 //     and modification time of every
-//     file it left where it is now). The journal is append-only, fsynced
+//     file it left where it is now, inside its grants). The journal is append-only, fsynced
 //     and chained with blake3 (internal/chainlog): an edited or removed
 //     record is found. Several processes may append to it (the agent
 //     and a local undo).
@@ -46,7 +46,12 @@
 //     size, modification time and SHA-256 as the journal recorded after
 //     the run. One changed since is kept, the version from before the
 //     run put beside it ("notes (before the change).txt"), and a
-//     conflict reported. A file to be moved back whose size or
+//     conflict reported. So is one whose state after the run was not
+//     hashed (the journal hashes at most 1 GiB per run, each path once,
+//     and only inside the run's grants), and one of an entry recorded
+//     only at a start after a crash (from the spooled result, looked at
+//     late: a user's edit in between would pass for the run's); a file
+//     such an entry created is kept. A file to be moved back whose size or
 //     modification time differs from what the journal recorded, a place
 //     to restore to that is taken by another file, a folder that is not
 //     empty: each is reported as a conflict and left as it is, with
@@ -54,12 +59,17 @@
 //     kernel refuses when the target exists (renameat2 RENAME_NOREPLACE,
 //     renameatx_np RENAME_EXCL); where a file system cannot do that, a
 //     file is hard-linked then unlinked, and a folder is not moved.
-//   - A backup blob is hashed (SHA-256, the name the shim gave it and
-//     the hash the result row recorded) before and while it is copied,
-//     and the copy is renamed into place only when the hash matches: a
-//     corrupted blob is reported, never restored. A blob that is not a
-//     regular file (a link, a FIFO) is refused without being opened for
-//     long.
+//   - A backup blob is opened once, from the history folder down with
+//     no symbolic link in any component (a history folder that is
+//     itself a link is refused: it lies in a folder executors can
+//     write), hashed whole (SHA-256, the name the shim gave it and the
+//     hash the result row recorded) before any byte of it is copied,
+//     and hashed again while that same open file is copied; the copy is
+//     renamed into place only when the hash matches: a corrupted blob
+//     is reported, never restored. A blob that is not a regular file (a
+//     link, a FIFO) is refused without being opened for long. A row's
+//     blob_path outside the history folder is not used; the blob named
+//     by its SHA-256 in the history folder is, as the server does.
 //   - It is idempotent: each step looks at the disk before acting and
 //     is a single rename or removal. Killed at any point and run again,
 //     it finishes, without losing or duplicating a file: a move cut
@@ -80,7 +90,7 @@
 //     the step acts by *at system calls on one name in it: a link
 //     swapped in after the checks, or made by an earlier step of the
 //     same undo, cannot lead it out. It reads blobs only from the
-//     agent's own history folder, links resolved.
+//     agent's own history folder.
 //
 // What it does not guarantee: "unchanged" means same size and
 // modification time, not same bytes, for moved and created files

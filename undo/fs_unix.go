@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -140,4 +142,31 @@ func renameReplace(from, to place) error {
 		return fmt.Errorf("putting back %s: %w", to.path, &os.LinkError{Op: "rename", Old: from.path, New: to.path, Err: err})
 	}
 	return nil
+}
+
+// openUnder opens the file rel of the folder dir for reading with no
+// symbolic link in any component, dir's own last one included: each is
+// opened by the one before it with O_NOFOLLOW. It does not block on a
+// FIFO. p names the file in errors.
+func openUnder(dir, rel, p string) (*os.File, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	parts := strings.Split(filepath.ToSlash(rel), "/")
+	for k, name := range parts {
+		flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+		if k < len(parts)-1 {
+			flags |= unix.O_DIRECTORY
+		} else {
+			flags |= unix.O_NONBLOCK
+		}
+		next, err := unix.Openat(fd, name, flags, 0)
+		unix.Close(fd)
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: filepath.Join(append([]string{dir}, parts[:k+1]...)...), Err: err}
+		}
+		fd = next
+	}
+	return os.NewFile(uintptr(fd), p), nil
 }

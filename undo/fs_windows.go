@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/windows"
@@ -110,4 +111,25 @@ func renameReplace(from, to place) error {
 		return fmt.Errorf("putting back %s: %w", to.path, err)
 	}
 	return nil
+}
+
+// openUnder opens the file rel of the folder dir for reading, refusing
+// a symbolic link (reparse point) in any component, dir's own last one
+// included. Windows has no openat here: each component is looked at,
+// then the file is opened by its full path.
+func openUnder(dir, rel, p string) (*os.File, error) {
+	q := dir
+	for k, name := range append([]string{""}, strings.Split(rel, `\`)...) {
+		if k > 0 {
+			q = filepath.Join(q, name)
+		}
+		fi, err := os.Lstat(q)
+		if err != nil {
+			return nil, err
+		}
+		if fi.Mode()&(os.ModeSymlink|os.ModeIrregular) != 0 {
+			return nil, fmt.Errorf("%s is a link: not followed", q)
+		}
+	}
+	return os.Open(filepath.Join(dir, rel))
 }

@@ -61,6 +61,12 @@ type Entry struct {
 	DirsCreated []string
 	// Items is the undo plan, derived from Reverse, Rows and DirsCreated.
 	Items []Item
+	// Recovered is set when the outcome was recorded only at a start
+	// after a crash: the files the run left were looked at then, and a
+	// user's edit in between would pass for the executor's. A local
+	// undo keeps both: the version from before the run goes beside an
+	// overwritten file, and a created file is kept.
+	Recovered bool
 
 	// Undone maps the index of each item put back to what put it back:
 	// an invocation id (the server's reverse invocation) or "local".
@@ -178,6 +184,7 @@ type record struct {
 	History     string   `json:"history_dir,omitempty"`
 	Rows        []Row    `json:"rows,omitempty"`
 	DirsCreated []string `json:"dirs_created,omitempty"`
+	Recovered   bool     `json:"recovered,omitempty"`
 
 	// undone, undo_started
 	Items     []int      `json:"items,omitempty"`
@@ -252,7 +259,7 @@ func (j *Journal) fold(r record) {
 		}
 		e.Finished, e.Interrupted, e.Ended = true, false, r.Time
 		e.OK = r.OK != nil && *r.OK
-		e.ErrorClass, e.Rows, e.DirsCreated = r.ErrorClass, r.Rows, r.DirsCreated
+		e.ErrorClass, e.Rows, e.DirsCreated, e.Recovered = r.ErrorClass, r.Rows, r.DirsCreated, r.Recovered
 		e.Items = plan(e.Reverse, e.Rows, e.DirsCreated)
 	case kindInterrupted:
 		if e != nil && !e.Finished {
@@ -404,6 +411,11 @@ type Outcome struct {
 	// Args are the invocation's arguments: paths named there also make
 	// the journal look at the entries they belong to.
 	Args any
+	// Recovered marks an outcome recorded only at a start after a crash,
+	// from the spooled result: what the run left was looked at late,
+	// after a user may have changed it. A local undo then replaces or
+	// removes no file by that look (see [Entry.Recovered]).
+	Recovered bool
 }
 
 // ErrNotOpen is returned by [Journal.Finish] for an invocation that was
@@ -419,7 +431,10 @@ type Finished struct {
 }
 
 // Finish records the outcome of a begun invocation, with the size and
-// modification time of every file where the run left it, then looks
+// modification time of every file where the run left it (inside the
+// entry's roots and outside its masks, each path looked at once, at most
+// [hashBudget] bytes hashed: an overwritten file beyond is recorded
+// without its hash, and a local undo keeps both versions), then looks
 // whether the run put back changes of earlier entries (a reverse
 // invocation from the server, or the same moves made again by hand)
 // and marks those undone. An invocation not begun (not journaled), or
@@ -434,24 +449,72 @@ func (j *Journal) Finish(id string, o Outcome) (Finished, error) {
 	}
 	rows, dirs := rowsOf(o.Payload)
 	var f Finished
+	// The rows are the executor's word: only paths a local undo could
+	// act on are looked at (a row naming a path outside the grants, or
+	// a hung network mount, must not hold the agent), each once.
+	c := &confinement{roots: e.Roots, masks: e.Masks, resolved: map[string]string{}}
+	h := newHasher()
+	stats := map[string]*Stat{}
 	for i := range rows {
-		if p := rows[i].now(); p != "" {
-			rows[i].Now = statOf(p)
-			if rows[i].overwrite() && rows[i].Now != nil && rows[i].Now.Kind == "file" {
-				rows[i].NowSHA256 = sha256File(p)
-			}
-		}
 		f.KeptBlobs = f.KeptBlobs || rows[i].hasBlob()
+		p := rows[i].now()
+		if p == "" {
+			continue
+		}
+		st, seen := stats[p]
+		if !seen {
+			if _, _, _, err := c.locate(p); err == nil {
+				st = statOf(p)
+			}
+			stats[p] = st
+		}
+		rows[i].Now = st
+		if rows[i].overwrite() && st != nil && st.Kind == "file" {
+			rows[i].NowSHA256 = h.sum(p, st.Size)
+		}
 	}
 	ok := o.OK
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if err := j.write(record{Kind: kindChange, ID: id, OK: &ok, ErrorClass: o.ErrorClass, Rows: rows, DirsCreated: dirs}); err != nil {
+	if err := j.write(record{Kind: kindChange, ID: id, OK: &ok, ErrorClass: o.ErrorClass, Rows: rows, DirsCreated: dirs, Recovered: o.Recovered}); err != nil {
 		return f, err
 	}
 	var err error
-	f.Undid, err = j.recognise(e, o.Args)
+	f.Undid, err = j.recognise(e, o.Args, h)
 	return f, err
+}
+
+// hashBudget is the most bytes one [Journal.Finish] hashes, its look
+// at earlier entries included: a run's rows may name one huge file many
+// times, or many huge files.
+var hashBudget int64 = 1 << 30
+
+// hasher hashes files once each, within a budget of bytes.
+type hasher struct {
+	sums map[string]string
+	left int64
+}
+
+func newHasher() *hasher { return &hasher{sums: map[string]string{}, left: hashBudget} }
+
+// sum is the hex SHA-256 of the regular file at p, "" when it is not
+// one, unreadable, or larger than what is left of the budget (size is
+// its size as just seen: a file too large is not opened).
+func (h *hasher) sum(p string, size int64) string {
+	if h == nil {
+		return sha256File(p)
+	}
+	if s, ok := h.sums[p]; ok {
+		return s
+	}
+	if size > h.left {
+		h.sums[p] = ""
+		return ""
+	}
+	s, n := sha256FileMax(p, h.left)
+	h.left -= n
+	h.sums[p] = s
+	return s
 }
 
 // Interrupt records that a begun invocation was cut short by a crash:

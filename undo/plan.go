@@ -107,6 +107,19 @@ type Conflict struct {
 func plan(patterns []string, rows []Row, dirs []string) []Item {
 	var items []Item
 	moveFrom := map[string]int{} // MoveBack's From → item
+	// A pattern listed twice, or delete_created_paths with
+	// delete_created_dirs, must not remove a folder twice. The
+	// duplicates are dropped as the steps are made, never after: a
+	// restore's After is a position in items.
+	dirSeen := map[string]bool{}
+	addDirs := func(its []Item) {
+		for _, it := range its {
+			if !dirSeen[it.Path] {
+				dirSeen[it.Path] = true
+				items = append(items, it)
+			}
+		}
+	}
 	// A file written several times in one run goes back to what it was
 	// before the first write (the oldest row's blob), and one the run
 	// made is only removed: the later rows of its path are passed over.
@@ -167,14 +180,15 @@ func plan(patterns []string, rows []Row, dirs []string) []Item {
 				}
 				items = append(items, Item{Kind: RemoveFile, Pattern: p, Row: i, Path: r.Path, Expect: r.Now, After: -1})
 			}
-			for _, it := range dirItems(p, append(createdDirs, dirs...)) {
-				if i, ok := rowOf[it.Path]; ok {
-					it.Row = i
+			its := dirItems(p, append(createdDirs, dirs...))
+			for k := range its {
+				if i, ok := rowOf[its[k].Path]; ok {
+					its[k].Row = i
 				}
-				items = append(items, it)
 			}
+			addDirs(its)
 		case "delete_created_dirs":
-			items = append(items, dirItems(p, dirs)...)
+			addDirs(dirItems(p, dirs))
 		case "restore_trashed_files":
 			// Google Drive's trash, by the ids its rows record: nothing
 			// of this device's files.
@@ -183,20 +197,7 @@ func plan(patterns []string, rows []Row, dirs []string) []Item {
 				Why: "not a pattern a device can undo by itself"})
 		}
 	}
-	// A pattern listed twice, or delete_created_paths with
-	// delete_created_dirs, must not remove a folder twice.
-	seen := map[string]bool{}
-	out := items[:0]
-	for _, it := range items {
-		if it.Kind == RemoveDir {
-			if seen[it.Path] {
-				continue
-			}
-			seen[it.Path] = true
-		}
-		out = append(out, it)
-	}
-	return out
+	return items
 }
 
 // dirItems are the created folders, deepest first, each once.
@@ -331,7 +332,9 @@ const (
 // check looks at the disk: is the item done, can it be done, or is it
 // in conflict (and why)? It reads but never changes anything. gone, in
 // a dry run, holds the paths the steps before would have moved away.
-func (e *Entry) check(i int, gone map[string]bool) (status, string) {
+//
+// h hashes the files a restore would replace (nil: without limit).
+func (e *Entry) check(i int, gone map[string]bool, h *hasher) (status, string) {
 	it := e.Items[i]
 	switch it.Kind {
 	case MoveBack:
@@ -355,8 +358,13 @@ func (e *Entry) check(i int, gone map[string]bool) (status, string) {
 		}
 		return conflict, fmt.Sprintf("%s is gone (moved or removed since)", it.From)
 	case Restore:
+		if it.After >= i || (it.After >= 0 && e.Items[it.After].Kind != MoveBack) {
+			// plan puts the move first; a journal that says otherwise
+			// was not written by it.
+			return conflict, fmt.Sprintf("the undo steps of %s are out of order: not restored", it.Path)
+		}
 		if _, undone := e.Undone[it.After]; it.After >= 0 && !undone {
-			if st, _ := e.check(it.After, gone); st != done {
+			if st, _ := e.check(it.After, gone, h); st != done {
 				return pending, "" // its place is freed by a move first
 			}
 		}
@@ -369,11 +377,15 @@ func (e *Entry) check(i int, gone map[string]bool) (status, string) {
 		}
 		var sum string
 		if fi.Mode().IsRegular() {
-			sum = sha256File(it.Path)
+			sum = h.sum(it.Path, fi.Size())
 		}
 		switch {
 		case sum != "" && sum == it.BlobSHA256:
 			return done, ""
+		case it.Replace && e.Recovered:
+			return conflict, fmt.Sprintf("%s was looked at only when the agent started again after a crash, so a change made to it since the run cannot be told apart: not replaced", it.Path)
+		case it.Replace && it.ExpectSHA256 == "":
+			return conflict, fmt.Sprintf("what the run left at %s was not hashed when it was recorded (too much to hash at once), so a change since cannot be told apart: not replaced", it.Path)
 		case it.Replace && sum != "" && same(fi, it.Expect) && sum == it.ExpectSHA256:
 			return pending, "" // still what the executor wrote: the old bytes go back over it
 		case it.Replace:
@@ -392,6 +404,8 @@ func (e *Entry) check(i int, gone map[string]bool) (status, string) {
 			// what it is on the disk, a folder, removed only when empty.
 		case it.Kind == RemoveFile && !same(fi, it.Expect):
 			return conflict, fmt.Sprintf("%s changed since it was created: kept", it.Path)
+		case it.Kind == RemoveFile && e.Recovered:
+			return conflict, fmt.Sprintf("%s was looked at only when the agent started again after a crash, so a change made to it since the run cannot be told apart: kept", it.Path)
 		case it.Kind == RemoveFile:
 			return pending, ""
 		case !fi.IsDir():
@@ -414,14 +428,32 @@ func (e *Entry) check(i int, gone map[string]bool) (status, string) {
 // sha256File is the hex SHA-256 of the regular file at p ("" if it is
 // not one, or unreadable).
 func sha256File(p string) string {
+	s, _ := sha256FileMax(p, -1)
+	return s
+}
+
+// hashedHook, when set (by tests), is told of each file hashed.
+var hashedHook func(p string)
+
+// sha256FileMax is sha256File reading at most max bytes (max < 0: no
+// limit): "" for a file larger. n is how many bytes were read.
+func sha256FileMax(p string, max int64) (sum string, n int64) {
 	f, err := openBlob(p)
 	if err != nil {
-		return ""
+		return "", 0
 	}
 	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return ""
+	if hashedHook != nil {
+		hashedHook(p)
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	h := sha256.New()
+	var r io.Reader = f
+	if max >= 0 {
+		r = io.LimitReader(f, max+1)
+	}
+	n, err = io.Copy(h, r)
+	if err != nil || (max >= 0 && n > max) {
+		return "", n
+	}
+	return hex.EncodeToString(h.Sum(nil)), n
 }

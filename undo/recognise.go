@@ -8,8 +8,9 @@ import (
 
 // recognise marks undone the items of earlier entries that e's run put
 // back, looking only at the entries whose paths e's rows, created
-// folders or arguments name. j.mu is held.
-func (j *Journal) recognise(e *Entry, args any) ([]string, error) {
+// folders or arguments name, and hashing with h only files inside their
+// grants. j.mu is held.
+func (j *Journal) recognise(e *Entry, args any, h *hasher) ([]string, error) {
 	paths := map[string]bool{}
 	add := func(p string) {
 		if p != "" {
@@ -60,6 +61,7 @@ func (j *Journal) recognise(e *Entry, args any) ([]string, error) {
 		if !other.Finished || other.left() == 0 || !other.touches(paths) {
 			continue
 		}
+		c := &confinement{roots: other.Roots, masks: other.Masks, resolved: map[string]string{}}
 		var items []int
 		for i, it := range other.Items {
 			if _, ok := other.Undone[i]; ok || it.Kind == Unsupported {
@@ -68,7 +70,10 @@ func (j *Journal) recognise(e *Entry, args any) ([]string, error) {
 			if (it.Kind == RemoveFile || it.Kind == RemoveDir) && !deleted[filepath.Clean(it.Path)] {
 				continue
 			}
-			if st, _ := other.check(i, nil); st == done {
+			if _, _, _, err := c.locate(it.target()); err != nil {
+				continue // a local undo would not touch it either: not looked at
+			}
+			if st, _ := other.check(i, nil, h); st == done {
 				items = append(items, i)
 			}
 		}

@@ -464,3 +464,34 @@ func TestJournalSurvivesReopen(t *testing.T) {
 		t.Fatalf("the other process's record was not folded in: %s", e.State())
 	}
 }
+
+// TestAnUndoWhoseRecordFailsStillReports: the steps are done and the
+// journal cannot record it at the end: the report of what was done
+// comes back with an error saying to run the undo again, which then
+// finds everything done and records it.
+func TestAnUndoWhoseRecordFailsStillReports(t *testing.T) {
+	w := newWorld(t)
+	id, before := w.organize(3)
+	file := filepath.Join(w.j.Dir(), journalFile)
+	stepHook = func(i int, phase string) {
+		if phase == "end" {
+			os.Rename(file, file+".aside")
+			os.Mkdir(file, 0o700)
+		}
+	}
+	rep, err := w.j.Undo(id, w.history, false)
+	stepHook = nil
+	if err == nil || !strings.Contains(err.Error(), "run the undo again") || len(rep.Done) != 6 {
+		t.Fatalf("undo: %d steps reported, %v", len(rep.Done), err)
+	}
+	equal(t, w.snapshot(), before)
+	os.Remove(file)
+	os.Rename(file+".aside", file)
+	rep, err = w.j.Undo(id, w.history, false)
+	if err != nil || rep.Already != 6 || len(rep.Conflicts) != 0 {
+		t.Fatalf("again: %+v %v", rep, err)
+	}
+	if e, _ := w.j.Entry(id); e.State() != "undone" {
+		t.Fatalf("state: %s", e.State())
+	}
+}

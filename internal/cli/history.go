@@ -267,10 +267,20 @@ or add --offline.`)
 	}
 	e, _ := j.Entry(id)
 	rep, err := j.Undo(id, env.lay.Blobs(), *dry)
+	return undoOutcome(std, e, rep, err)
+}
+
+// undoOutcome prints what a local undo did, then its error, if any: an
+// undo whose steps were done but whose journal record failed still says
+// what it changed.
+func undoOutcome(std stdio, e undo.Entry, rep undo.Report, err error) int {
+	if err != nil && len(rep.Done) == 0 && len(rep.Conflicts) == 0 && rep.Already == 0 && len(rep.Unsupported) == 0 {
+		return fail(std, err) // refused before any step
+	}
+	printReport(std.out, e, rep)
 	if err != nil {
 		return fail(std, err)
 	}
-	printReport(std.out, e, rep)
 	if len(rep.Conflicts) > 0 || len(rep.Unsupported) > 0 {
 		return exitFailure
 	}
@@ -338,7 +348,7 @@ func printReport(w io.Writer, e undo.Entry, rep undo.Report) {
 	case left > 0 && rep.DryRun:
 		fmt.Fprintf(w, "Not everything would be put back: %s. Nothing was changed (dry run).\n", leftOver(rep))
 	case left > 0:
-		fmt.Fprintf(w, "Not everything was put back: %s (nothing was overwritten). The change stays in the history as not undone.\n", leftOver(rep))
+		fmt.Fprintf(w, "Not everything was put back: %s (no file changed since the run was replaced). The change stays in the history as not undone.\n", leftOver(rep))
 	case rep.DryRun:
 		fmt.Fprintln(w, "Nothing was changed (dry run).")
 	case len(rep.Done) == 0:

@@ -2,7 +2,10 @@ package cli
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -185,5 +188,57 @@ func TestUndoLastRefusesAnEditedRecord(t *testing.T) {
 	}
 	if _, err := os.Stat(made); err != nil {
 		t.Fatal("the folder of the edited record was removed")
+	}
+}
+
+// TestAPartialUndoDoesNotSayNothingWasOverwritten: an undo that put a
+// file's version from before the run back over what the executor wrote,
+// and left another step, does not claim that nothing was overwritten.
+func TestAPartialUndoDoesNotSayNothingWasOverwritten(t *testing.T) {
+	home := t.TempDir()
+	folder := filepath.Join(home, "Documents")
+	os.MkdirAll(folder, 0o755)
+	j, history, _ := journalOf(t, home)
+	a, b := filepath.Join(folder, "a.txt"), filepath.Join(folder, "b.txt")
+	sum := sha256.Sum256([]byte("alpha"))
+	blob := filepath.Join(history, "turn-1", "blob", hex.EncodeToString(sum[:])+".bin")
+	os.MkdirAll(filepath.Dir(blob), 0o700)
+	os.WriteFile(blob, []byte("alpha"), 0o600)
+	gone := filepath.Join(history, "turn-1", "blob", strings.Repeat("ab", 32)+".bin")
+	os.WriteFile(a, []byte("the executor's a"), 0o644)
+	os.WriteFile(b, []byte("the executor's b"), 0o644)
+	j.Begin(undo.Begin{InvocationID: "inv-o", Executor: "write_files", Reverse: []string{"restore_blob_backup"}, Roots: []string{folder}, History: history})
+	payload := map[string]any{"results": []any{
+		map[string]any{"path": a, "prev_blob_path": blob},
+		map[string]any{"path": b, "prev_blob_path": gone},
+	}}
+	if _, err := j.Finish("inv-o", undo.Outcome{OK: true, Payload: payload}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errb := runWith(t, home, "undo", "--offline", "inv-o")
+	if got, _ := os.ReadFile(a); code != exitFailure || string(got) != "alpha" {
+		t.Fatalf("undo: exit %d, a.txt %q\n%s%s", code, got, out, errb)
+	}
+	if strings.Contains(out, "nothing was overwritten") || !strings.Contains(out, "no file changed since the run was replaced") {
+		t.Fatalf("undo that replaced a.txt:\n%s", out)
+	}
+}
+
+// TestAnUndoWhoseRecordFailedStillSaysWhatItDid: the steps were done,
+// and the journal could not record them: the report comes first, then
+// the error, and the exit code says it failed.
+func TestAnUndoWhoseRecordFailedStillSaysWhatItDid(t *testing.T) {
+	var out, errb bytes.Buffer
+	rep := undo.Report{InvocationID: "inv-r", Done: []string{"move /p/2024/x.jpg back to /p/x.jpg"}}
+	code := undoOutcome(stdio{out: &out, err: &errb}, undo.Entry{Executor: "organize_photos"}, rep,
+		errors.New("inv-r: the steps reported were done, but recording them failed"))
+	if code != exitFailure || !strings.Contains(out.String(), "move /p/2024/x.jpg back to /p/x.jpg") || !strings.Contains(errb.String(), "recording them failed") {
+		t.Fatalf("exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	// Refused before any step: the error only.
+	out.Reset()
+	errb.Reset()
+	if code := undoOutcome(stdio{out: &out, err: &errb}, undo.Entry{}, undo.Report{InvocationID: "inv-r"}, errors.New("refused")); code != exitFailure || out.Len() != 0 {
+		t.Fatalf("a refusal: exit %d, printed %q", code, out.String())
 	}
 }
