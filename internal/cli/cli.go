@@ -11,11 +11,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
 	goruntime "runtime"
 	"runtime/debug"
 	"sort"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/metnos/agent/internal/term"
 )
 
 // Version is the agent's version, set at build time with
@@ -200,8 +203,7 @@ func run(std stdio, args []string) int {
 	}
 	cmd, ok := commands[name]
 	if !ok {
-		fmt.Fprintf(std.err, "metnos-agent: unknown command %q\n\n", name)
-		usage(std.err)
+		fmt.Fprintf(std.err, "metnos-agent: unknown command %s; run \"metnos-agent help\" for the list\n", quoted(name))
 		return exitUsage
 	}
 	return cmd.run(std, args[1:])
@@ -360,9 +362,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
 		commandHelp(sink.std.out, sink.name, sink.help, fs)
 		return exitOK, true
 	case err != nil:
-		// Flags are shown as --flag in the help: say them so here too.
-		msg := strings.ReplaceAll(err.Error(), "for flag -", "for flag --")
-		return usageError(sink.std.err, sink.name, "%s", msg), true
+		return usageError(sink.std.err, sink.name, "%s", flagError(err)), true
 	case cmd.maxArgs >= 0 && fs.NArg() > cmd.maxArgs:
 		return usageError(sink.std.err, sink.name, "unexpected argument %q to %s", fs.Arg(cmd.maxArgs), sink.name), true
 	}
@@ -395,6 +395,43 @@ func parseInterspersed(fs *flag.FlagSet, args []string, interspersed bool) error
 
 // usageError prints one line, "metnos-agent: msg", and where to read
 // more, and returns the usage exit status.
+// goFlagName matches a flag as package flag's errors name it, with one
+// dash, and the words before it.
+var goFlagName = regexp.MustCompile(`(flag provided but not defined: |flag needs an argument: |for flag |for )-([A-Za-z0-9][A-Za-z0-9_.-]*)`)
+
+// flagError says a parse error of package flag the way the help shows
+// flags: --name (a one-letter flag keeps its one dash, as the synopses
+// write it), "unknown flag" for one that is not defined, and the user's
+// text sanitised.
+func flagError(err error) string {
+	msg := goFlagName.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		sub := goFlagName.FindStringSubmatch(m)
+		name := "-" + sub[2]
+		if len(sub[2]) > 1 {
+			name = "--" + sub[2]
+		}
+		switch sub[1] {
+		case "flag provided but not defined: ":
+			return "unknown flag " + name
+		case "flag needs an argument: ":
+			return name + " needs a value"
+		}
+		return sub[1] + name
+	})
+	switch {
+	case strings.HasPrefix(msg, "invalid boolean value") && strings.HasSuffix(msg, ": parse error"):
+		msg = strings.TrimSuffix(msg, ": parse error") + ": give true or false, or the flag alone"
+	case strings.HasSuffix(msg, ": parse error"):
+		msg = strings.TrimSuffix(msg, ": parse error") + ": not a number"
+	case strings.HasSuffix(msg, ": value out of range"):
+		msg = strings.TrimSuffix(msg, ": value out of range") + ": too large"
+	}
+	return term.Sanitize(msg)
+}
+
+// quoted is s in double quotes, sanitised for the terminal.
+func quoted(s string) string { return `"` + term.Sanitize(s) + `"` }
+
 func usageError(w io.Writer, name, format string, args ...any) int {
 	fmt.Fprintf(w, "metnos-agent: %s; see \"metnos-agent help %s\"\n", fmt.Sprintf(format, args...), name)
 	return exitUsage

@@ -135,7 +135,23 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 				!strings.HasPrefix(errs, "metnos-agent: ") || !strings.Contains(errs, `see "metnos-agent help `+name+`"`) {
 				t.Errorf("%s %q: exit %d, stdout %q, stderr:\n%s\nwant exit 2, one line on stderr naming \"metnos-agent help %s\"", what, args, code, out, errs, name)
 			}
+			// The user typed --flag: the message says --flag, in words.
+			for _, raw := range []string{" -nosuchflag", "provided but not defined", "parse error", " -json", " -keep", " -memory"} {
+				if strings.Contains(errs, raw) {
+					t.Errorf("%s %q: %q says %q", what, args, errs, raw)
+				}
+			}
 		}
+	}
+}
+
+// TestUnknownCommandIsOneLine: a mistyped command gets one line that
+// says where the list is, not the list.
+func TestUnknownCommandIsOneLine(t *testing.T) {
+	code, out, errs := runCLI(t, "regster\x1b[2J")
+	if code != exitUsage || out != "" || strings.Count(errs, "\n") != 1 || strings.Contains(errs, "\x1b") ||
+		!strings.Contains(errs, `unknown command "regster\x1b[2J"`) {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 }
 
