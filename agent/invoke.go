@@ -186,9 +186,12 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 				"ends_within", (inv.limit - time.Since(started)).Round(time.Second).String())
 		}
 	})()
-	r := a.run(rctx, inv, req, shimDir)
+	r, cut := a.run(rctx, inv, req, shimDir)
 	a.runEnded = time.Now()
-	if a.halt.Err() != nil {
+	// Whether the run was cut short is what the sandbox says, not
+	// whether a stop-now came: one that lands after the executor ended
+	// by itself leaves a finished result, which is spooled and delivered.
+	if cut {
 		inv.log.Warn("stopped now: the run was cut short; the next start reports it as execution_outcome_unknown")
 		return result.Result{}, false
 	}
@@ -271,7 +274,10 @@ var noModule = regexp.MustCompile(`No module named '([A-Za-z0-9_.]+)'`)
 // req and shimDir are what execute built (and journaled the grants of);
 // the request is built again only for the retry, with the shim the
 // self-heal fetched (once: it used to be fetched a second time here).
-func (a *Agent) run(ctx context.Context, inv *invocation, req sandbox.Request, shimDir string) result.Result {
+// cut reports that the sandbox ended the run because ctx ended (or did
+// not start it): then r is empty. A run that ended by itself is never
+// cut, whenever ctx ends.
+func (a *Agent) run(ctx context.Context, inv *invocation, req sandbox.Request, shimDir string) (r result.Result, cut bool) {
 	ex, limit := inv.ex, inv.limit
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
@@ -279,15 +285,20 @@ func (a *Agent) run(ctx context.Context, inv *invocation, req sandbox.Request, s
 			// The self-heal below has fetched the shim into shimDir.
 			var err error
 			if req, err = a.request(inv, shimDir, limit-time.Since(start)); err != nil {
-				return result.DeviceError(err)
+				return result.DeviceError(err), false
 			}
 		}
 		out, err := sandbox.Run(ctx, req)
 		if errors.Is(err, sandbox.ErrRefused) {
-			return result.DeviceError(fmt.Errorf("executor %s: minimum sandbox not satisfied: %w", ex.Name, err))
+			return result.DeviceError(fmt.Errorf("executor %s: minimum sandbox not satisfied: %w", ex.Name, err)), false
+		}
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			// The sandbox killed the run (or did not start it) because
+			// ctx ended: it did not end by itself.
+			return result.Result{}, true
 		}
 		if err != nil {
-			return result.DeviceError(fmt.Errorf("executor %s: %w", ex.Name, err))
+			return result.DeviceError(fmt.Errorf("executor %s: %w", ex.Name, err)), false
 		}
 		var r result.Result
 		switch {
@@ -324,7 +335,7 @@ func (a *Agent) run(ctx context.Context, inv *invocation, req sandbox.Request, s
 		if r.SandboxDowngradeReason == "" && out.Sandbox != a.best {
 			r.SandboxDowngradeReason = fmt.Sprintf("ran under %s, weaker than this machine's %s", out.Sandbox, a.best)
 		}
-		return r
+		return r, false
 	}
 }
 

@@ -50,9 +50,14 @@ func runRegister(std stdio, args []string) int {
 	if err := pairing.CheckHome(e.lay); err != nil {
 		return fail(std, err)
 	}
-	if code, running := refuseWhileRunning(std, e.lay, "pairing again"); running {
+	// Held until state.json is written: a `run` started meanwhile
+	// (during a tailnet join, say) is refused rather than serving the
+	// pairing this replaces.
+	release, code, ok := holdRunLock(std, e.lay, "pairing again")
+	if !ok {
 		return code
 	}
+	defer release()
 	old, err := pairing.LoadState(e.lay)
 	if err != nil {
 		return fail(std, err)
@@ -93,24 +98,25 @@ func runRegister(std stdio, args []string) int {
 	return exitOK
 }
 
-// refuseWhileRunning refuses a command that would change the pairing
-// under a running agent (`run` holds lay's Lock): it says which process
-// runs and how to stop it, and returns the exit status. It only tests
-// the lock, creating no file.
-func refuseWhileRunning(std stdio, lay layout.Layout, doing string) (code int, running bool) {
-	pid, held, err := lockfile.LockHolder(lay.Lock())
-	if err != nil {
-		return fail(std, err), true
+// holdRunLock takes the lock `run` holds (lay's Lock) for a command
+// that changes the pairing, so that no agent serves the pairing while
+// it changes and none starts until release is called. When an agent
+// runs, it says which process and how to stop it, and ok is false with
+// the exit status in code.
+func holdRunLock(std stdio, lay layout.Layout, doing string) (release func(), code int, ok bool) {
+	held, err := lockfile.Lock(lay.Lock())
+	if err == nil {
+		return func() { held.Release() }, 0, true
 	}
-	if !held {
-		return 0, false
+	if !errors.Is(err, lockfile.ErrLocked) {
+		return nil, fail(std, err), false
 	}
 	who := "metnos-agent is running"
-	if pid > 0 {
+	if pid, ok, _ := lockfile.LockHolder(lay.Lock()); ok && pid > 0 {
 		who = fmt.Sprintf("metnos-agent is running (pid %d)", pid)
 	}
 	fmt.Fprintf(std.err, "metnos-agent: %s, serving the current pairing: stop it first with `systemctl --user stop metnos-agent` (or Ctrl-C in its terminal), then retry %s\n", who, doing)
-	return exitLocked, true
+	return nil, exitLocked, false
 }
 
 // confirmRepair says what pairing again replaces and, when the new
@@ -244,9 +250,11 @@ func runUnpair(std stdio, args []string) int {
 		fmt.Fprintln(std.out, "this device was not paired")
 		return exitOK
 	}
-	if code, running := refuseWhileRunning(std, e.lay, "unpair"); running {
+	release, code, ok := holdRunLock(std, e.lay, "unpair")
+	if !ok {
 		return code
 	}
+	defer release()
 	err = os.Remove(e.lay.State())
 	switch {
 	case errors.Is(err, os.ErrNotExist):

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/metnos/agent/internal/lockfile"
 	"github.com/metnos/agent/pairing"
@@ -94,6 +95,61 @@ func TestPairingChangesRefusedWhileRunning(t *testing.T) {
 	if code := runUnpair(std, nil); code != exitOK {
 		t.Errorf("unpair once stopped: exit %d: %s", code, errb)
 	}
+}
+
+// register holds run's lock from its check until state.json is
+// written: a `run` started while register waits for the server is
+// refused as another agent, and once register ends the lock is free.
+func TestRunRefusedWhileRegistering(t *testing.T) {
+	arrived := make(chan struct{}, 10)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusForbidden)
+		io.WriteString(w, "token refused")
+	}))
+	defer srv.Close()
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	std, e, _, errb := identityStd(t, false)
+	writePaired(t, e)
+	done := make(chan int, 1)
+	go func() { done <- runRegister(std, []string{"--server", srv.URL, "--token", "DEV.x.y", "--force"}) }()
+	select {
+	case <-arrived:
+	case code := <-done:
+		t.Fatalf("register ended (exit %d) before asking the server: %s", code, errb)
+	case <-time.After(20 * time.Second):
+		t.Fatal("register never asked the server")
+	}
+	// register has read the device key by now. Without it, a run that
+	// got the lock stops at once (rather than serving the old pairing
+	// until the test times out).
+	os.Remove(e.lay.Key())
+	runStd, _, _, runErr := identityStd(t, false)
+	runStd.env = std.env // the same data folder
+	if code := runRun(runStd, nil); code != exitLocked {
+		t.Errorf("run while register waits for the server: exit %d, want %d; stderr %s", code, exitLocked, runErr)
+	}
+	if want := "another agent is already running for this user"; !strings.Contains(runErr.String(), want) {
+		t.Errorf("run: stderr %q, want %q", runErr, want)
+	}
+	close(release)
+	if code := <-done; code != exitFailure {
+		t.Errorf("register: exit %d: %s", code, errb)
+	}
+	held, err := lockfile.Lock(e.lay.Lock())
+	if err != nil {
+		t.Fatalf("after register ended, run could not take its lock: %v", err)
+	}
+	held.Release()
 }
 
 // Pairing with another server says it replaces the pinned key and
