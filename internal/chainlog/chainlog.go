@@ -428,7 +428,7 @@ func files(dir string) ([]string, error) {
 	}
 	switch {
 	case errors.Is(err, syscall.ENOTDIR):
-		return nil, fmt.Errorf("reading the log %s: %w: a file is where that folder, or one above it, should be; move it away", dir, err)
+		return nil, fmt.Errorf("reading the log %s: %w: a file is where that folder, or one above it, should be; move that file away", dir, err)
 	case err != nil:
 		return nil, fmt.Errorf("reading the log %s: %w", dir, err)
 	}
