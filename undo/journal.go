@@ -132,10 +132,51 @@ func Open(dir string) (*Journal, error) {
 }
 
 // Load reads the journal in dir without opening it for appending (for
-// history listings); a journal that does not exist is empty.
+// history listings); a journal that does not exist is empty. A journal
+// whose file was removed while its HEAD says records were written is
+// an error, not an empty history.
 func Load(dir string) (*Journal, error) {
+	if err := gone(dir); err != nil {
+		return nil, err
+	}
 	j := &Journal{dir: dir, byID: map[string]*Entry{}}
 	return j, j.read()
+}
+
+// Check refuses, reading only, a journal that [Open] would refuse (a
+// journal file that is a folder, or whose end is not a record), and a
+// journal whose file is gone while its HEAD says records were written:
+// a dry run of a local undo says what the real one would.
+func Check(dir string) error {
+	if err := gone(dir); err != nil {
+		return err
+	}
+	if err := chainlog.Check(dir); err != nil {
+		return fmt.Errorf("history journal: %w", err)
+	}
+	return nil
+}
+
+// gone refuses a journal whose file was deleted or moved away while
+// its HEAD says records were written.
+func gone(dir string) error {
+	seq, _, err := chainlog.Gone(dir)
+	if err != nil {
+		return fmt.Errorf("history journal: %w", err)
+	}
+	if seq == 0 {
+		return nil
+	}
+	path := filepath.Join(dir, journalFile)
+	return fmt.Errorf("history journal: %s is missing, but the HEAD file beside it says %d %s were written to it: the history of the changes made on this device was deleted or moved, so they can be neither listed nor undone here. Put the file back from a backup; or, to start a new history, move HEAD away too",
+		path, seq, plural(seq, "record"))
+}
+
+func plural(n int64, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }
 
 // read folds in every line of the journal.

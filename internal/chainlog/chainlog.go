@@ -34,16 +34,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
+	"unicode/utf8"
 
 	"github.com/zeebo/blake3"
 
 	"github.com/metnos/agent/internal/atomicfile"
 	"github.com/metnos/agent/internal/lockfile"
+	"github.com/metnos/agent/internal/term"
 )
 
 // Ext is the extension of a log's files.
@@ -98,40 +102,101 @@ func Open(dir string, opt Options) (*Log, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("opening the log %s: %w", dir, err)
 	}
-	l := &Log{dir: dir, opt: opt, prev: zero}
 	lk, err := lockfile.LockWait(filepath.Join(dir, lockName))
 	if err != nil {
 		return nil, fmt.Errorf("opening the log %s: %w", dir, err)
 	}
 	defer lk.Release()
-	files, err := l.files()
+	end, err := findEnd(dir)
 	if err != nil {
 		return nil, err
 	}
-	var torn int64 // where the last file's torn tail begins, if it has one
-	for i := len(files) - 1; i >= 0; i-- {
-		lastFile := i == len(files)-1
-		last, size, whole, err := lastLine(filepath.Join(dir, files[i]))
-		if err != nil {
-			return nil, err
-		}
-		if lastFile {
-			l.file, l.size, torn = files[i], size, whole
-		}
-		if last != nil {
-			if l.seq, err = seqOf(last); err != nil {
-				return nil, fmt.Errorf("the last line of %s: %w", filepath.Join(dir, files[i]), err)
-			}
-			l.prev = Hash(last)
-			break
-		}
-	}
-	if l.file != "" && torn < l.size {
-		if err := l.cutTorn(torn); err != nil {
+	l := &Log{dir: dir, opt: opt, file: end.file, size: end.size, seq: end.seq, prev: end.prev}
+	if end.file != "" && end.whole < end.size {
+		if err := l.cutTorn(end.whole); err != nil {
 			return nil, err
 		}
 	}
 	return l, nil
+}
+
+// Check makes the checks [Open] makes before it appends (every line
+// file a regular file, the last line a line of this log, a tail
+// without a newline only the beginning of the next line), without
+// creating, locking or changing anything: a dry run refuses what the
+// real run would. A log that does not exist passes.
+func Check(dir string) error {
+	end, err := findEnd(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil || end.file == "" || end.whole == end.size {
+		return err
+	}
+	l := &Log{dir: dir, file: end.file, size: end.size, seq: end.seq, prev: end.prev}
+	_, err = l.tornTail(end.whole)
+	return err
+}
+
+// logEnd is where a log ends: the file holding its last line, that
+// file's size and where its torn tail begins (the size when it has
+// none), the last line's number and hash.
+type logEnd struct {
+	file        string
+	size, whole int64
+	seq         int64
+	prev        string
+}
+
+// findEnd finds the end of the log in dir, reading only.
+func findEnd(dir string) (logEnd, error) {
+	end := logEnd{prev: zero}
+	files, err := files(dir)
+	if err != nil {
+		return end, err
+	}
+	for i := len(files) - 1; i >= 0; i-- {
+		path := filepath.Join(dir, files[i])
+		last, size, whole, err := lastLine(path)
+		if err != nil {
+			return end, err
+		}
+		if i == len(files)-1 {
+			end.file, end.size, end.whole = files[i], size, whole
+		}
+		if last != nil {
+			if end.seq, err = seqOf(last); err != nil {
+				return end, fmt.Errorf("%s: its last line is not a record of this log (%w; it begins %s): edited or damaged, not a crash; nothing was changed. %s", path, err, excerpt(last), advice(path))
+			}
+			end.prev = Hash(last)
+			break
+		}
+	}
+	return end, nil
+}
+
+// advice says what to do about a log file whose end is not what this
+// log writes.
+func advice(path string) string {
+	return fmt.Sprintf("To keep its records, cut %s after its last good line (or restore it from a backup); to start anew, move it away", filepath.Base(path))
+}
+
+// excerpt shows the beginning of bytes that are not a line of the log,
+// short and safe to print: `"garbage"`, `"\x00\x1b[2J…"`.
+func excerpt(b []byte) string {
+	const show = 24 // characters printed, an escape counting for its length
+	var out strings.Builder
+	for i := 0; i < len(b); {
+		_, n := utf8.DecodeRune(b[i:])
+		s := term.Sanitize(string(b[i : i+n]))
+		if out.Len()+len(s) > show {
+			out.WriteString("…")
+			break
+		}
+		out.WriteString(s)
+		i += n
+	}
+	return `"` + out.String() + `"`
 }
 
 // cutTorn removes the end of the last file from whole on: a line a
@@ -140,28 +205,38 @@ func Open(dir string, opt Options) (*Log, error) {
 // that no append writes) is tampering or damage, and is refused, the
 // file left as it is. The lock is held.
 func (l *Log) cutTorn(whole int64) error {
-	path := filepath.Join(l.dir, l.file)
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	path, err := l.tornTail(whole)
 	if err != nil {
-		return fmt.Errorf("opening %s: %w", path, err)
+		return err
 	}
-	defer f.Close()
-	n := l.size - whole
-	if n > maxLine {
-		return fmt.Errorf("%s ends with %d bytes without a newline, more than a line of this log: edited or damaged, not a crash; nothing was changed (look at the end of the file, and once you know where those bytes came from, cut the file after its last newline)", path, n)
-	}
-	tail := make([]byte, n)
-	if _, err := f.ReadAt(tail, whole); err != nil {
-		return fmt.Errorf("reading %s: %w", path, err)
-	}
-	if !Torn(tail, l.seq+1, l.prev) {
-		return fmt.Errorf("%s ends with %d bytes that are not the beginning of the line that would come next (%.40q): edited or damaged, not a crash; nothing was changed (look at the end of the file, and once you know where those bytes came from, cut the file after its last newline)", path, n, tail)
-	}
-	if err := f.Truncate(whole); err != nil {
+	if err := os.Truncate(path, whole); err != nil {
 		return fmt.Errorf("removing a line cut short at the end of %s: %w", path, err)
 	}
 	l.size = whole
 	return nil
+}
+
+// tornTail checks that the end of the last file from whole on is a
+// line a crash cut short (see cutTorn), and returns the file's path.
+func (l *Log) tornTail(whole int64) (string, error) {
+	path := filepath.Join(l.dir, l.file)
+	n := l.size - whole
+	if n > maxLine {
+		return path, fmt.Errorf("%s ends in %d bytes without a newline, more than a line of this log: edited or damaged, not a crash; nothing was changed. %s", path, n, advice(path))
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return path, fmt.Errorf("opening %s: %w", path, err)
+	}
+	defer f.Close()
+	tail := make([]byte, n)
+	if _, err := f.ReadAt(tail, whole); err != nil {
+		return path, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if !Torn(tail, l.seq+1, l.prev) {
+		return path, fmt.Errorf("%s ends in %d bytes that are not a record of this log (they begin %s): edited or damaged, not a crash; nothing was changed. %s", path, n, excerpt(tail), advice(path))
+	}
+	return path, nil
 }
 
 // Torn reports whether tail, the end of a log file after its last
@@ -314,12 +389,12 @@ func (l *Log) catchUp() error {
 			if end > 0 {
 				last := lines[len(lines)-2] // the one before the empty rest
 				if seq, err = seqOf(last); err != nil {
-					return fmt.Errorf("log %s: a line another process wrote in %s: %w", l.dir, path, err)
+					return fmt.Errorf("log %s: a line another process wrote in %s is not a record of this log (%w; it begins %s)", l.dir, path, err, excerpt(last))
 				}
 				prev = Hash(last)
 			}
 			if !Torn(data[end:], seq+1, prev) {
-				return fmt.Errorf("log %s: %s ends with %d bytes that are not the beginning of the line that would come next: edited or damaged, not a crash; nothing was changed (look at the end of the file, and once you know where those bytes came from, cut the file after its last newline)", l.dir, path, len(data)-end)
+				return fmt.Errorf("%s ends in %d bytes that are not a record of this log (they begin %s): edited or damaged, not a crash; nothing was changed. %s", path, len(data)-end, excerpt(data[end:]), advice(path))
 			}
 			if err := os.Truncate(path, from+int64(end)); err != nil {
 				return fmt.Errorf("log %s: removing a line cut short in %s: %w", l.dir, path, err)
@@ -331,7 +406,7 @@ func (l *Log) catchUp() error {
 			}
 			seq, err := seqOf(line)
 			if err != nil {
-				return fmt.Errorf("log %s: a line another process wrote in %s: %w", l.dir, path, err)
+				return fmt.Errorf("log %s: a line another process wrote in %s is not a record of this log (%w; it begins %s)", l.dir, path, err, excerpt(line))
 			}
 			l.seq, l.prev = seq, Hash(line)
 			if l.opt.Foreign != nil {
@@ -348,14 +423,32 @@ func (l *Log) files() ([]string, error) { return files(l.dir) }
 
 func files(dir string) ([]string, error) {
 	ents, err := os.ReadDir(dir)
-	if err != nil {
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) && pe.Path == dir {
+		err = pe.Err // named once, below
+	}
+	switch {
+	case errors.Is(err, syscall.ENOTDIR):
+		return nil, fmt.Errorf("reading the log %s: %w: a file is where that folder, or one above it, should be; move that file away", dir, err)
+	case err != nil:
 		return nil, fmt.Errorf("reading the log %s: %w", dir, err)
 	}
 	var out []string
 	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), Ext) && e.Type().IsRegular() {
-			out = append(out, e.Name())
+		if !strings.HasSuffix(e.Name(), Ext) {
+			continue
 		}
+		if !e.Type().IsRegular() {
+			what := "not a regular file"
+			switch {
+			case e.IsDir():
+				what = "a folder, not a file"
+			case e.Type()&fs.ModeSymlink != 0:
+				what = "a symbolic link, not a file"
+			}
+			p := filepath.Join(dir, e.Name())
+			return nil, fmt.Errorf("%s is %s, so the log's records there cannot be read; nothing was changed. Move it away, and put the log file back from a backup if you have one", p, what)
+		}
+		out = append(out, e.Name())
 	}
 	slices.Sort(out)
 	return out, nil
@@ -413,7 +506,7 @@ func seqOf(line []byte) (int64, error) {
 		Seq *int64 `json:"seq"`
 	}
 	if err := json.Unmarshal(line, &v); err != nil || v.Seq == nil {
-		return 0, fmt.Errorf("not a line of a chained log (%.60q)", line)
+		return 0, errors.New(`not JSON with a "seq" field`)
 	}
 	return *v.Seq, nil
 }

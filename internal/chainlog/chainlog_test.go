@@ -203,6 +203,15 @@ func TestOnlyATornLineIsCutOff(t *testing.T) {
 			if err != nil || rep.OK() != tt.torn {
 				t.Fatalf("Verify: %v, %v", rep, err)
 			}
+			// Check, which only reads, refuses what Open refuses, with
+			// the same words, and changes nothing.
+			chk := Check(dir)
+			if after, _ := os.ReadFile(p); !bytes.Equal(after, before) {
+				t.Fatal("Check changed the file")
+			}
+			if (chk == nil) != tt.torn {
+				t.Fatalf("Check: %v", chk)
+			}
 			_, cerr := other.Append("j.jsonl", map[string]any{"by": "other"})
 			if tt.torn {
 				if cerr != nil {
@@ -222,6 +231,12 @@ func TestOnlyATornLineIsCutOff(t *testing.T) {
 			_, err = Open(dir, Options{})
 			if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "not a crash") {
 				t.Fatalf("Open of a tampered tail: %v", err)
+			}
+			if chk.Error() != err.Error() {
+				t.Errorf("Check says %q, Open %q", chk, err)
+			}
+			if len(err.Error()) > 400 || strings.ContainsAny(err.Error(), "\x00\x01\xfe\xff") || !strings.Contains(err.Error(), "cut j.jsonl after its last good line") {
+				t.Errorf("Open: %q: want a short escaped excerpt and what to do", err)
 			}
 			if after, _ := os.ReadFile(p); !bytes.Equal(after, before) {
 				t.Fatal("the tampered file was changed")
@@ -339,5 +354,64 @@ func TestSeveralProcesses(t *testing.T) {
 	})
 	if len(seen) != 600 {
 		t.Fatalf("%d distinct records, want 600", len(seen))
+	}
+}
+
+// A complete last line that is not a record is refused by Open and
+// Check alike, with a short escaped excerpt and what to do.
+func TestALastLineThatIsNotARecord(t *testing.T) {
+	for _, junk := range []string{"garbage", `{"v":1,"kind":"garbage"}`, "\x1b]0;pwn\a" + strings.Repeat("\xfe", 300)} {
+		dir := t.TempDir()
+		write(t, dir, 2, "j.jsonl")
+		p := filepath.Join(dir, "j.jsonl")
+		f, _ := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+		f.WriteString(junk + "\n")
+		f.Close()
+		_, err := Open(dir, Options{})
+		chk := Check(dir)
+		if err == nil || chk == nil || err.Error() != chk.Error() {
+			t.Fatalf("%q: Open %v, Check %v", junk, err, chk)
+		}
+		msg := err.Error()
+		if strings.Count(msg, p) != 1 || !strings.Contains(msg, "not a record of this log") || !strings.Contains(msg, "move it away") ||
+			len(msg) > 400 || strings.ContainsAny(msg, "\x1b\a\xfe") {
+			t.Errorf("%q: %q", junk, msg)
+		}
+	}
+}
+
+// A log file that is a folder is an error naming it, not an empty log;
+// a log folder whose path goes through a file is named once; a log
+// whose files are gone while HEAD names lines is Gone.
+func TestLogsThatCannotBeRead(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, 2, "j.jsonl")
+	if seq, _, err := Gone(dir); seq != 0 || err != nil {
+		t.Fatalf("Gone of a whole log: %d %v", seq, err)
+	}
+	p := filepath.Join(dir, "j.jsonl")
+	os.Remove(p)
+	if seq, file, err := Gone(dir); seq != 2 || file != "j.jsonl" || err != nil {
+		t.Fatalf("Gone of a log without its file: %d %q %v", seq, file, err)
+	}
+	if rep, err := Verify(dir); err != nil || rep.OK() || rep.String() != "j.jsonl: removed: the file is missing, but HEAD says 2 lines were written to it" {
+		t.Errorf("Verify of a log without its file: %q %v", rep, err)
+	}
+	os.Mkdir(p, 0o700)
+	for name, err := range map[string]error{"Read": Read(dir, func(string, []byte) error { return nil }), "Check": Check(dir)} {
+		if err == nil || !strings.Contains(err.Error(), p+" is a folder, not a file") {
+			t.Errorf("%s of a log whose file is a folder: %v", name, err)
+		}
+	}
+	if _, err := Verify(dir); err == nil {
+		t.Error("Verify of a log whose file is a folder: no error")
+	}
+
+	file := filepath.Join(t.TempDir(), "data")
+	os.WriteFile(file, nil, 0o600)
+	in := filepath.Join(file, "history")
+	_, verr := Verify(in)
+	if verr == nil || strings.Count(verr.Error(), in) != 1 || !strings.Contains(verr.Error(), "not a directory") {
+		t.Errorf("Verify of a log under a file: %v", verr)
 	}
 }

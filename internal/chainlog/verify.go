@@ -100,7 +100,39 @@ func (r Report) String() string {
 		}
 		return s
 	}
-	return fmt.Sprintf("%s line %d: %s", r.File, r.Line, r.Problem)
+	switch {
+	case r.File != "" && r.Line > 0:
+		return fmt.Sprintf("%s line %d: %s", r.File, r.Line, r.Problem)
+	case r.File != "":
+		return fmt.Sprintf("%s: %s", r.File, r.Problem)
+	}
+	return r.Problem
+}
+
+// Gone reports whether the log in dir lost its files: it has none,
+// while its HEAD says lines were written (the files were deleted or
+// moved). It returns the number of the last line HEAD names and the
+// file that held it; 0 when the log is not gone.
+func Gone(dir string) (seq int64, file string, err error) {
+	names, err := files(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, "", nil
+	}
+	if err != nil || len(names) > 0 {
+		return 0, "", err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, headName))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, "", nil
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("reading %s: %w", filepath.Join(dir, headName), err)
+	}
+	var h head
+	if json.Unmarshal(b, &h) != nil || h.Seq <= 0 {
+		return 0, "", nil // Verify reports a HEAD that is not this log's
+	}
+	return h.Seq, h.File, nil
 }
 
 // Verify reads the whole log in dir and reports the first line that was
@@ -216,6 +248,8 @@ func Verify(dir string) (Report, error) {
 		return rep, nil
 	}
 	switch {
+	case len(names) == 0 && h.Seq > 0:
+		rep.Problem, rep.File = fmt.Sprintf("removed: the file is missing, but HEAD says %d %s were written to it", h.Seq, plural(h.Seq, "line")), h.File
 	case seq < h.Seq:
 		rep.Problem, rep.File, rep.Line = fmt.Sprintf("removed: the log ends at seq %d, but lines up to %d were written", seq, h.Seq), prevFile, prevNo
 	case seq == h.Seq && prev != h.Hash:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/internal/lockfile"
+	"github.com/metnos/agent/internal/term"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/undo"
 )
@@ -44,7 +45,11 @@ edited or removed record is reported.`)
 		entries = entries[:*limit]
 	}
 	var problem string
-	if rep, ids, err := j.Untrusted(); err == nil && !rep.OK() {
+	if err := undo.Check(dir); err != nil {
+		// The chain may still verify up to the damage, but a local
+		// undo is refused as a whole: say so, and why.
+		problem = fmt.Sprintf("a local undo refuses every change until the journal is mended: %v", err)
+	} else if rep, ids, err := j.Untrusted(); err == nil && !rep.OK() {
 		problem = fmt.Sprintf("the history journal was tampered with: %s", rep)
 		if len(ids) > 0 {
 			problem += fmt.Sprintf("; a local undo refuses the changes recorded at or after that place: %s", strings.Join(ids, ", "))
@@ -67,8 +72,12 @@ edited or removed record is reported.`)
 		}
 		return exitOK
 	}
+	if problem != "" && len(entries) == 0 {
+		// Not "no changes yet": the journal says there were some.
+		return fail(std, fmt.Errorf("%s; no change recorded in it can be read", problem))
+	}
 	if problem != "" {
-		fmt.Fprintf(std.out, "warning: %s\n\n", problem)
+		fmt.Fprintf(std.out, "warning: %s\n\n", term.Sanitize(problem))
 	}
 	if len(entries) == 0 {
 		fmt.Fprintln(std.out, "No changes recorded on this device yet.")
@@ -146,24 +155,28 @@ func toJSON(e undo.Entry) entryJSON {
 	return out
 }
 
-// printEntry prints one entry for humans.
+// printEntry prints one entry for humans. Every name, id and path in
+// it came from the server, an executor or the journal file: each is
+// shown sanitised (term.Sanitize), so that none reaches the terminal
+// as an escape sequence.
 func printEntry(w io.Writer, e undo.Entry) {
-	fmt.Fprintf(w, "%s  %-16s %s  %s\n", e.Began.Local().Format("2006-01-02 15:04:05"), e.Executor, e.InvocationID, e.State())
+	san := term.Sanitize
+	fmt.Fprintf(w, "%s  %-16s %s  %s\n", e.Began.Local().Format("2006-01-02 15:04:05"), san(e.Executor), san(e.InvocationID), e.State())
 	var facts []string
 	if e.TurnID != "" {
-		facts = append(facts, "turn "+e.TurnID)
+		facts = append(facts, "turn "+san(e.TurnID))
 	}
 	if e.Finished {
-		facts = append(facts, e.Changes())
+		facts = append(facts, san(e.Changes()))
 	}
 	if e.ErrorClass != "" {
-		facts = append(facts, "error "+e.ErrorClass)
+		facts = append(facts, "error "+san(e.ErrorClass))
 	}
 	if len(facts) > 0 {
 		fmt.Fprintf(w, "    %s\n", strings.Join(facts, " · "))
 	}
 	if len(e.Reverses) > 0 {
-		fmt.Fprintf(w, "    put back changes of %s\n", strings.Join(e.Reverses, ", "))
+		fmt.Fprintf(w, "    put back changes of %s\n", san(strings.Join(e.Reverses, ", ")))
 	}
 	byWho := map[string]bool{}
 	for _, by := range e.Undone {
@@ -178,17 +191,17 @@ func printEntry(w io.Writer, e undo.Entry) {
 			who = append(who, by)
 		}
 		sort.Strings(who)
-		fmt.Fprintf(w, "    undone by %s\n", strings.Join(who, ", "))
+		fmt.Fprintf(w, "    undone by %s\n", san(strings.Join(who, ", ")))
 	}
-	fmt.Fprintf(w, "    undo: %s\n", e.Summary())
+	fmt.Fprintf(w, "    undo: %s\n", san(e.Summary()))
 	for _, c := range e.Conflicts {
-		fmt.Fprintf(w, "    conflict: %s\n", c.Why)
+		fmt.Fprintf(w, "    conflict: %s\n", san(c.Why))
 	}
 	for _, b := range e.BlobsExpired {
-		fmt.Fprintf(w, "    %s\n", b)
+		fmt.Fprintf(w, "    %s\n", san(b))
 	}
 	if e.UndoStarted {
-		fmt.Fprintln(w, "    a local undo was started and did not finish: run `metnos-agent undo --offline "+e.InvocationID+"` again")
+		fmt.Fprintln(w, "    a local undo was started and did not finish: run `metnos-agent undo --offline "+san(e.InvocationID)+"` again")
 	}
 }
 
@@ -221,18 +234,33 @@ or add --offline.`)
 	if err != nil {
 		return fail(std, err)
 	}
-	if !*dry && !*offline {
+	// A dry run says what the real command would do: it asks the
+	// server too, and is refused where the real one is.
+	if !*offline {
 		if url, why := serverAnswers(env, warnLogger(std)); url != "" && why == nil {
-			return fail(std, fmt.Errorf("this device is paired with %s and the server answers: ask Metnos to undo, so that its undo log stays true (or run again with --offline to undo here anyway)", url))
+			refused := fmt.Errorf("this device is paired with %s and the server answers: ask Metnos to undo, so that its undo log stays true (or run again with --offline to undo here anyway)", url)
+			if *dry {
+				refused = fmt.Errorf("undo would be refused, nothing was changed (dry run): %w", refused)
+			}
+			return fail(std, refused)
 		} else if url != "" {
 			server := url + " "
 			if strings.Contains(why.Error(), url) {
 				server = "" // the error names it already
 			}
-			fmt.Fprintf(std.err, "metnos-agent: the paired server %sdoes not answer (%v): undoing here; Metnos's undo log will not know\n", server, why)
+			then := "undoing here; Metnos's undo log will not know"
+			if *dry {
+				then = "undo would undo here, and Metnos's undo log would not know"
+			}
+			fmt.Fprintf(std.err, "metnos-agent: %s\n", term.SanitizeLines(fmt.Sprintf("the paired server %sdoes not answer (%v): %s", server, why, then)))
 		}
 	}
 	dir := env.lay.Journal()
+	// Refused before the lock is taken, by the dry run as by the real
+	// one: a journal that cannot be appended to, or whose file is gone.
+	if err := undo.Check(dir); err != nil {
+		return fail(std, err)
+	}
 	var j *undo.Journal
 	if *dry {
 		// A dry run only reads: no lock, no journal folder made.
@@ -254,6 +282,7 @@ or add --offline.`)
 	if *last {
 		e, skipped, ok := j.Last()
 		for _, s := range skipped {
+			s = term.Sanitize(s)
 			fmt.Fprintf(std.err, "metnos-agent: skipping %s: its last local undo left conflicts (see `metnos-agent history`); once they are settled, undo it by its id: metnos-agent undo --offline %s\n", s, s)
 		}
 		if !ok {
@@ -317,20 +346,22 @@ func serverAnswers(e environment, log *slog.Logger) (url string, why error) {
 	return c.URL(), err
 }
 
-// printReport prints what a local undo did.
+// printReport prints what a local undo did, every id, name, path and
+// reason sanitised (see printEntry).
 func printReport(w io.Writer, e undo.Entry, rep undo.Report) {
+	san := term.Sanitize
 	verb := "Undone"
 	if rep.DryRun {
 		verb = "Would undo"
 	}
-	fmt.Fprintf(w, "%s %s (%s, %s):\n", verb, rep.InvocationID, e.Executor, e.Began.Local().Format("2006-01-02 15:04"))
+	fmt.Fprintf(w, "%s %s (%s, %s):\n", verb, san(rep.InvocationID), san(e.Executor), e.Began.Local().Format("2006-01-02 15:04"))
 	const show = 20
 	for i, d := range rep.Done {
 		if i == show {
 			fmt.Fprintf(w, "  … and %d more\n", len(rep.Done)-show)
 			break
 		}
-		fmt.Fprintf(w, "  ✓ %s\n", d)
+		fmt.Fprintf(w, "  ✓ %s\n", san(d))
 	}
 	switch {
 	case rep.Already == 1:
@@ -339,10 +370,10 @@ func printReport(w io.Writer, e undo.Entry, rep undo.Report) {
 		fmt.Fprintf(w, "  %d steps were already done\n", rep.Already)
 	}
 	for _, c := range rep.Conflicts {
-		fmt.Fprintf(w, "  ✗ %s\n", c.Why)
+		fmt.Fprintf(w, "  ✗ %s\n", san(c.Why))
 	}
 	for _, u := range rep.Unsupported {
-		fmt.Fprintf(w, "  – not undoable here: %s\n", u)
+		fmt.Fprintf(w, "  – not undoable here: %s\n", san(u))
 	}
 	switch left := len(rep.Conflicts) + len(rep.Unsupported); {
 	case left > 0 && rep.DryRun:

@@ -6,7 +6,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"io/fs"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -240,5 +243,172 @@ func TestAnUndoWhoseRecordFailedStillSaysWhatItDid(t *testing.T) {
 	errb.Reset()
 	if code := undoOutcome(stdio{out: &out, err: &errb}, undo.Entry{}, undo.Report{InvocationID: "inv-r"}, errors.New("refused")); code != exitFailure || out.Len() != 0 {
 		t.Fatalf("a refusal: exit %d, printed %q", code, out.String())
+	}
+}
+
+// madeOne records, in the journal of the agent whose HOME is home, a
+// write_files run of turn turn that created name in ~/work, and makes
+// the file. It returns the file and the journal folder.
+func madeOne(t *testing.T, home, turn, name string) (string, string) {
+	t.Helper()
+	folder := filepath.Join(home, "work")
+	os.MkdirAll(folder, 0o755)
+	made := filepath.Join(folder, name)
+	if err := os.WriteFile(made, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	j, history, dir := journalOf(t, home)
+	j.Begin(undo.Begin{InvocationID: "inv-m", TurnID: turn, Executor: "write_files", Reverse: []string{"delete_created_paths"},
+		Roots: []string{folder}, History: history})
+	if _, err := j.Finish("inv-m", undo.Outcome{OK: true, Payload: map[string]any{"ok": true, "results": []any{
+		map[string]any{"path": made, "created": true},
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	return made, dir
+}
+
+// A turn id and a path from the server or an executor reach the
+// terminal escaped from history and undo, dry run or not (c360, c361,
+// c363); history --json keeps them as they are (JSON escapes them).
+func TestHistoryAndUndoEscapeWhatTheyPrint(t *testing.T) {
+	home := t.TempDir()
+	made, _ := madeOne(t, home, "t3\x1b[2J", "\x1b]0;pwn\a\x1b[31mx.txt")
+	for _, args := range [][]string{
+		{"history", "-n", "1"},
+		{"undo", "--last", "--offline", "--dry-run"},
+		{"undo", "--last", "--offline"},
+	} {
+		code, out, errb := runWith(t, home, args...)
+		if code != exitOK || strings.ContainsAny(out+errb, "\x1b\a") {
+			t.Errorf("%v: exit %d, raw escapes in %q %q", args, code, out, errb)
+		}
+		want := `\x1b]0;pwn\x07\x1b[31mx.txt`
+		if args[0] == "history" {
+			want = `turn t3\x1b[2J`
+		}
+		if !strings.Contains(out, want) {
+			t.Errorf("%v: %q, want %q", args, out, want)
+		}
+	}
+	if _, err := os.Lstat(made); err == nil {
+		t.Error("the undo did not remove the file")
+	}
+	_, out, _ := runWith(t, home, "history", "--json")
+	var h struct {
+		Entries []struct {
+			TurnID string `json:"turn_id"`
+		} `json:"entries"`
+	}
+	if err := json.Unmarshal([]byte(out), &h); err != nil || len(h.Entries) != 1 || h.Entries[0].TurnID != "t3\x1b[2J" {
+		t.Errorf("history --json: %v %s", err, out)
+	}
+}
+
+// A dry run refuses what the real undo refuses, with the same message
+// (c172, c174b, c173b): a complete line that is not a record, or a tail
+// without a newline, at the end of the journal. The message says what
+// is wrong and what to do, shows a short escaped excerpt, and nothing is
+// changed or created.
+func TestUndoDryRunRefusesAJournalTheRealOneRefuses(t *testing.T) {
+	binary := "\x00\x1b[2J" + strings.Repeat("\xfe", 200)
+	for name, tail := range map[string]string{
+		"garbage line":       "garbage\n",
+		"JSON without a seq": `{"v":1,"kind":"garbage"}` + "\n",
+		"binary line":        binary + "\n",
+		"binary tail":        binary,
+		"text tail":          "garbage",
+	} {
+		t.Run(name, func(t *testing.T) {
+			home := t.TempDir()
+			made, dir := madeOne(t, home, "t1", "x.txt")
+			p := filepath.Join(dir, "journal.jsonl")
+			f, _ := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+			f.WriteString(tail)
+			f.Close()
+			before := files(t, home)
+			dcode, dout, derr := runWith(t, home, "undo", "--last", "--offline", "--dry-run")
+			code, out, errb := runWith(t, home, "undo", "--last", "--offline")
+			if dcode != exitFailure || code != exitFailure || derr != errb || dout != "" || out != "" {
+				t.Fatalf("dry run: exit %d %q %q\nreal: exit %d %q %q", dcode, dout, derr, code, out, errb)
+			}
+			if strings.Count(errb, p) != 1 || !strings.Contains(errb, "not a record of this log") ||
+				!strings.Contains(errb, "cut journal.jsonl after its last good line") || !strings.Contains(errb, "move it away") {
+				t.Errorf("stderr %q: want the file once, what is wrong and what to do", errb)
+			}
+			if len(errb) > 600 || strings.ContainsAny(errb, "\x00\x1b\xfe") {
+				t.Errorf("stderr is %d bytes, or raw: %q", len(errb), errb)
+			}
+			if _, err := os.Lstat(made); err != nil {
+				t.Error("the file was removed")
+			}
+			if after := files(t, home); strings.Join(after, "\n") != strings.Join(before, "\n") {
+				t.Errorf("files changed: %v -> %v", before, after)
+			}
+		})
+	}
+}
+
+// On a paired device whose server answers, the dry run of an undo
+// without --offline says that the undo would be refused, and why, as
+// the real one does (c176, c177).
+func TestUndoDryRunSaysTheServerAnswers(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{}`)
+	}))
+	defer srv.Close()
+	std, e, out, errb := identityStd(t, false)
+	writePaired(t, e)
+	b, _ := os.ReadFile(e.lay.State())
+	os.WriteFile(e.lay.State(), bytes.Replace(b, []byte("http://127.0.0.1:8765"), []byte(srv.URL), 1), 0o600)
+	made, _ := madeOne(t, e.lay.Home, "t1", "x.txt")
+	if code := run(std, []string{"undo", "--last", "--dry-run"}); code != exitFailure || out.Len() > 0 ||
+		!strings.Contains(errb.String(), "undo would be refused") || !strings.Contains(errb.String(), "the server answers: ask Metnos to undo") {
+		t.Errorf("dry run: exit %d %q %q", code, out, errb)
+	}
+	if _, err := os.Lstat(made); err != nil {
+		t.Error("the file was removed")
+	}
+}
+
+// A journal that is a folder, or that was deleted while HEAD says
+// records were written, is one clear error from history and undo, not
+// "tampered with" then "No changes recorded" (c314, c316).
+func TestHistoryOfAJournalThatCannotBeRead(t *testing.T) {
+	for name, c := range map[string]struct {
+		damage func(p string)
+		want   string
+	}{
+		"a folder": {func(p string) { os.Remove(p); os.Mkdir(p, 0o700) }, "journal.jsonl is a folder, not a file"},
+		"deleted":  {func(p string) { os.Remove(p) }, "journal.jsonl is missing, but"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			home := t.TempDir()
+			made, dir := madeOne(t, home, "t1", "x.txt")
+			c.damage(filepath.Join(dir, "journal.jsonl"))
+			for _, args := range [][]string{{"history"}, {"history", "--json"}, {"undo", "--last", "--offline", "--dry-run"}, {"undo", "--last", "--offline"}} {
+				code, out, errb := runWith(t, home, args...)
+				if code != exitFailure || out != "" || !strings.Contains(errb, c.want) || strings.Count(errb, "metnos-agent:") != 1 ||
+					strings.Contains(errb, "tampered") {
+					t.Errorf("%v: exit %d %q %q, want one error with %q", args, code, out, errb, c.want)
+				}
+			}
+			if _, err := os.Lstat(made); err != nil {
+				t.Error("the file was removed")
+			}
+		})
+	}
+}
+
+// A data folder that is a file: history names the journal's folder
+// once (c302).
+func TestHistoryWhenTheDataFolderIsAFile(t *testing.T) {
+	std, e, out, errb := identityStd(t, false)
+	os.MkdirAll(filepath.Dir(e.lay.Data), 0o700)
+	os.WriteFile(e.lay.Data, []byte("x"), 0o600)
+	if code := run(std, []string{"history"}); code != exitFailure || out.Len() > 0 ||
+		strings.Count(errb.String(), e.lay.Journal()) != 1 || !strings.Contains(errb.String(), "not a directory") {
+		t.Errorf("exit %d %q %q", code, out, errb)
 	}
 }

@@ -156,7 +156,7 @@ func TestServerUndoInHistory(t *testing.T) {
 	if e := h[reverse[0]]; len(e.Reverses) != 1 || e.Reverses[0] != organize {
 		t.Errorf("the first reverse invocation does not say what it undid: %+v", e)
 	}
-	if code, out := w.cli("undo", "--last", "--dry-run"); code != 0 || !strings.Contains(out, "Nothing to undo") {
+	if code, out := w.cli("undo", "--last", "--offline", "--dry-run"); code != 0 || !strings.Contains(out, "Nothing to undo") {
 		t.Errorf("undo --last after everything was undone: %d %s", code, out)
 	}
 }
@@ -204,7 +204,10 @@ func TestOfflineUndo(t *testing.T) {
 	if code, out := w.cli("undo", "--last"); code != 1 || !strings.Contains(out, "ask Metnos to undo") {
 		t.Fatalf("undo while the server answers: exit %d\n%s", code, out)
 	}
-	if code, out := w.cli("undo", "--dry-run", organize); code != 0 || !strings.Contains(out, "Nothing was changed") || strings.Count(out, "✓") != 13 {
+	if code, out := w.cli("undo", "--dry-run", organize); code != 1 || !strings.Contains(out, "undo would be refused") {
+		t.Fatalf("dry run while the server answers: exit %d\n%s", code, out)
+	}
+	if code, out := w.cli("undo", "--offline", "--dry-run", organize); code != 0 || !strings.Contains(out, "Nothing was changed") || strings.Count(out, "✓") != 13 {
 		t.Fatalf("dry run: exit %d\n%s", code, out)
 	}
 	if tree(t, photos) == before["photos"] {
