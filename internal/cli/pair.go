@@ -40,6 +40,9 @@ func runRegister(std stdio, args []string) int {
 	if err := pairing.CheckServerURL(*server); err != nil {
 		return usageError(std.err, "register", "--server: %v", err)
 	}
+	if err := tf.check(); err != nil {
+		return usageError(std.err, "register", "%v", err)
+	}
 	if r, off, bad := term.FirstUnsafe(*name); bad {
 		return usageError(std.err, "register", "--name holds %s at byte %d: a device name is shown on terminals, so it may not hold control characters, escape sequences or bidirectional overrides", term.Describe(r), off)
 	}
@@ -62,7 +65,16 @@ func runRegister(std stdio, args []string) int {
 			return code
 		}
 	}
-	c, node, err := connect(context.Background(), e, connectOptions{server: *server, unpaired: true, name: *name, tailnet: tf, progress: std.err}, warnLogger(std))
+	// A new key is written only once the server paired it: a dead or
+	// non-Metnos server leaves nothing behind.
+	key, fresh, err := pairing.LoadOrNewKey(e.lay)
+	if err == nil {
+		err = pairing.CheckDataWritable(e.lay)
+	}
+	if err != nil {
+		return fail(std, err)
+	}
+	c, node, err := connect(context.Background(), e, connectOptions{server: *server, unpaired: true, key: key, name: *name, tailnet: tf, progress: std.err}, warnLogger(std))
 	if err != nil {
 		return fail(std, err)
 	}
@@ -72,6 +84,11 @@ func runRegister(std stdio, args []string) int {
 	reg, err := c.Register(context.Background(), *token)
 	if err != nil {
 		return fail(std, fmt.Errorf("pairing failed: %w", err))
+	}
+	if fresh {
+		if err := pairing.SaveNewKey(e.lay, key); err != nil {
+			return fail(std, fmt.Errorf("%w (the server paired this key, which is now lost: pair again with a new token once this is fixed)", err))
+		}
 	}
 	st := pairing.State{DeviceID: &reg.DeviceID, ServerURL: server, Fingerprint: &reg.Fingerprint, PairedAt: &reg.PairedAt,
 		ServerPublicKey: reg.ServerPublicKey}
