@@ -380,3 +380,24 @@ func TestNewKeyOnlyInMemory(t *testing.T) {
 		t.Error("SaveNewKey wrote over an existing key")
 	}
 }
+
+// TestUnwritableDataFolder: a data folder this user cannot write is
+// named, with what to do, before register spends its token; no
+// temporary file is named or left.
+func TestUnwritableDataFolder(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root writes any folder; run as another user to test this")
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	os.Mkdir(dir, 0o500)
+	defer os.Chmod(dir, 0o700)
+	lay := layout.Layout{Data: dir}
+	want := "pairing: the data folder " + dir + " is not writable by this user: fix its owner or mode, or point " + layout.DataDirEnv + " at a folder of yours"
+	if err := CheckDataWritable(lay); err == nil || err.Error() != want {
+		t.Errorf("CheckDataWritable: %v, want %q", err, want)
+	}
+	key, _, _ := LoadOrNewKey(lay)
+	if err := SaveNewKey(lay, key); err == nil || !strings.HasPrefix(err.Error(), "pairing: the data folder "+dir+" is not writable") || strings.Contains(err.Error(), ".key.new") {
+		t.Errorf("SaveNewKey: %v", err)
+	}
+}
