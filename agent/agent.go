@@ -141,8 +141,9 @@ type Agent struct {
 	runEnded time.Time
 }
 
-// ErrNotPaired is returned by [New] on a device that has no pairing.
-var ErrNotPaired = errors.New("this device is not paired: run `metnos-agent register --server URL --token TOKEN` first")
+// ErrNotPaired is returned by [New] on a device that has no pairing
+// (pairing.ErrNotPaired, so either one matches with errors.Is).
+var ErrNotPaired = pairing.ErrNotPaired
 
 // New loads the device key, the pairing and the spool, and resolves
 // what a crash may have left (STARTED markers without a result).

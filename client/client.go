@@ -37,8 +37,10 @@ import (
 	"net/http"
 	neturl "net/url"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/metnos/agent/internal/term"
@@ -53,8 +55,40 @@ const (
 	PollBlock       = 25 * time.Second
 )
 
-// maxResponse caps what the client reads of any server response.
-const maxResponse = 64 << 20
+// Answer limits: the most the client reads of a 2xx answer, by kind
+// (docs/protocol.md §1.2). An answer announced or found larger fails
+// with [ErrTooLarge] once the limit is read, and no more is read.
+const (
+	// smallAnswer bounds the answers to register, heartbeat and result
+	// and a runtime descriptor: a few hundred bytes each, bounded here
+	// by the server's own body limit.
+	smallAnswer = wire.MaxBodyBytes
+	// pollAnswer bounds a poll's answer: one invocation, whose
+	// arguments reached the server in a request of at most
+	// wire.MaxBodyBytes, and may grow when escaped again.
+	pollAnswer = 16 << 20
+	// bundleAnswer bounds an executor or shim bundle (code files, base64).
+	bundleAnswer = 64 << 20
+	// errorAnswer is what is read of a non-2xx answer: enough for its
+	// error code and message, or its first line.
+	errorAnswer = 64 << 10
+)
+
+// ErrTooLarge is wrapped by the error of a request whose answer is
+// larger than what the protocol ever sends for it.
+var ErrTooLarge = errors.New("the answer is too large")
+
+// tooLargeError is the error of an answer above its limit.
+type tooLargeError struct {
+	url   string
+	limit int64
+}
+
+func (e *tooLargeError) Error() string {
+	return fmt.Sprintf("the answer from %s is larger than %d MiB: not a Metnos server?", e.url, e.limit>>20)
+}
+
+func (e *tooLargeError) Unwrap() error { return ErrTooLarge }
 
 // Dialer opens a connection to addr, as [net.Dialer.DialContext] does;
 // the embedded tailnet node provides one.
@@ -229,28 +263,40 @@ func StatusOf(err error) int {
 	return 0
 }
 
-// ErrPathDead is the cause of a poll cut short because another request
-// found the path to the server dead, or [Client.Reconnect] said it
-// changed.
+// ErrPathDead is wrapped by the error of a poll cut short because
+// another request got no data from the server for its idle limit (the
+// server stalled, or the path to it is down), or [Client.Reconnect]
+// said the path changed: its connection is most likely dead too.
 var ErrPathDead = errors.New("cut short: the path to the server went away or changed, and the poll's connection with it")
+
+// errStalled is the cause of a poll cut short because another request
+// got no data for its idle limit; it is an [ErrPathDead].
+var errStalled error = cutError("cut short: another request to the server got no data for its idle limit (the server stalled, or the network path to it is down), so the poll's connection is most likely dead too")
+
+// cutError is a cause of a poll cut short, other than ErrPathDead's
+// words; it is an ErrPathDead.
+type cutError string
+
+func (e cutError) Error() string        { return string(e) }
+func (e cutError) Is(target error) bool { return target == ErrPathDead }
 
 // do sends one request and reads the whole response. A non-2xx status
 // is a *ServerError. The request fails after timeout, or once its
 // connection carries no byte for AnswerIdle (see [Client.doWatched]).
-func (c *Client) do(ctx context.Context, method, path string, body []byte, signed bool, timeout time.Duration) ([]byte, error) {
-	return c.doWatched(ctx, method, path, body, signed, timeout, &watch{idle: c.answerIdle})
+func (c *Client) do(ctx context.Context, method, path string, body []byte, signed bool, timeout time.Duration, limit int64) ([]byte, error) {
+	return c.doWatched(ctx, method, path, body, signed, timeout, limit, &watch{idle: c.answerIdle})
 }
 
 // doWatched is do with the connection watched by w. After a transport
 // error, the pooled connections are closed, so that the next request
 // dials afresh; after a dead connection, the polls in flight are cut
 // short too.
-func (c *Client) doWatched(ctx context.Context, method, path string, body []byte, signed bool, timeout time.Duration, w *watch) ([]byte, error) {
-	b, err := c.send(withWatch(ctx, w), method, path, body, signed, timeout, w)
+func (c *Client) doWatched(ctx context.Context, method, path string, body []byte, signed bool, timeout time.Duration, limit int64, w *watch) ([]byte, error) {
+	b, err := c.send(withWatch(ctx, w), method, path, body, signed, timeout, limit, w)
 	if err != nil && StatusOf(err) == 0 && ctx.Err() == nil {
 		c.hc.CloseIdleConnections()
 		if deadConn(err) {
-			c.cutPolls(w)
+			c.cutPolls(w, errStalled)
 		}
 	}
 	return b, err
@@ -264,22 +310,23 @@ func (c *Client) doWatched(ctx context.Context, method, path string, body []byte
 // without anything on them saying so yet.
 func (c *Client) Reconnect() {
 	c.hc.CloseIdleConnections()
-	c.cutPolls(nil)
+	c.cutPolls(nil, ErrPathDead)
 }
 
-// cutPolls cuts short the polls in flight but except's.
-func (c *Client) cutPolls(except *watch) {
+// cutPolls cuts short the polls in flight but except's, with cause why.
+func (c *Client) cutPolls(except *watch, why error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for w, cancel := range c.polls {
 		if w != except {
-			cancel(ErrPathDead)
+			cancel(why)
 		}
 	}
 }
 
-// send sends one request and reads the whole response.
-func (c *Client) send(ctx context.Context, method, path string, body []byte, signed bool, timeout time.Duration, w *watch) ([]byte, error) {
+// send sends one request and reads the whole response, at most limit
+// bytes of a 2xx answer (an answer larger fails with [ErrTooLarge]).
+func (c *Client) send(ctx context.Context, method, path string, body []byte, signed bool, timeout time.Duration, limit int64, w *watch) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	url := c.base + path
@@ -299,23 +346,38 @@ func (c *Client) send(ctx context.Context, method, path string, body []byte, sig
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, transportError(ctx, url, w, err)
+		return nil, transportError(ctx, url, timeout, w, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
-	if err != nil {
-		return nil, fmt.Errorf("%s: reading the response: %w", url, transportError(ctx, url, w, err))
+	ok := resp.StatusCode/100 == 2
+	if !ok {
+		limit = errorAnswer
 	}
-	if resp.StatusCode/100 != 2 {
+	if ok && resp.ContentLength > limit {
+		return nil, &tooLargeError{url, limit}
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, transportError(ctx, url, timeout, w, err)
+	}
+	if int64(len(b)) > limit {
+		if ok {
+			return nil, &tooLargeError{url, limit}
+		}
+		b = b[:limit]
+	}
+	if !ok {
 		return b, serverError(url, resp, b)
 	}
 	return b, nil
 }
 
-// transportError words a request's failure to get an answer: a dead
-// connection or a poll cut short says so, rather than "i/o timeout" or
-// "context canceled".
-func transportError(ctx context.Context, url string, w *watch, err error) error {
+// transportError words a request's failure to get an answer, naming
+// the URL once: no answer at all, a connection that went silent, a poll
+// cut short, or nothing listening say so, rather than "context deadline
+// exceeded", "i/o timeout" or "connection refused" alone. The cause
+// stays in the chain.
+func transportError(ctx context.Context, url string, timeout time.Duration, w *watch, err error) error {
 	var ue *neturl.Error
 	if errors.As(err, &ue) {
 		// It names the URL again (the cause stays in the chain).
@@ -323,11 +385,34 @@ func transportError(ctx context.Context, url string, w *watch, err error) error 
 	}
 	switch {
 	case deadConn(err):
-		return fmt.Errorf("%s: no data for %s on the connection (the network path to the server is down, or the server stalled): %w", url, w.idle, err)
+		return wordedError{fmt.Sprintf("%s: no data for %s (is the server up? it stalled, or the network path to it is down)", url, seconds(w.idle)), err}
 	case errors.Is(context.Cause(ctx), ErrPathDead):
-		return fmt.Errorf("%s: %w", url, ErrPathDead)
+		return fmt.Errorf("%s: %w", url, context.Cause(ctx))
+	case errors.Is(err, context.DeadlineExceeded) && context.Cause(ctx) == context.DeadlineExceeded:
+		return wordedError{fmt.Sprintf("%s: no answer within %s (is the server up? it stalled, or the network path to it is down)", url, seconds(timeout)), err}
+	case errors.Is(err, syscall.ECONNREFUSED):
+		host := url
+		if p, perr := neturl.Parse(url); perr == nil {
+			host = p.Host
+		}
+		return wordedError{fmt.Sprintf("%s: nothing listens at %s: is the Metnos server running, and is this its device port (8765)?", url, host), err}
 	}
 	return fmt.Errorf("%s: %w", url, err)
+}
+
+// wordedError is an error said in its own words, its cause kept in the
+// chain for errors.Is and As but not repeated.
+type wordedError struct {
+	msg string
+	err error
+}
+
+func (e wordedError) Error() string { return e.msg }
+func (e wordedError) Unwrap() error { return e.err }
+
+// seconds is d as "15 s".
+func seconds(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + " s"
 }
 
 // Register pairs the device key with the server using a one-time token
@@ -339,15 +424,31 @@ func (c *Client) Register(ctx context.Context, token string) (wire.Registration,
 		"os_family":  OSFamily(),
 		"os_arch":    OSArch(),
 	})
-	b, err := c.do(ctx, http.MethodPost, wire.PathRegister, body, false, RegisterTimeout)
+	b, err := c.do(ctx, http.MethodPost, wire.PathRegister, body, false, RegisterTimeout, smallAnswer)
 	if err != nil {
 		return wire.Registration{}, err
 	}
 	var r wire.Registration
 	if err := json.Unmarshal(b, &r); err != nil || r.DeviceID == "" {
-		return wire.Registration{}, fmt.Errorf("%s%s: the answer is not a registration (%v): is this a Metnos server?", c.base, wire.PathRegister, err)
+		return wire.Registration{}, fmt.Errorf("not a Metnos server? %s%s answered %s", c.base, wire.PathRegister, notWhat(b, "a registration"))
 	}
 	return r, nil
+}
+
+// notWhat says what an answer b that is not the want the protocol
+// expects is instead: an HTML page, something that is not JSON, or
+// JSON that is not want.
+func notWhat(b []byte, want string) string {
+	text := bytes.TrimSpace(b)
+	switch {
+	case len(text) == 0:
+		return "with an empty body"
+	case text[0] == '<':
+		return "with an HTML page"
+	case !json.Valid(text):
+		return "with something that is not JSON"
+	}
+	return "with JSON that is not " + want
 }
 
 // Poll long-polls for the next invocation after cursor ("" for none),
@@ -379,14 +480,14 @@ func (c *Client) Poll(ctx context.Context, cursor string, block time.Duration) (
 		delete(c.polls, w)
 		c.mu.Unlock()
 	}()
-	b, err := c.doWatched(pctx, http.MethodPost, wire.PathPoll, body, true, block+15*time.Second, w)
+	b, err := c.doWatched(pctx, http.MethodPost, wire.PathPoll, body, true, block+15*time.Second, pollAnswer, w)
 	if err != nil {
 		return wire.PollResponse{}, err
 	}
 	v, err := wire.Decode(b)
 	m, ok := v.(map[string]any)
 	if err != nil || !ok {
-		return wire.PollResponse{}, fmt.Errorf("%s%s: the answer is not a JSON object: %v", c.base, wire.PathPoll, err)
+		return wire.PollResponse{}, fmt.Errorf("not a Metnos server? %s%s answered %s", c.base, wire.PathPoll, notWhat(b, "a JSON object"))
 	}
 	r := wire.PollResponse{Invocation: m["invocation"]}
 	r.ShimSHA256, _ = m["shim_sha256"].(string)
@@ -404,24 +505,24 @@ func (c *Client) Heartbeat(ctx context.Context, profile map[string]any) error {
 	id, _ := json.Marshal(c.deviceID)
 	body := []byte(`{"device_id":` + string(id) + `,"profile":` + string(p) + `}`)
 	w := &watch{idle: c.answerIdle}
-	_, err = c.doWatched(ctx, http.MethodPost, wire.PathHeartbeat, body, true, SignedTimeout, w)
+	_, err = c.doWatched(ctx, http.MethodPost, wire.PathHeartbeat, body, true, SignedTimeout, smallAnswer, w)
 	if err != nil && StatusOf(err) == 0 && ctx.Err() == nil && (w.reused.Load() || deadConn(err)) {
 		// It failed on a connection the path's outage left dead (the
 		// pooled ones are closed by now): once more, on a new one.
-		_, err = c.doWatched(ctx, http.MethodPost, wire.PathHeartbeat, body, true, SignedTimeout, &watch{idle: c.answerIdle})
+		_, err = c.doWatched(ctx, http.MethodPost, wire.PathHeartbeat, body, true, SignedTimeout, smallAnswer, &watch{idle: c.answerIdle})
 	}
 	return err
 }
 
 // Deliver posts a spooled result body, byte for byte (docs/protocol.md §5.5).
 func (c *Client) Deliver(ctx context.Context, body []byte) error {
-	_, err := c.do(ctx, http.MethodPost, wire.PathResult, body, true, SignedTimeout)
+	_, err := c.do(ctx, http.MethodPost, wire.PathResult, body, true, SignedTimeout, smallAnswer)
 	return err
 }
 
 // Executor fetches an executor bundle (docs/protocol.md §5.6). It is not verified.
 func (c *Client) Executor(ctx context.Context, name string) (wire.ExecutorBundle, error) {
-	b, err := c.do(ctx, http.MethodGet, wire.PathExecutor+name, nil, false, FetchTimeout)
+	b, err := c.do(ctx, http.MethodGet, wire.PathExecutor+name, nil, false, FetchTimeout, bundleAnswer)
 	if err != nil {
 		return wire.ExecutorBundle{}, fmt.Errorf("executor %s: %w", name, err)
 	}
@@ -434,7 +535,7 @@ func (c *Client) Executor(ctx context.Context, name string) (wire.ExecutorBundle
 
 // Shim fetches the shim bundle (docs/protocol.md §5.7). It is not verified.
 func (c *Client) Shim(ctx context.Context) (wire.ShimBundle, error) {
-	b, err := c.do(ctx, http.MethodGet, wire.PathShim, nil, false, FetchTimeout)
+	b, err := c.do(ctx, http.MethodGet, wire.PathShim, nil, false, FetchTimeout, bundleAnswer)
 	if err != nil {
 		return wire.ShimBundle{}, fmt.Errorf("shim: %w", err)
 	}
@@ -452,7 +553,7 @@ func (c *Client) RuntimeDescriptor(ctx context.Context, filename string) ([]byte
 	if !wire.ValidRuntimeName(filename) {
 		return nil, fmt.Errorf("runtime: %q is not a runtime archive name (…tar.gz)", filename)
 	}
-	b, err := c.do(ctx, http.MethodGet, wire.PathRuntimeDescriptor+filename, nil, false, FetchTimeout)
+	b, err := c.do(ctx, http.MethodGet, wire.PathRuntimeDescriptor+filename, nil, false, FetchTimeout, smallAnswer)
 	if err != nil {
 		return nil, fmt.Errorf("runtime descriptor: %w", err)
 	}

@@ -33,6 +33,9 @@ func TestErrorNamesTheURLOnce(t *testing.T) {
 		if n := strings.Count(err.Error(), base); n != 1 {
 			t.Errorf("the URL appears %d times in %q, want once", n, err)
 		}
+		if !strings.Contains(err.Error(), "nothing listens at "+l.Addr().String()+": is the Metnos server running, and is this its device port (8765)?") {
+			t.Errorf("%v: does not say that nothing listens there", err)
+		}
 		if !errors.Is(err, syscall.ECONNREFUSED) {
 			t.Errorf("%v: the cause is lost from the chain", err)
 		}

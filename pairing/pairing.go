@@ -7,6 +7,7 @@
 package pairing
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
@@ -73,34 +74,110 @@ func LoadKey(lay layout.Layout) (ed25519.PrivateKey, error) {
 // the file and what to do, since a new key would not be the device the
 // server knows.
 func LoadOrCreateKey(lay layout.Layout) (ed25519.PrivateKey, error) {
-	key, err := LoadKey(lay)
-	if !errors.Is(err, ErrNoKey) {
+	key, fresh, err := LoadOrNewKey(lay)
+	if err != nil || !fresh {
 		return key, err
+	}
+	if err := SaveNewKey(lay, key); err != nil {
+		return nil, err
+	}
+	return key, nil
+}
+
+// LoadOrNewKey is [LoadOrCreateKey] without writing anything: a new
+// key (fresh) is only in memory, for [SaveNewKey] to write once it is
+// known to be wanted (register writes it once the server paired it).
+func LoadOrNewKey(lay layout.Layout) (key ed25519.PrivateKey, fresh bool, err error) {
+	key, err = LoadKey(lay)
+	if !errors.Is(err, ErrNoKey) {
+		return key, false, err
 	}
 	path := lay.Key()
 	st, err := LoadState(lay)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if st.Paired() {
 		server := "its server"
 		if st.ServerURL != nil && *st.ServerURL != "" {
 			server = term.Sanitize(*st.ServerURL)
 		}
-		return nil, fmt.Errorf("pairing: the device key %s is missing, but this device is paired (device %s with %s): restore the key file from a backup (or mount where it lives), or run `metnos-agent unpair` and pair again as a new device", path, term.Sanitize(*st.DeviceID), server)
+		return nil, false, fmt.Errorf("pairing: the device key %s is missing, but this device is paired (device %s with %s): restore the key file from a backup (or mount where it lives), or run `metnos-agent unpair` and pair again as a new device", path, term.Sanitize(*st.DeviceID), server)
 	}
 	seed := make([]byte, ed25519.SeedSize)
 	if _, err := rand.Read(seed); err != nil {
-		return nil, fmt.Errorf("pairing: making a device key: %w", err)
+		return nil, false, fmt.Errorf("pairing: making a device key: %w", err)
 	}
-	if err := makeDataDir(lay); err != nil {
-		return nil, err
-	}
-	if err := createFile(path, seed); err != nil {
-		return nil, fmt.Errorf("pairing: writing the device key: %w", err)
-	}
-	return ed25519.NewKeyFromSeed(seed), nil
+	return ed25519.NewKeyFromSeed(seed), true, nil
 }
+
+// SaveNewKey writes key, made by [LoadOrNewKey], to lay's Key, mode
+// 0600, creating the data folder; it never writes through or over a
+// link or any file already there.
+func SaveNewKey(lay layout.Layout, key ed25519.PrivateKey) error {
+	if err := makeDataDir(lay); err != nil {
+		return err
+	}
+	if err := createFile(lay.Key(), key.Seed()); err != nil {
+		if errors.Is(err, os.ErrPermission) {
+			return fmt.Errorf("pairing: the data folder %s is not writable by this user, so the device key cannot be written there: fix its owner or mode, or point %s at a folder of yours", lay.Data, layout.DataDirEnv)
+		}
+		return fmt.Errorf("pairing: writing the device key: %w", err)
+	}
+	return nil
+}
+
+// CheckPaired reports an error, creating and changing nothing, unless
+// this device is paired and its key is usable: for a command that
+// serves or asks the paired server, before it writes anything.
+func CheckPaired(lay layout.Layout) error {
+	st, err := LoadState(lay)
+	if err != nil {
+		return err
+	}
+	if !st.Paired() {
+		return ErrNotPaired
+	}
+	_, _, err = LoadOrNewKey(lay)
+	return err
+}
+
+// CheckDataWritable reports an error, leaving nothing behind, when this
+// user could not write lay's data folder (or create it, when it does
+// not exist yet): for register, before its token is spent on a pairing
+// that could not be kept.
+func CheckDataWritable(lay layout.Layout) error {
+	dir := lay.Data
+	for {
+		fi, err := os.Stat(dir)
+		if err == nil && fi.IsDir() {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if err == nil || parent == dir {
+			return nil // not a folder: the write says what is wrong
+		}
+		dir = parent
+	}
+	f, err := os.CreateTemp(dir, ".metnos-write-test*")
+	if err != nil {
+		if errors.Is(err, os.ErrPermission) {
+			what := "the data folder " + lay.Data
+			if dir != lay.Data {
+				what = fmt.Sprintf("the folder %s, where the data folder %s would be made,", dir, lay.Data)
+			}
+			return fmt.Errorf("pairing: %s is not writable by this user: fix its owner or mode, or point %s at a folder of yours", what, layout.DataDirEnv)
+		}
+		return nil
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return nil
+}
+
+// ErrNotPaired is the error of a command that needs a pairing on a
+// device that has none.
+var ErrNotPaired = errors.New("this device is not paired: run `metnos-agent register --server URL --token TOKEN` first")
 
 // createFile writes data to the new file path, mode 0600, durably, and
 // never over anything already there, a link included: through a
@@ -188,6 +265,9 @@ func makeDataDir(lay layout.Layout) error {
 		return fmt.Errorf("pairing: %w", err)
 	}
 	if err := os.MkdirAll(lay.Data, 0o700); err != nil {
+		if errors.Is(err, os.ErrPermission) {
+			return fmt.Errorf("pairing: the data folder %s cannot be created by this user: fix the owner or mode of the folder above it, or point %s at a folder of yours", lay.Data, layout.DataDirEnv)
+		}
 		return fmt.Errorf("pairing: creating the data folder: %w", err)
 	}
 	return nil
@@ -224,21 +304,43 @@ func (s State) ServerKey() (ed25519.PublicKey, error) {
 }
 
 // LoadState reads lay's State, state.json; a missing file is the empty,
-// unpaired State.
+// unpaired State. A link whose target is missing (a vault or drive not
+// mounted) is an error naming both, not "not paired"; a file that is not
+// a device state is an error naming it and what to do.
 func LoadState(lay layout.Layout) (State, error) {
 	path := lay.State()
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
+		if target, lerr := os.Readlink(path); lerr == nil {
+			return State{}, fmt.Errorf("pairing: the pairing file %s is a link to %s, which does not exist (a vault or drive not mounted?): mount it, or restore the file there", path, term.Sanitize(target))
+		}
 		return State{}, nil
 	}
 	if err != nil {
-		return State{}, fmt.Errorf("pairing: %w", err)
+		return State{}, fmt.Errorf("pairing: reading the pairing file: %w", err)
 	}
 	var s State
 	if err := json.Unmarshal(b, &s); err != nil {
-		return State{}, fmt.Errorf("pairing: %s is not a device state file: %w", path, err)
+		return State{}, fmt.Errorf("pairing: the pairing file %s is damaged (%s): restore it, or run `metnos-agent unpair` and pair again", path, damage(b, err))
 	}
 	return s, nil
+}
+
+// damage says in a few words what is wrong with a state.json that did
+// not decode.
+func damage(b []byte, err error) string {
+	var te *json.UnmarshalTypeError
+	switch {
+	case len(bytes.TrimSpace(b)) == 0:
+		return "it is empty"
+	case !json.Valid(b):
+		return "it is not JSON"
+	case errors.As(err, &te) && te.Field != "":
+		return fmt.Sprintf("its %s is a JSON %s, not a string", te.Field, te.Value)
+	case errors.As(err, &te):
+		return fmt.Sprintf("it is a JSON %s, not an object", te.Value)
+	}
+	return "it is not a device state"
 }
 
 // SaveState writes lay's State, state.json, as the Rust client does:
@@ -272,14 +374,19 @@ func LocalFingerprint(pub ed25519.PublicKey) string { return hex.EncodeToString(
 // says what is wrong and what is expected.
 func CheckServerURL(u string) error {
 	const want = "want http:// or https://, a host, and no ?query or #fragment, such as http://metnos.your-tailnet:8765"
-	q := strconv.Quote(term.Sanitize(u))
+	// Sanitize escapes what a terminal would act on, once; quoting
+	// again would double its backslashes.
+	q := `"` + term.Sanitize(u) + `"`
+	if r, off, bad := term.FirstUnsafe(u); bad {
+		return fmt.Errorf("the server URL %s holds %s at byte %d: %s", q, term.Describe(r), off, want)
+	}
 	p, err := url.Parse(u)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return fmt.Errorf("the server URL %s is not a URL (%v): %s", q, err, want)
+		return fmt.Errorf("the server URL %s is not a URL (%s): %s", q, strings.TrimPrefix(err.Error(), "net/url: "), want)
 	}
 	switch {
 	case p.Scheme == "":

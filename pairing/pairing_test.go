@@ -256,6 +256,9 @@ func TestCheckServerURL(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "\x1b") {
 			t.Errorf("%q: the error holds a raw escape", bad)
 		}
+		if err != nil && (strings.Contains(err.Error(), `\\x1b`) || strings.Contains(err.Error(), "net/url")) {
+			t.Errorf("%q: %v: escaped twice, or a Go package's words", bad, err)
+		}
 	}
 	// A state.json naming an ftp:// server is found out by CheckServer,
 	// which names the file.
@@ -294,5 +297,107 @@ func TestCreateExclRefusesLinksAndFiles(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(p); string(b) != "seed" {
 		t.Errorf("the file was overwritten: %q", b)
+	}
+}
+
+// TestDamagedStateFile: a state.json that is empty, not JSON, of the
+// wrong types or not an object is one sentence naming the file, what is
+// wrong in words and what to do, with no Go decoder words.
+func TestDamagedStateFile(t *testing.T) {
+	for body, says := range map[string]string{
+		"":                        "it is empty",
+		"not json {":              "it is not JSON",
+		`{"device_id": 12345}`:    "its device_id is a JSON number, not a string",
+		"[1,2,3]":                 "it is a JSON array, not an object",
+		`{"server_url": {"a":1}}`: "its server_url is a JSON object, not a string",
+	} {
+		dir := t.TempDir()
+		lay := layout.Layout{Data: dir}
+		if err := os.WriteFile(lay.State(), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadState(lay)
+		want := "pairing: the pairing file " + lay.State() + " is damaged (" + says + "): restore it, or run `metnos-agent unpair` and pair again"
+		if err == nil || err.Error() != want {
+			t.Errorf("state.json %q: %v, want %q", body, err, want)
+		}
+		if b, _ := os.ReadFile(lay.State()); string(b) != body {
+			t.Errorf("state.json %q was changed", body)
+		}
+	}
+}
+
+// TestDanglingStateLink: a state.json that is a link to a missing file
+// (a vault not mounted) is an error naming the link and its target, not
+// "not paired"; CheckPaired and LoadOrNewKey say the same.
+func TestDanglingStateLink(t *testing.T) {
+	dir := t.TempDir()
+	lay := layout.Layout{Data: dir}
+	target := filepath.Join(dir, "nowhere.json")
+	if err := os.Symlink(target, lay.State()); err != nil {
+		t.Fatal(err)
+	}
+	want := "pairing: the pairing file " + lay.State() + " is a link to " + target + ", which does not exist (a vault or drive not mounted?): mount it, or restore the file there"
+	if _, err := LoadState(lay); err == nil || err.Error() != want {
+		t.Errorf("LoadState: %v, want %q", err, want)
+	}
+	if err := CheckPaired(lay); err == nil || err.Error() != want {
+		t.Errorf("CheckPaired: %v, want %q", err, want)
+	}
+	if _, _, err := LoadOrNewKey(lay); err == nil || err.Error() != want {
+		t.Errorf("LoadOrNewKey: %v, want %q", err, want)
+	}
+	if _, err := os.Stat(lay.Key()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a key was made beside a dangling state.json: %v", err)
+	}
+}
+
+// TestNewKeyOnlyInMemory: LoadOrNewKey makes a key without writing a
+// file (register writes it once the server paired it), SaveNewKey
+// writes it, and then LoadOrNewKey gives that same key back; CheckPaired
+// on an unpaired device says so and writes nothing.
+func TestNewKeyOnlyInMemory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	lay := layout.Layout{Data: dir}
+	key, fresh, err := LoadOrNewKey(lay)
+	if err != nil || !fresh {
+		t.Fatalf("LoadOrNewKey on a new device: fresh %v, %v", fresh, err)
+	}
+	if err := CheckPaired(lay); !errors.Is(err, ErrNotPaired) {
+		t.Errorf("CheckPaired on a new device: %v, want ErrNotPaired", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the data folder was made before the key was saved: %v", err)
+	}
+	if err := SaveNewKey(lay, key); err != nil {
+		t.Fatal(err)
+	}
+	again, fresh, err := LoadOrNewKey(lay)
+	if err != nil || fresh || !again.Equal(key) {
+		t.Errorf("after SaveNewKey: fresh %v, same key %v, %v", fresh, again.Equal(key), err)
+	}
+	if err := SaveNewKey(lay, key); err == nil {
+		t.Error("SaveNewKey wrote over an existing key")
+	}
+}
+
+// TestUnwritableDataFolder: a data folder this user cannot write is
+// named, with what to do, before register spends its token; no
+// temporary file is named or left.
+func TestUnwritableDataFolder(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root writes any folder; run as another user to test this")
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	os.Mkdir(dir, 0o500)
+	defer os.Chmod(dir, 0o700)
+	lay := layout.Layout{Data: dir}
+	want := "pairing: the data folder " + dir + " is not writable by this user: fix its owner or mode, or point " + layout.DataDirEnv + " at a folder of yours"
+	if err := CheckDataWritable(lay); err == nil || err.Error() != want {
+		t.Errorf("CheckDataWritable: %v, want %q", err, want)
+	}
+	key, _, _ := LoadOrNewKey(lay)
+	if err := SaveNewKey(lay, key); err == nil || !strings.HasPrefix(err.Error(), "pairing: the data folder "+dir+" is not writable") || strings.Contains(err.Error(), ".key.new") {
+		t.Errorf("SaveNewKey: %v", err)
 	}
 }

@@ -113,6 +113,9 @@ func SaveConfig(lay layout.Layout, c Config) error {
 // (mode 0600 or stricter).
 func ReadAuthKey(path string) (string, error) {
 	fi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("tailnet: the auth key file %s does not exist: check --tailnet-authkey-file (a file holding the tailnet's auth key, mode 0600)", path)
+	}
 	if err != nil {
 		return "", fmt.Errorf("tailnet: auth key file: %w", err)
 	}

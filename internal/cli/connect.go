@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +26,10 @@ type connectOptions struct {
 	// unpaired is set by register: no pairing is applied, and the
 	// client has no device id.
 	unpaired bool
+	// key is register's device key ([pairing.LoadOrNewKey]: a new one
+	// is written only once the server paired it); other commands use
+	// the paired device's key.
+	key ed25519.PrivateKey
 	// name names the tailnet node when neither the flags nor
 	// tailnet.json do ("": the paired device's name).
 	name string
@@ -50,18 +55,21 @@ func connect(ctx context.Context, e environment, o connectOptions, log *slog.Log
 	if err := o.tailnet.check(); err != nil {
 		return nil, nil, err
 	}
-	key, err := pairing.LoadOrCreateKey(e.lay)
-	if err != nil {
-		return nil, nil, err
-	}
 	server, deviceID, name := o.server, "", o.name
+	key := o.key
 	if !o.unpaired {
+		// The pairing first: an unpaired device gets no key made.
 		st, err := pairing.LoadState(e.lay)
 		if err != nil {
 			return nil, nil, err
 		}
 		if !st.Paired() {
 			return nil, nil, agent.ErrNotPaired
+		}
+		if key, err = pairing.LoadKey(e.lay); err != nil {
+			// A missing key of a paired device: say so, write nothing.
+			_, _, err = pairing.LoadOrNewKey(e.lay)
+			return nil, nil, err
 		}
 		deviceID = *st.DeviceID
 		if server == "" && st.ServerURL != nil {
@@ -70,6 +78,9 @@ func connect(ctx context.Context, e environment, o connectOptions, log *slog.Log
 		if name == "" && st.DeviceName != nil {
 			name = *st.DeviceName
 		}
+	}
+	if key == nil {
+		return nil, nil, errors.New("no device key to register with")
 	}
 	if server == "" {
 		return nil, nil, errors.New("no server URL: pass --server, or pair again")

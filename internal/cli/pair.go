@@ -40,6 +40,9 @@ func runRegister(std stdio, args []string) int {
 	if err := pairing.CheckServerURL(*server); err != nil {
 		return usageError(std.err, "register", "--server: %v", err)
 	}
+	if err := tf.check(); err != nil {
+		return usageError(std.err, "register", "%v", err)
+	}
 	if r, off, bad := term.FirstUnsafe(*name); bad {
 		return usageError(std.err, "register", "--name holds %s at byte %d: a device name is shown on terminals, so it may not hold control characters, escape sequences or bidirectional overrides", term.Describe(r), off)
 	}
@@ -50,24 +53,40 @@ func runRegister(std stdio, args []string) int {
 	if err := pairing.CheckHome(e.lay); err != nil {
 		return fail(std, err)
 	}
-	// Held until state.json is written: a `run` started meanwhile
-	// (during a tailnet join, say) is refused rather than serving the
-	// pairing this replaces.
-	release, code, ok := holdRunLock(std, e.lay, "pairing again")
-	if !ok {
-		return code
-	}
-	defer release()
 	old, err := pairing.LoadState(e.lay)
 	if err != nil {
 		return fail(std, err)
+	}
+	if old.Paired() {
+		// Held until state.json is written: a `run` started meanwhile
+		// (during a tailnet join, say) is refused rather than serving
+		// the pairing this replaces. A device not paired yet needs no
+		// lock, and gets no file from a register that fails: `run`
+		// refuses an unpaired device before it takes the lock.
+		release, code, ok := holdRunLock(std, e.lay, "pairing again")
+		if !ok {
+			return code
+		}
+		defer release()
+		if old, err = pairing.LoadState(e.lay); err != nil {
+			return fail(std, err)
+		}
 	}
 	if old.Paired() {
 		if code, ok := confirmRepair(std, old, *server, *force); !ok {
 			return code
 		}
 	}
-	c, node, err := connect(context.Background(), e, connectOptions{server: *server, unpaired: true, name: *name, tailnet: tf, progress: std.err}, warnLogger(std))
+	// A new key is written only once the server paired it: a dead or
+	// non-Metnos server leaves nothing behind.
+	key, fresh, err := pairing.LoadOrNewKey(e.lay)
+	if err == nil {
+		err = pairing.CheckDataWritable(e.lay)
+	}
+	if err != nil {
+		return fail(std, err)
+	}
+	c, node, err := connect(context.Background(), e, connectOptions{server: *server, unpaired: true, key: key, name: *name, tailnet: tf, progress: std.err}, warnLogger(std))
 	if err != nil {
 		return fail(std, err)
 	}
@@ -77,6 +96,11 @@ func runRegister(std stdio, args []string) int {
 	reg, err := c.Register(context.Background(), *token)
 	if err != nil {
 		return fail(std, fmt.Errorf("pairing failed: %w", err))
+	}
+	if fresh {
+		if err := pairing.SaveNewKey(e.lay, key); err != nil {
+			return fail(std, fmt.Errorf("%w (the server paired this key, which is now lost: pair again with a new token once this is fixed)", err))
+		}
 	}
 	st := pairing.State{DeviceID: &reg.DeviceID, ServerURL: server, Fingerprint: &reg.Fingerprint, PairedAt: &reg.PairedAt,
 		ServerPublicKey: reg.ServerPublicKey}

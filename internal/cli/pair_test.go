@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -129,10 +130,14 @@ func TestRunRefusedWhileRegistering(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("register never asked the server")
 	}
-	// register has read the device key by now. Without it, a run that
-	// got the lock stops at once (rather than serving the old pairing
-	// until the test times out).
-	os.Remove(e.lay.Key())
+	// run's first step past its checks is this lock: it must be held.
+	// (Were it free, run would go on to serve, so the test looks first.)
+	if held, err := lockfile.Lock(e.lay.Lock()); err == nil {
+		held.Release()
+		t.Fatal("while register waits for the server, run's lock is free")
+	} else if !errors.Is(err, lockfile.ErrLocked) {
+		t.Fatalf("taking run's lock: %v", err)
+	}
 	runStd, _, _, runErr := identityStd(t, false)
 	runStd.env = std.env // the same data folder
 	if code := runRun(runStd, nil); code != exitLocked {

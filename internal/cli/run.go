@@ -14,6 +14,7 @@ import (
 	"github.com/metnos/agent/fetch"
 	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/internal/lockfile"
+	"github.com/metnos/agent/internal/term"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/policy"
 )
@@ -30,21 +31,32 @@ func runRun(std stdio, args []string) int {
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
+	if fs.NArg() > 0 {
+		return usageError(std.err, "run", "run takes no arguments, only flags (got %q)", term.Sanitize(fs.Arg(0)))
+	}
+	// Bad flags are usage errors, before anything is read or written.
+	if err := tf.check(); err != nil {
+		return usageError(std.err, "run", "%v", err)
+	}
 	e, err := std.environment()
 	if err != nil {
 		return fail(std, err)
 	}
 	// Before anything is written or sent: a server URL that cannot be
-	// one, and a home folder that does not exist (never created).
+	// one, a home folder that does not exist (never created), and a
+	// device that is not paired or whose pairing or key is unusable.
 	if err := pairing.CheckServer(e.lay, *server); err != nil {
 		return fail(std, err)
 	}
 	if err := pairing.CheckHome(e.lay); err != nil {
 		return fail(std, err)
 	}
+	if err := pairing.CheckPaired(e.lay); err != nil {
+		return fail(std, err)
+	}
 	lock, err := lockfile.Lock(e.lay.Lock())
 	if errors.Is(err, lockfile.ErrLocked) {
-		fmt.Fprintf(std.err, "metnos-agent: another agent is already running for this user: %v\n", err)
+		fmt.Fprintf(std.err, "metnos-agent: another agent is already running for this user (%v): stop it first with `systemctl --user stop metnos-agent`, or Ctrl-C in its terminal\n", err)
 		return exitLocked
 	}
 	if err != nil {
@@ -57,11 +69,16 @@ func runRun(std stdio, args []string) int {
 	}
 	defer logf.Close()
 	log := newLogger(logf, std.err, e.cfg.LogLevel)
+	// cannotStart says why the agent cannot start: one sentence on
+	// stderr, and a line in the log file for the service's log.
+	cannotStart := func(err error) int {
+		slog.New(slog.NewJSONHandler(logf, nil)).Error("cannot start", "err", err)
+		return fail(std, err)
+	}
 	ctx, halt := stopOnSignals(log)
 	c, node, err := connect(ctx, e, connectOptions{server: *server, tailnet: tf}, log)
 	if err != nil {
-		log.Error("cannot start", "err", err)
-		return exitFailure
+		return cannotStart(err)
 	}
 	if node != nil {
 		defer node.Close()
@@ -80,8 +97,7 @@ func runRun(std stdio, args []string) int {
 	}
 	ac, err := agentConfig(e)
 	if err != nil {
-		log.Error("cannot start", "err", err)
-		return exitFailure
+		return cannotStart(err)
 	}
 	ac.Client, ac.Logger, ac.Version, ac.MinSandbox = c, log, version(), policy.Level(minSandbox)
 	ac.OnHeartbeat = func(ctx context.Context) {
@@ -93,8 +109,7 @@ func runRun(std stdio, args []string) int {
 	ac.Halt = halt
 	a, err := agent.New(ac)
 	if err != nil {
-		log.Error("cannot start", "err", err)
-		return exitFailure
+		return cannotStart(err)
 	}
 	defer a.Close()
 	if err := a.Run(ctx); err != nil {

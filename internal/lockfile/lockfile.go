@@ -35,6 +35,36 @@ import (
 // the lock.
 var ErrLocked = errors.New("lockfile: already locked by another process")
 
+// LockedError is the error of [Lock] when another process holds the
+// lock; it is an [ErrLocked].
+type LockedError struct {
+	Path string
+	PID  int // 0: the file does not say
+}
+
+func (e *LockedError) Error() string {
+	if e.PID > 0 {
+		return fmt.Sprintf("%s is held by process %d", e.Path, e.PID)
+	}
+	return fmt.Sprintf("%s is held by another process", e.Path)
+}
+
+// Is makes a LockedError an ErrLocked.
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }
+
+// openError is the error of a lock file that could not be opened,
+// naming it once, and for a permission error, what to do.
+func openError(path string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	if errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("the lock %s cannot be opened by this user (%w): fix the owner or mode of %s", path, err, filepath.Dir(path))
+	}
+	return fmt.Errorf("opening the lock %s: %w", path, err)
+}
+
 // Held is a lock taken by [Lock] or [LockWait].
 type Held struct{ f *os.File }
 
@@ -53,11 +83,11 @@ func LockWait(path string) (*Held, error) { return lock(path, true) }
 
 func lock(path string, wait bool) (*Held, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("lockfile: %w", err)
+		return nil, fmt.Errorf("making the folder of a lock: %w", err)
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("lockfile: opening the lock %s: %w", path, err)
+		return nil, openError(path, err)
 	}
 	if err := lockFile(f, wait); err != nil {
 		b, _ := io.ReadAll(io.LimitReader(f, 32))
@@ -65,10 +95,8 @@ func lock(path string, wait bool) (*Held, error) {
 		if !heldElsewhere(err) {
 			return nil, fmt.Errorf("lockfile: locking %s: %w", path, err)
 		}
-		if pid, perr := strconv.Atoi(string(b)); perr == nil {
-			return nil, fmt.Errorf("%w: %s is held by process %d", ErrLocked, path, pid)
-		}
-		return nil, fmt.Errorf("%w: %s (%v)", ErrLocked, path, err)
+		pid, _ := strconv.Atoi(string(b))
+		return nil, &LockedError{Path: path, PID: pid}
 	}
 	if !wait {
 		// For humans, and for the error of the next Lock; the short
@@ -94,7 +122,7 @@ func LockHolder(path string) (pid int, held bool, err error) {
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("lockfile: opening the lock %s: %w", path, err)
+		return 0, false, openError(path, err)
 	}
 	defer f.Close() // releases the lock if we took it
 	err = lockFile(f, false)

@@ -2,6 +2,7 @@ package lockfile
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +30,10 @@ func TestLockHeldByAnotherProcess(t *testing.T) {
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 3 || !strings.Contains(string(out), "held by process") {
 		t.Fatalf("a second process took the lock (err %v, output %q)", err, out)
+	}
+	// One sentence naming the lock once and its holder, no chain.
+	if want := fmt.Sprintf("%s is held by process %d", path, os.Getpid()); string(out) != want {
+		t.Errorf("the second Lock says %q, want %q", out, want)
 	}
 	l.Release()
 	cmd = exec.Command(os.Args[0], "-test.run=TestLockHeldByAnotherProcess")
@@ -86,5 +91,30 @@ func TestLockHolder(t *testing.T) {
 	pid, held, err := LockHolder(path)
 	if err != nil || !held || pid != os.Getpid() {
 		t.Errorf("held lock: pid %d held %v, %v", pid, held, err)
+	}
+}
+
+// TestLockOpenErrorNamesThePathOnce: a lock that cannot be opened is
+// named once (the error said "opening the lock P: open P: …").
+func TestLockOpenErrorNamesThePathOnce(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{filepath.Join(dir, "lockdir"), filepath.Join(file, "x", "client.lock")} {
+		if path == filepath.Join(dir, "lockdir") {
+			os.Mkdir(path, 0o700) // a folder where the lock file should be
+		}
+		_, err := Lock(path)
+		if err == nil {
+			t.Fatalf("Lock(%s) succeeded", path)
+		}
+		if n := strings.Count(err.Error(), path); n > 1 {
+			t.Errorf("the error names %s %d times: %v", path, n, err)
+		}
+		if strings.Contains(err.Error(), "lockfile:") {
+			t.Errorf("package name in the sentence: %v", err)
+		}
 	}
 }
