@@ -268,6 +268,15 @@ func File(ctx context.Context, url, dst string, pin Pin, o Options) error {
 		return err
 	}
 	if !d.verified() {
+		// Fetched twice alike and still wrong: nothing of it is worth
+		// resuming.
+		if d.sync != nil {
+			d.sync.stop()
+			d.sync = nil
+		}
+		d.part.Close()
+		os.Remove(d.partPath())
+		os.Remove(d.statePath())
 		return fmt.Errorf("fetch %s: %w: fetched twice it gives sha256 %x (%d bytes) both times, the pin says %s: the pin or the upstream file is wrong; nothing was installed",
 			shown, ErrPinMismatch, d.h.Sum(nil), d.st.Committed, pin)
 	}
@@ -346,7 +355,7 @@ func source(raw string) (local string, err error) {
 		}
 		if p := u.Port(); p != "" {
 			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-				return "", fmt.Errorf("fetch %q: the port %s is not a port (want 1 to 65535)", shown, p)
+				return "", fmt.Errorf("fetch %q: the port %s is out of range (want 1 to 65535)", shown, p)
 			}
 		}
 		return "", nil
