@@ -480,7 +480,10 @@ func (d *download) partPath() string  { return d.dst + ".part" }
 // open opens dst.part and the state, keeping what a previous run of the
 // same download committed.
 func (d *download) open() error {
-	fresh := state{URL: d.url, SHA256: d.pin.SHA256, Size: d.pin.Size}
+	// The state names the URL without its password: it is a file others
+	// may read, and runtime status shows it.
+	url := redacted(d.url)
+	fresh := state{URL: url, SHA256: d.pin.SHA256, Size: d.pin.Size}
 	d.st = fresh
 	b, err := os.ReadFile(d.statePath())
 	switch {
@@ -494,7 +497,7 @@ func (d *download) open() error {
 			// dst.part is kept.
 			d.o.Logger.Warn("the download's state is damaged; discarding it and starting the download over", "file", d.statePath(), "err", err)
 			d.st.Committed = -1
-		} else if st.URL == d.url && st.SHA256 == d.pin.SHA256 && st.Size == d.pin.Size {
+		} else if st.URL == url && st.SHA256 == d.pin.SHA256 && st.Size == d.pin.Size {
 			d.st = st
 		}
 	}

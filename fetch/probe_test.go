@@ -98,6 +98,32 @@ func TestPasswordRedacted(t *testing.T) {
 	if err == nil || strings.Contains(err.Error(), "secret") {
 		t.Errorf("error %v shows the password", err)
 	}
+	// A download left to resume keeps its state in a file: without the
+	// password.
+	m.mu.Lock()
+	m.fault = func(m *mirror, n int, w http.ResponseWriter, r *http.Request) bool {
+		if r.Header.Get("Range") != "bytes=0-999" {
+			w.WriteHeader(http.StatusInternalServerError)
+			return true
+		}
+		return false
+	}
+	m.mu.Unlock()
+	o.Attempts = 1
+	half := filepath.Join(t.TempDir(), "h")
+	if err := File(context.Background(), url+"/h", half, m.pin(), o); err == nil {
+		t.Fatal("a download whose second chunk fails succeeded")
+	}
+	b, err := os.ReadFile(half + ".part.json")
+	if err != nil || strings.Contains(string(b), "secret") || !strings.Contains(string(b), "u:xxxxx@") {
+		t.Errorf("the state of the download left to resume (%v): %s", err, b)
+	}
+	m.mu.Lock()
+	m.fault = nil
+	m.mu.Unlock()
+	if err := File(context.Background(), url+"/h", half, m.pin(), o); err != nil {
+		t.Errorf("resuming: %v", err)
+	}
 }
 
 // TestPinShownAsPinned: with no size pinned, the pin is not said to be
