@@ -705,8 +705,11 @@ func (d *download) chunkWithRetries(ctx context.Context, start, end int64) (done
 // time, after attempts attempts, with err.
 func (d *download) failed(err error, start int64, attempts int) error {
 	var perm *permanentError
-	if attempts == 1 || errors.As(err, &perm) {
+	switch {
+	case attempts == 1 || errors.As(err, &perm):
 		return fmt.Errorf("fetch %s: %w", d.shown, err)
+	case start == 0:
+		return fmt.Errorf("fetch %s: after %d attempts: %w", d.shown, attempts, err)
 	}
 	return fmt.Errorf("fetch %s: at byte %d, after %d attempts: %w", d.shown, start, attempts, err)
 }
