@@ -243,8 +243,10 @@ func execute(ctx context.Context, std stdio, e environment, f execFlags, argv []
 			sandbox.FormatBytes(int64(out.Limits.OutputBytes)), truncatedStreams(out), more.String())
 	}
 	switch {
+	case interrupted && code == 128+int(syscall.SIGTERM):
+		fmt.Fprint(std.err, "metnos-agent: interrupted by SIGTERM; the command was stopped\n")
 	case interrupted:
-		fmt.Fprint(std.err, "metnos-agent: interrupted\n")
+		fmt.Fprint(std.err, "metnos-agent: interrupted; the command was stopped\n")
 	case out.TimedOut:
 		fmt.Fprintf(std.err, "metnos-agent: timed out after %v\n", time.Duration(f.timeout))
 	case out.OOMKilled:

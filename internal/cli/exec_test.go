@@ -466,8 +466,9 @@ func TestExecSIGTERMExitStatus(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 		cmd.Process.Signal(sig)
-		if code := waitFor(cmd, 20*time.Second); code != 128+int(sig) {
-			t.Errorf("%v: exit %d, want %d (stderr %q)", sig, code, 128+int(sig), stderr)
+		want := map[syscall.Signal]string{syscall.SIGTERM: "interrupted by SIGTERM", syscall.SIGINT: "interrupted"}[sig]
+		if code := waitFor(cmd, 20*time.Second); code != 128+int(sig) || !strings.Contains(stderr.String(), want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d, saying %q", sig, code, stderr, 128+int(sig), want)
 		}
 	}
 }
