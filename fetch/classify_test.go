@@ -252,7 +252,7 @@ func TestConnectionErrorIsRetriedAndNamesTheURLOnce(t *testing.T) {
 	o.Logger = slog.New(slog.NewTextHandler(&log, nil))
 	dst := filepath.Join(t.TempDir(), "f")
 	err := File(context.Background(), url, dst, m.pin(), o)
-	check(t, dst, m, err, "after 3 attempt(s)")
+	check(t, dst, m, err, "after 3 attempts")
 	if n := strings.Count(err.Error(), srv.URL); n != 1 {
 		t.Errorf("the URL appears %d times in %q, want once", n, err)
 	}

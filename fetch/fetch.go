@@ -61,6 +61,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	neturl "net/url"
 	"os"
@@ -70,10 +71,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/metnos/agent/internal/atomicfile"
 	"github.com/metnos/agent/internal/lockfile"
+	"github.com/metnos/agent/internal/term"
 )
 
 // Defaults of [Options].
@@ -137,6 +140,11 @@ func (o *Options) defaults() {
 	if o.Client == nil {
 		o.Client = &http.Client{}
 	}
+	if o.Client.CheckRedirect == nil {
+		c := *o.Client
+		c.CheckRedirect = checkRedirect
+		o.Client = &c
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -150,7 +158,7 @@ func (o *Options) defaults() {
 
 // ErrPinMismatch is wrapped when the bytes, fetched twice and agreeing,
 // do not match the pin: the pin or the upstream file is wrong.
-var ErrPinMismatch = errors.New("fetch: the file does not match its pin")
+var ErrPinMismatch = errors.New("the file does not match its pin")
 
 // state is dst.part.json.
 type state struct {
@@ -173,6 +181,9 @@ func (st *state) validator() string {
 // download is one File call.
 type download struct {
 	url, dst string
+	// shown is url as messages and logs name it: its password
+	// redacted, its control characters escaped.
+	shown    string
 	pin      Pin
 	o        Options
 	st       state
@@ -184,20 +195,21 @@ type download struct {
 
 // File downloads url to dst, verified against pin; see the package doc.
 // When dst already exists and matches the pin, it returns at once.
+//
+// Its errors and logs name url with its password redacted and its
+// control characters escaped.
 func File(ctx context.Context, url, dst string, pin Pin, o Options) error {
 	o.defaults()
+	shown := ShowURL(url)
 	pin.SHA256 = strings.ToLower(pin.SHA256)
-	if len(pin.SHA256) != 64 {
-		return fmt.Errorf("fetch %s: the pinned sha256 %q is not 64 hex digits", url, pin.SHA256)
-	}
-	if _, err := hex.DecodeString(pin.SHA256); err != nil {
-		return fmt.Errorf("fetch %s: the pinned sha256 %q is not hex", url, pin.SHA256)
+	if err := pin.check(); err != nil {
+		return fmt.Errorf("fetch %s: %w", shown, err)
 	}
 	local, err := source(url)
 	if err != nil {
 		return err
 	}
-	if err := checkDestination(url, dst); err != nil {
+	if err := checkDestination(shown, dst); err != nil {
 		return err
 	}
 	// One download of a file at a time: another would cut dst.part from
@@ -206,12 +218,21 @@ func File(ctx context.Context, url, dst string, pin Pin, o Options) error {
 	// that opened it just before finds the file in place and stops).
 	lockPath := dst + ".part.lock"
 	lock, err := lockfile.Lock(lockPath)
-	if err != nil {
-		return fmt.Errorf("fetch %s: another download to %s is running: %w", url, dst, err)
+	switch {
+	case errors.Is(err, lockfile.ErrLocked):
+		return fmt.Errorf("fetch %s: another download to %s is running (%w): wait for it, or stop it", shown, term.Sanitize(dst), err)
+	case err != nil:
+		return fmt.Errorf("fetch %s: cannot create the lock file next to %s: %w", shown, term.Sanitize(dst), unwrapPath(err))
 	}
 	done := false
 	defer func() {
-		if _, err := os.Lstat(dst + ".part"); done || errors.Is(err, fs.ErrNotExist) {
+		part := dst + ".part"
+		if fi, err := os.Lstat(part); !done && err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
+			// Nothing was downloaded: nothing is left to resume.
+			os.Remove(part)
+			os.Remove(dst + ".part.json")
+		}
+		if _, err := os.Lstat(part); done || errors.Is(err, fs.ErrNotExist) {
 			os.Remove(lockPath) // fails on Windows, where the file is open: it stays
 		}
 		lock.Release()
@@ -221,9 +242,9 @@ func File(ctx context.Context, url, dst string, pin Pin, o Options) error {
 		return nil
 	}
 	if local != "" {
-		return copyLocal(url, local, dst, pin, o.Logger)
+		return copyLocal(shown, local, dst, pin, o.Logger)
 	}
-	d := &download{url: url, dst: dst, pin: pin, o: o}
+	d := &download{url: url, shown: shown, dst: dst, pin: pin, o: o}
 	if err := d.open(); err != nil {
 		return err
 	}
@@ -242,34 +263,105 @@ func File(ctx context.Context, url, dst string, pin Pin, o Options) error {
 		done = err == nil
 		return err
 	}
-	d.o.Logger.Warn("the downloaded file misses its pin; fetching every chunk twice", "url", url)
+	d.o.Logger.Warn("the downloaded file misses its pin; fetching every chunk twice", "url", shown)
 	if err := d.consensus(ctx); err != nil {
 		return err
 	}
 	if !d.verified() {
-		return fmt.Errorf("%w: %s fetched twice gives sha256 %x (%d bytes) both times, the pin says %s (%d bytes): the pin or the upstream file is wrong; nothing was installed",
-			ErrPinMismatch, url, d.h.Sum(nil), d.st.Committed, pin.SHA256, pin.Size)
+		// Fetched twice alike and still wrong: nothing of it is worth
+		// resuming.
+		if d.sync != nil {
+			d.sync.stop()
+			d.sync = nil
+		}
+		d.part.Close()
+		os.Remove(d.partPath())
+		os.Remove(d.statePath())
+		return fmt.Errorf("fetch %s: %w: fetched twice it gives sha256 %x (%d bytes) both times, the pin says %s: the pin or the upstream file is wrong; nothing was installed",
+			shown, ErrPinMismatch, d.h.Sum(nil), d.st.Committed, pin)
 	}
 	err = d.finish()
 	done = err == nil
 	return err
 }
 
+// String is the pin as messages show it: the digest, and the size when
+// one is pinned.
+func (p Pin) String() string {
+	if p.Size > 0 {
+		return fmt.Sprintf("%s (%d bytes)", p.SHA256, p.Size)
+	}
+	return p.SHA256
+}
+
+// check refuses a pin no download could match.
+func (p Pin) check() error {
+	if len(p.SHA256) != 64 {
+		return fmt.Errorf("the pinned sha256 %q is not 64 hex digits", term.Sanitize(p.SHA256))
+	}
+	if _, err := hex.DecodeString(p.SHA256); err != nil {
+		return fmt.Errorf("the pinned sha256 %q is not hex", term.Sanitize(p.SHA256))
+	}
+	if p.Size < 0 {
+		return fmt.Errorf("the pinned size %d is negative (give the size in bytes, or 0 when it is unknown)", p.Size)
+	}
+	return nil
+}
+
+// ShowURL returns raw as a message or a log may show it: with the
+// password of its user information redacted and its control
+// characters escaped.
+func ShowURL(raw string) string {
+	return term.Sanitize(redacted(raw))
+}
+
+// redacted returns raw with the password of its user information
+// redacted.
+func redacted(raw string) string {
+	if u, err := neturl.Parse(raw); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return raw
+}
+
+// unwrapPath returns the innermost error of a chain that ends with a
+// *fs.PathError (whose path the caller names already), err otherwise.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
 // source checks raw before anything is downloaded: an http:// or
-// https:// URL with a host (local is ""), or a local file, named by a
-// file:// URL or a path (local is its path). Anything else is an error
-// no retry could mend.
+// https:// URL with a host and a valid port (local is ""), or a local
+// file, named by a file:// URL or a path (local is its path). Anything
+// else is an error no retry could mend.
 func source(raw string) (local string, err error) {
+	shown := redacted(raw) // quoted with %q, which escapes control characters
 	u, perr := neturl.Parse(raw)
+	lower := strings.ToLower(raw)
 	switch {
+	case perr != nil && (strings.HasPrefix(lower, "http://") || strings.HasPrefix(lower, "https://")):
+		var ue *neturl.Error
+		if errors.As(perr, &ue) {
+			perr = ue.Err // it names the URL
+		}
+		return "", fmt.Errorf("fetch %q: not a valid URL: %s", shown, term.Sanitize(strings.TrimPrefix(perr.Error(), "net/url: ")))
 	case perr == nil && (u.Scheme == "http" || u.Scheme == "https"):
 		if u.Host == "" {
-			return "", fmt.Errorf("fetch %q: the URL has no host (want http://HOST/PATH)", raw)
+			return "", fmt.Errorf("fetch %q: the URL has no host (want http://HOST/PATH)", shown)
+		}
+		if p := u.Port(); p != "" {
+			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+				return "", fmt.Errorf("fetch %q: the port %s is out of range (want 1 to 65535)", shown, p)
+			}
 		}
 		return "", nil
 	case perr == nil && u.Scheme == "file":
 		if u.Host != "" && u.Host != "localhost" {
-			return "", fmt.Errorf("fetch %q: a file:// URL must name a file on this machine (file:///PATH)", raw)
+			return "", fmt.Errorf("fetch %q: a file:// URL must name a file on this machine (file:///PATH)", shown)
 		}
 		local = u.Path
 		if len(local) > 2 && local[0] == '/' && local[2] == ':' && filepath.Separator == '\\' {
@@ -277,7 +369,7 @@ func source(raw string) (local string, err error) {
 		}
 		local = filepath.FromSlash(local)
 	case perr == nil && len(u.Scheme) > 1:
-		return "", fmt.Errorf("fetch %q: %s:// is not supported: give an http://, https:// or file:// URL, or the path of a local file", raw, u.Scheme)
+		return "", fmt.Errorf("fetch %q: %s:// is not supported: give an http://, https:// or file:// URL, or the path of a local file", shown, term.Sanitize(u.Scheme))
 	default:
 		// No scheme (or a Windows drive letter): a path.
 		local = raw
@@ -285,30 +377,34 @@ func source(raw string) (local string, err error) {
 	fi, err := os.Stat(local)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && (perr != nil || u.Scheme != "file"):
-		return "", fmt.Errorf("fetch %q: neither a URL (it would begin with http:// or https://) nor a file here", raw)
+		return "", fmt.Errorf("fetch %q: neither a URL (it would begin with http:// or https://) nor a file here", shown)
 	case err != nil:
-		return "", fmt.Errorf("fetch %q: %w", raw, err)
+		return "", fmt.Errorf("fetch %q: %w", shown, unwrapPath(err))
 	case !fi.Mode().IsRegular():
-		return "", fmt.Errorf("fetch %q: %s is not a regular file", raw, local)
+		return "", fmt.Errorf("fetch %q: %s is not a regular file", shown, term.Sanitize(local))
 	}
 	return local, nil
 }
 
 // checkDestination refuses, before anything is downloaded, a dst that
-// is a folder or whose folder does not exist.
-func checkDestination(url, dst string) error {
+// is a folder or whose folder does not exist, and a dst.part that is
+// not a file.
+func checkDestination(shown, dst string) error {
 	if fi, err := os.Stat(dst); err == nil && fi.IsDir() {
-		return fmt.Errorf("fetch %s: %s is a folder: name the file to write", url, dst)
+		return fmt.Errorf("fetch %s: %s is a folder: name the file to write", shown, term.Sanitize(dst))
+	}
+	if fi, err := os.Lstat(dst + ".part"); err == nil && !fi.Mode().IsRegular() {
+		return fmt.Errorf("fetch %s: %s is in the way of the download, and not a download left to resume: move it away or remove it", shown, term.Sanitize(dst+".part"))
 	}
 	dir := filepath.Dir(dst)
 	fi, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("fetch %s: the folder %s does not exist: create it first", url, dir)
+		return fmt.Errorf("fetch %s: the folder %s does not exist: create it first", shown, term.Sanitize(dir))
 	case err != nil:
-		return fmt.Errorf("fetch %s: %w", url, err)
+		return fmt.Errorf("fetch %s: the folder %s: %w", shown, term.Sanitize(dir), unwrapPath(err))
 	case !fi.IsDir():
-		return fmt.Errorf("fetch %s: %s is not a folder", url, dir)
+		return fmt.Errorf("fetch %s: %s is not a folder", shown, term.Sanitize(dir))
 	}
 	return nil
 }
@@ -327,7 +423,7 @@ func copyLocal(url, src, dst string, pin Pin, log *slog.Logger) error {
 		return fmt.Errorf("fetch %s: %w", url, err)
 	}
 	if pin.Size > 0 && fi.Size() != pin.Size {
-		return fmt.Errorf("%w: %s is %d bytes, the pin says %d; nothing was installed", ErrPinMismatch, src, fi.Size(), pin.Size)
+		return fmt.Errorf("fetch %s: %w: %s is %d bytes, the pin says %d; nothing was installed", url, ErrPinMismatch, term.Sanitize(src), fi.Size(), pin.Size)
 	}
 	part := dst + ".part"
 	out, err := os.OpenFile(part, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
@@ -344,11 +440,11 @@ func copyLocal(url, src, dst string, pin Pin, log *slog.Logger) error {
 	}
 	if err != nil {
 		os.Remove(part)
-		return fmt.Errorf("fetch %s: copying to %s: %w", url, part, err)
+		return fmt.Errorf("fetch %s: copying to %s: %w", url, term.Sanitize(part), unwrapPath(err))
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != pin.SHA256 || (pin.Size > 0 && n != pin.Size) {
 		os.Remove(part)
-		return fmt.Errorf("%w: %s has sha256 %s (%d bytes), the pin says %s; nothing was installed", ErrPinMismatch, src, got, n, pin.SHA256)
+		return fmt.Errorf("fetch %s: %w: %s has sha256 %s (%d bytes), the pin says %s; nothing was installed", url, ErrPinMismatch, term.Sanitize(src), got, n, pin)
 	}
 	if err := os.Rename(part, dst); err != nil {
 		os.Remove(part)
@@ -384,13 +480,16 @@ func (d *download) partPath() string  { return d.dst + ".part" }
 // open opens dst.part and the state, keeping what a previous run of the
 // same download committed.
 func (d *download) open() error {
-	fresh := state{URL: d.url, SHA256: d.pin.SHA256, Size: d.pin.Size}
+	// The state names the URL without its password: it is a file others
+	// may read, and runtime status shows it.
+	url := redacted(d.url)
+	fresh := state{URL: url, SHA256: d.pin.SHA256, Size: d.pin.Size}
 	d.st = fresh
 	b, err := os.ReadFile(d.statePath())
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
-		return fmt.Errorf("fetch %s: reading the download's state: %w (delete %s to start over)", d.url, err, d.statePath())
+		return fmt.Errorf("fetch %s: reading the download's state: %w (delete %s to start over)", d.shown, err, d.statePath())
 	default:
 		var st state
 		if err := json.Unmarshal(b, &st); err != nil || !st.sane() {
@@ -398,18 +497,18 @@ func (d *download) open() error {
 			// dst.part is kept.
 			d.o.Logger.Warn("the download's state is damaged; discarding it and starting the download over", "file", d.statePath(), "err", err)
 			d.st.Committed = -1
-		} else if st.URL == d.url && st.SHA256 == d.pin.SHA256 && st.Size == d.pin.Size {
+		} else if st.URL == url && st.SHA256 == d.pin.SHA256 && st.Size == d.pin.Size {
 			d.st = st
 		}
 	}
 	f, err := os.OpenFile(d.partPath(), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return fmt.Errorf("fetch %s: %w", d.url, err)
+		return fmt.Errorf("fetch %s: %w", d.shown, err)
 	}
 	d.part = f
 	fi, err := f.Stat()
 	if err != nil {
-		return fmt.Errorf("fetch %s: %w", d.url, err)
+		return fmt.Errorf("fetch %s: %w", d.shown, err)
 	}
 	if d.st.Committed < 0 {
 		d.st = fresh
@@ -441,14 +540,14 @@ func (d *download) rewind(n int64) error {
 		d.sync = nil
 	}
 	if err := d.part.Truncate(n); err != nil {
-		return fmt.Errorf("fetch %s: %w", d.url, err)
+		return fmt.Errorf("fetch %s: %w", d.shown, err)
 	}
 	d.h = sha256.New()
 	if _, err := d.part.Seek(0, io.SeekStart); err != nil {
-		return fmt.Errorf("fetch %s: %w", d.url, err)
+		return fmt.Errorf("fetch %s: %w", d.shown, err)
 	}
 	if _, err := io.CopyN(d.h, d.part, n); err != nil {
-		return fmt.Errorf("fetch %s: hashing the part already downloaded: %w", d.url, err)
+		return fmt.Errorf("fetch %s: hashing the part already downloaded: %w", d.shown, err)
 	}
 	cut := n < d.st.Committed
 	d.st.Committed = n
@@ -467,10 +566,10 @@ func (d *download) writeState() error {
 	b, _ := json.Marshal(d.st)
 	tmp := d.statePath() + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return fmt.Errorf("fetch %s: %w", d.url, err)
+		return fmt.Errorf("fetch %s: %w", d.shown, err)
 	}
 	if err := os.Rename(tmp, d.statePath()); err != nil {
-		return fmt.Errorf("fetch %s: %w", d.url, err)
+		return fmt.Errorf("fetch %s: %w", d.shown, err)
 	}
 	return nil
 }
@@ -483,10 +582,10 @@ func (d *download) commit() error {
 		d.sync = newSyncer(d.part, d.statePath())
 	}
 	if err := d.sync.submit(d.st); err != nil {
-		return fmt.Errorf("fetch %s: %w", d.url, err)
+		return fmt.Errorf("fetch %s: %w", d.shown, err)
 	}
 	if d.o.Progress != nil {
-		d.o.Progress(Progress{URL: d.url, Done: d.st.Committed, Total: d.total()})
+		d.o.Progress(Progress{URL: d.shown, Done: d.st.Committed, Total: d.total()})
 	}
 	return nil
 }
@@ -512,24 +611,24 @@ func (d *download) finish() error {
 		d.sync = nil
 	}
 	if err := d.part.Sync(); err != nil {
-		return fmt.Errorf("fetch %s: %w", d.url, err)
+		return fmt.Errorf("fetch %s: %w", d.shown, err)
 	}
 	if err := d.part.Close(); err != nil {
-		return fmt.Errorf("fetch %s: %w", d.url, err)
+		return fmt.Errorf("fetch %s: %w", d.shown, err)
 	}
 	// What is on disk, not what went through the hash, is what goes in
 	// place: read it once more (it is in the page cache).
 	if ok, err := matches(d.partPath(), d.pin); !ok {
 		os.Remove(d.partPath())
 		os.Remove(d.statePath())
-		return fmt.Errorf("%w: %s on disk does not match what was downloaded (%v); it was removed, download it again", ErrPinMismatch, d.partPath(), err)
+		return fmt.Errorf("fetch %s: %w: %s on disk does not match what was downloaded (%v); it was removed, download it again", d.shown, ErrPinMismatch, term.Sanitize(d.partPath()), err)
 	}
 	if err := os.Rename(d.partPath(), d.dst); err != nil {
-		return fmt.Errorf("fetch %s: %w", d.url, err)
+		return fmt.Errorf("fetch %s: %w", d.shown, err)
 	}
 	os.Remove(d.statePath())
 	atomicfile.SyncDir(filepath.Dir(d.dst))
-	d.o.Logger.Info("downloaded and verified", "url", d.url, "file", d.dst, "bytes", d.st.Committed)
+	d.o.Logger.Info("downloaded and verified", "url", d.shown, "file", d.dst, "bytes", d.st.Committed)
 	return nil
 }
 
@@ -544,7 +643,7 @@ func (d *download) pass(ctx context.Context) error {
 				return err
 			}
 			// The file changed: from zero, one chunk at a time.
-			d.o.Logger.Warn("the file changed on the server; starting over", "url", d.url)
+			d.o.Logger.Warn("the file changed on the server; starting over", "url", d.shown)
 			if err := d.rewind(0); err != nil {
 				return err
 			}
@@ -581,15 +680,15 @@ func (d *download) chunkWithRetries(ctx context.Context, start, end int64) (done
 			return done, nil
 		}
 		if !transient(err, &stalls) || ctx.Err() != nil || attempt >= d.o.Attempts {
-			return false, fmt.Errorf("fetch %s: bytes %d-%d, after %d attempt(s): %w", d.url, start, end, attempt, err)
+			return false, d.failed(err, start, attempt)
 		}
-		d.o.Logger.Warn("chunk failed; retrying", "url", d.url, "range", fmt.Sprintf("%d-%d", start, end), "attempt", attempt, "err", err)
+		d.o.Logger.Warn("chunk failed; retrying", "url", d.shown, "range", fmt.Sprintf("%d-%d", start, end), "attempt", attempt, "err", err)
 		if d.st.Committed < start {
 			// The answer reset the download (a changed file, a whole-file
 			// answer cut short): go on from where it now stands.
 			d.restarts++
 			if d.restarts > d.o.Attempts {
-				return false, fmt.Errorf("fetch %s: started over %d times: %w", d.url, d.restarts, err)
+				return false, fmt.Errorf("fetch %s: started over %d times: %w", d.shown, d.restarts, err)
 			}
 			return false, nil
 		}
@@ -600,6 +699,34 @@ func (d *download) chunkWithRetries(ctx context.Context, start, end int64) (done
 			return false, err
 		}
 	}
+}
+
+// failed is the error of a chunk from start that failed for the last
+// time, after attempts attempts, with err.
+func (d *download) failed(err error, start int64, attempts int) error {
+	var perm *permanentError
+	switch {
+	case attempts == 1 || errors.As(err, &perm):
+		return fmt.Errorf("fetch %s: %w", d.shown, err)
+	case start == 0:
+		return fmt.Errorf("fetch %s: after %d attempts: %w", d.shown, attempts, err)
+	}
+	return fmt.Errorf("fetch %s: at byte %d, after %d attempts: %w", d.shown, start, attempts, err)
+}
+
+// maxRedirects is how many redirects a request may follow.
+const maxRedirects = 10
+
+// checkRedirect follows a redirect to an http:// or https:// URL, at
+// most maxRedirects in a row; anything else is a permanent error.
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
+		return &permanentError{fmt.Errorf("the server redirected to %s, which is not an http:// or https:// URL", ShowURL(req.URL.String()))}
+	}
+	if len(via) >= maxRedirects {
+		return &permanentError{fmt.Errorf("the server redirected more than %d times in a row (last to %s)", maxRedirects, ShowURL(req.URL.String()))}
+	}
+	return nil
 }
 
 // permanentError is an answer no retry can change (404, an HTML page).
@@ -636,6 +763,9 @@ func (d *download) get(ctx context.Context, start, end int64, ifRange string) (r
 		if errors.As(err, &ue) {
 			err = ue.Err // it names the URL, which the error of File names already
 		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			err = fmt.Errorf("nothing listens at %s (the connection was refused): is the server running, and is the port right?", term.Sanitize(hostPort(req.URL)))
+		}
 		return nil, nil, nil, st.explain(err)
 	}
 	done = func() { resp.Body.Close(); idle.Stop(); cancel() }
@@ -644,6 +774,19 @@ func (d *download) get(ctx context.Context, start, end int64, ifRange string) (r
 		return nil, nil, nil, &permanentError{fmt.Errorf("the server sent the file %s-encoded although identity was asked", ce)}
 	}
 	return resp, &idleReader{r: resp.Body, t: idle, d: d.o.Idle, stall: st}, done, nil
+}
+
+// hostPort is u's host and port, the scheme's default port when u
+// names none.
+func hostPort(u *neturl.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	return net.JoinHostPort(u.Hostname(), port)
 }
 
 // stall is the idle timeout of one request.
@@ -749,7 +892,7 @@ func (d *download) chunk(ctx context.Context, start, end int64) (bool, error) {
 		}
 		if d.st.Total != 0 && total != d.st.Total {
 			// The file changed size under the same validator: start over.
-			d.o.Logger.Warn("the file changed on the server; starting over", "url", d.url)
+			d.o.Logger.Warn("the file changed on the server; starting over", "url", d.shown)
 			d.restart(resp)
 			return false, errors.New("the file changed on the server")
 		}
@@ -777,7 +920,7 @@ func (d *download) chunk(ctx context.Context, start, end int64) (bool, error) {
 		// No Range support, or the file changed (If-Range): the whole
 		// file, from zero, never appended to what was there.
 		if start > 0 {
-			d.o.Logger.Warn("the server sent the whole file; starting over from zero", "url", d.url, "had", start)
+			d.o.Logger.Warn("the server sent the whole file; starting over from zero", "url", d.shown, "had", start)
 		}
 		if err := d.rewind(0); err != nil {
 			return false, err
@@ -818,7 +961,7 @@ func (d *download) chunk(ctx context.Context, start, end int64) (bool, error) {
 				return true, nil
 			}
 		}
-		d.o.Logger.Warn("the server cannot serve the range asked; starting over", "url", d.url, "from", start)
+		d.o.Logger.Warn("the server cannot serve the range asked; starting over", "url", d.shown, "from", start)
 		d.rewind(0)
 		return false, errors.New("416 for a range inside the file")
 	}
@@ -880,7 +1023,7 @@ func (d *download) consensus(ctx context.Context) error {
 	}
 	total := d.total()
 	if total == 0 {
-		return fmt.Errorf("fetch %s: the file's size is unknown, so it cannot be fetched again by chunks", d.url)
+		return fmt.Errorf("fetch %s: the file's size is unknown, so it cannot be fetched again by chunks", d.shown)
 	}
 	for start := int64(0); start < total; {
 		end := min(start+d.o.Chunk-1, total-1)
@@ -890,7 +1033,7 @@ func (d *download) consensus(ctx context.Context) error {
 			b, err := d.fetchRange(ctx, start, end, "")
 			var perm *permanentError
 			if errors.As(err, &perm) {
-				return fmt.Errorf("fetch %s: bytes %d-%d: %w", d.url, start, end, err)
+				return fmt.Errorf("fetch %s: bytes %d-%d: %w", d.shown, start, end, err)
 			}
 			if err == nil {
 				sum := sha256.Sum256(b)
@@ -904,14 +1047,14 @@ func (d *download) consensus(ctx context.Context) error {
 				return ctx.Err()
 			}
 			if attempt >= 2*d.o.Attempts {
-				return fmt.Errorf("fetch %s: bytes %d-%d: no two copies agreed in %d attempts (last error: %v)", d.url, start, end, attempt, err)
+				return fmt.Errorf("fetch %s: bytes %d-%d: no two copies agreed in %d attempts (last error: %v)", d.shown, start, end, attempt, err)
 			}
 		}
 		if _, err := d.part.Seek(start, io.SeekStart); err != nil {
 			return err
 		}
 		if _, err := d.part.Write(agreed); err != nil {
-			return fmt.Errorf("fetch %s: %w", d.url, err)
+			return fmt.Errorf("fetch %s: %w", d.shown, err)
 		}
 		d.h.Write(agreed)
 		d.st.Committed = end + 1
@@ -919,7 +1062,7 @@ func (d *download) consensus(ctx context.Context) error {
 			return err
 		}
 		if d.o.Progress != nil {
-			d.o.Progress(Progress{URL: d.url, Done: d.st.Committed, Total: total, Pass: 2})
+			d.o.Progress(Progress{URL: d.shown, Done: d.st.Committed, Total: total, Pass: 2})
 		}
 		start = end + 1
 	}
@@ -968,7 +1111,7 @@ func (d *download) parallel(ctx context.Context) error {
 			return err
 		}
 		if _, err := d.part.Write(r.b); err != nil {
-			return fmt.Errorf("fetch %s: %w", d.url, err)
+			return fmt.Errorf("fetch %s: %w", d.shown, err)
 		}
 		d.h.Write(r.b)
 		d.st.Committed += int64(len(r.b))
@@ -994,9 +1137,9 @@ func (d *download) rangeWithRetries(ctx context.Context, start, end int64) ([]by
 			if errors.Is(err, errChanged) {
 				return nil, err
 			}
-			return nil, fmt.Errorf("fetch %s: bytes %d-%d, after %d attempt(s): %w", d.url, start, end, attempt, err)
+			return nil, d.failed(err, start, attempt)
 		}
-		d.o.Logger.Warn("chunk failed; retrying", "url", d.url, "range", fmt.Sprintf("%d-%d", start, end), "attempt", attempt, "err", err)
+		d.o.Logger.Warn("chunk failed; retrying", "url", d.shown, "range", fmt.Sprintf("%d-%d", start, end), "attempt", attempt, "err", err)
 		if err := d.pause(ctx, &wait); err != nil {
 			return nil, err
 		}

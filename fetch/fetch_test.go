@@ -224,7 +224,7 @@ func TestFaults(t *testing.T) {
 			w.WriteHeader(http.StatusOK)
 			w.Write(m.data)
 			return true
-		}, want: "attempt"},
+		}, want: "the pin says"},
 		{name: "gzip-encoded", fault: func(m *mirror, n int, w http.ResponseWriter, r *http.Request) bool {
 			w.Header().Set("Content-Encoding", "gzip")
 			gz := gzip.NewWriter(w)

@@ -88,9 +88,15 @@ func Install(ctx context.Context, lay layout.Layout, src Source, o Options) (Run
 	final := filepath.Join(versions, pin[:16])
 	previous, _ := Current(lay)
 	rt, err := unpacked(ctx, archive, final, pin)
-	if errors.Is(err, ErrUnsafeArchive) {
-		// The verified archive is what it is: unpacking it again cannot help.
+	switch {
+	case errors.Is(err, ErrUnsafeArchive):
+		// The verified archive is what it is: unpacking it again cannot
+		// help, and keeping it in the cache neither.
+		os.Remove(archive)
 		return Runtime{}, fmt.Errorf("runtime %s: the archive matches its pin but is not safe to unpack, so nothing was installed and the previous runtime stays: %w", src.Filename, err)
+	case errors.Is(err, errNotRuntime):
+		os.Remove(archive)
+		return Runtime{}, fmt.Errorf("runtime %s: the archive matches its pin but %w: give a python-build-standalone archive (…install_only.tar.gz); nothing was installed and the previous runtime stays", src.Filename, err)
 	}
 	if err != nil {
 		// A damaged copy (a crash, a disk error): once more from the archive.
@@ -132,8 +138,9 @@ func unpacked(ctx context.Context, archive, final, pin string) (Runtime, error) 
 			return Runtime{}, err
 		}
 		if _, err := interpreterIn(filepath.Join(staging, "python")); err != nil {
+			// Straight from the verified archive: not a damaged copy.
 			os.RemoveAll(staging)
-			return Runtime{}, err
+			return Runtime{}, fmt.Errorf("%w (%w)", errNotRuntime, err)
 		}
 		if err := syncTree(staging); err != nil {
 			os.RemoveAll(staging)
@@ -178,6 +185,9 @@ func syncTree(root string) error {
 		return f.Sync()
 	})
 }
+
+// errNotRuntime is an archive that unpacks to no Python runtime.
+var errNotRuntime = errors.New("is not a Python runtime")
 
 // interpreterIn finds the interpreter of a python-build-standalone tree.
 func interpreterIn(py string) (string, error) {

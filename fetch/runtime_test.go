@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -215,4 +216,32 @@ func TestTwoDownloadsOfOneFile(t *testing.T) {
 		t.Fatalf("the second download: %v", err)
 	}
 	check(t, dst, m, <-errc, "")
+}
+
+// TestInstallNotARuntime: an archive that matches its pin but holds no
+// Python runtime is said to be so at once, not unpacked twice, and
+// leaves no copy in the cache.
+func TestInstallNotARuntime(t *testing.T) {
+	lay := layout.Layout{Cache: t.TempDir()}
+	arc := tarball(t, "gz", []entry{{name: "README", typ: tar.TypeReg, mode: 0o644, body: strings.Repeat("not python\n", 1000)}})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.ServeContent(w, r, "a", time.Unix(0, 0), bytes.NewReader(arc))
+	}))
+	defer srv.Close()
+	sum := sha256.Sum256(arc)
+	src := Source{URL: srv.URL + "/bad.tar.gz", Pin: Pin{SHA256: hex.EncodeToString(sum[:])}}
+	var log bytes.Buffer
+	_, err := Install(context.Background(), lay, src, Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err == nil || !strings.Contains(err.Error(), "matches its pin but is not a Python runtime") {
+		t.Fatalf("error %v, want one saying it is not a Python runtime", err)
+	}
+	if strings.Contains(log.String(), "again") {
+		t.Errorf("unpacked again:\n%s", log.String())
+	}
+	if left, _ := filepath.Glob(lay.RuntimeArchive("bad.tar.gz") + "*"); len(left) > 0 {
+		t.Errorf("left in the cache: %v", left)
+	}
+	if ents, _ := os.ReadDir(lay.RuntimeVersions()); len(ents) > 0 {
+		t.Errorf("left in %s: %v", lay.RuntimeVersions(), ents)
+	}
 }

@@ -7,17 +7,22 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/metnos/agent/internal/config"
+	"github.com/metnos/agent/internal/term"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 )
@@ -42,9 +47,14 @@ agent's environment. Its working directory is the current one if the
 policy shows it, else /. Standard input, when it is not a terminal, is
 the command's own: it reads it as it goes (the agent reads none of it).
 
-The exit status is the command's own, 128+N when signal N killed it, 124
-when --timeout killed it, and 125 when the sandbox refused to run it or
-it could not be started.
+The command's stdout and stderr are kept up to --max-output each (8M by
+default) and printed once it ends; past that the rest is dropped, and
+exec says so and exits 1 even when the command succeeded.
+
+The exit status is the command's own, 128+N when signal N killed it (or
+stopped exec: 130 for Ctrl-C, 143 for SIGTERM), 124 when --timeout
+killed it, 1 when its output passed --max-output, and 125 when the
+sandbox refused to run it or it could not be started.
 `
 
 // execFlags are the parsed flags of exec.
@@ -52,12 +62,15 @@ type execFlags struct {
 	read, write stringList
 	net         bool
 	profile     string
-	timeout     time.Duration
+	timeout     durationFlag
 	memory      byteSize
+	maxOutput   byteSize
 	maxProcs    int
 	minSandbox  levelFlag
 	json        bool
 	cwd         string
+	// stoppedBy returns the signal that stopped the run, or nil.
+	stoppedBy func() os.Signal
 }
 
 func runExec(std stdio, args []string) int {
@@ -67,9 +80,12 @@ func runExec(std stdio, args []string) int {
 	fs.Var(&f.write, "write", "grant write access beneath `PATH` (repeatable)")
 	fs.BoolVar(&f.net, "net", false, "let the command use the network")
 	fs.StringVar(&f.profile, "profile", string(policy.ProfileSupervised), "policy `NAME`: supervised, readonly, full or full-fs-no-net")
-	fs.DurationVar(&f.timeout, "timeout", sandbox.DefaultLimits().Timeout, "kill the command after `DUR`")
+	f.timeout = durationFlag(sandbox.DefaultLimits().Timeout)
+	fs.Var(&f.timeout, "timeout", "kill the command after `DUR` (with a unit: 90s, 5m, 1h)")
 	fs.Var(&f.memory, "memory", "cap memory at `BYTES` (suffixes K, M, G, T: powers of 1024; default $METNOS_EXEC_MEM_MB MiB, else 1G, on Windows 512M per process)")
 	fs.IntVar(&f.maxProcs, "max-procs", sandbox.DefaultLimits().MaxProcs, "cap processes and threads at `N`")
+	f.maxOutput = byteSize(sandbox.DefaultLimits().OutputBytes)
+	fs.Var(&f.maxOutput, "max-output", "keep at most `BYTES` of the command's stdout, and as much of its stderr (suffixes K, M, G: powers of 1024); past it the rest is dropped and exec exits 1")
 	fs.Var(&f.minSandbox, "min-sandbox", "refuse to run in a sandbox weaker than `LEVEL`: none, contained, isolated or full")
 	fs.BoolVar(&f.json, "json", false, "print the result as one JSON object instead of the command's output")
 	fs.StringVar(&f.cwd, "cwd", "", "run the command in `DIR` (default: the current directory if visible, else /)")
@@ -89,8 +105,14 @@ func runExec(std stdio, args []string) int {
 	if prof == policy.ProfileFullFSNoNet && f.net {
 		return usageError(std.err, "exec", "--net contradicts --profile full-fs-no-net, which cuts the network")
 	}
-	if f.timeout <= 0 || f.maxProcs <= 0 {
-		return usageError(std.err, "exec", "--timeout and --max-procs must be positive")
+	if f.timeout <= 0 {
+		return usageError(std.err, "exec", "--timeout %s: give a positive duration, e.g. 30s", time.Duration(f.timeout))
+	}
+	if f.maxProcs <= 0 {
+		return usageError(std.err, "exec", "--max-procs %d: give a positive number of processes", f.maxProcs)
+	}
+	if int64(f.maxOutput) > math.MaxInt {
+		return usageError(std.err, "exec", "--max-output %s is more than this system can hold", f.maxOutput.String())
 	}
 
 	e, err := std.environment()
@@ -102,15 +124,31 @@ func runExec(std stdio, args []string) int {
 		// this system.
 		f.memory = byteSize(e.cfg.ExecMemoryBytes)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigc)
+	var got atomic.Value // the os.Signal that stopped the run
+	go func() {
+		select {
+		case sig := <-sigc:
+			got.Store(sig)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	f.stoppedBy = func() os.Signal {
+		sig, _ := got.Load().(os.Signal)
+		return sig
+	}
 	return execute(ctx, std, e, f, argv)
 }
 
 func execute(ctx context.Context, std stdio, e environment, f execFlags, argv []string) int {
 	fail := func(err error) int {
 		// The sandbox's errors start with "sandbox: "; ours says who speaks.
-		msg := strings.TrimPrefix(err.Error(), "sandbox: ")
+		msg := term.Sanitize(strings.TrimPrefix(err.Error(), "sandbox: "))
 		fmt.Fprintf(std.err, "metnos-agent: %s\n", msg)
 		if f.json {
 			writeJSON(std, execError{Error: msg, Refused: errors.Is(err, sandbox.ErrRefused)})
@@ -137,7 +175,7 @@ func execute(ctx context.Context, std stdio, e environment, f execFlags, argv []
 	}
 	if !sandbox.Visible(pol, resolved) {
 		dir := filepath.Dir(resolved)
-		fmt.Fprintf(std.err, "metnos-agent: granting read of %s to run %s\n", dir, argv[0])
+		fmt.Fprintf(std.err, "metnos-agent: granting read of %s to run %s\n", term.Sanitize(dir), term.Sanitize(argv[0]))
 		in.Read = append(append([]string(nil), in.Read...), dir)
 		if pol, err = policy.ForProfile(in); err != nil {
 			return fail(err)
@@ -161,9 +199,10 @@ func execute(ctx context.Context, std stdio, e environment, f execFlags, argv []
 		Dir:    dir,
 		Policy: pol,
 		Limits: sandbox.Limits{
-			Timeout:     f.timeout,
+			Timeout:     time.Duration(f.timeout),
 			MemoryBytes: int64(f.memory),
 			MaxProcs:    f.maxProcs,
+			OutputBytes: int(f.maxOutput),
 		},
 		MinSandbox: policy.Level(f.minSandbox),
 		Logger:     slog.Default(),
@@ -179,24 +218,37 @@ func execute(ctx context.Context, std stdio, e environment, f execFlags, argv []
 	interrupted := ctx.Err() != nil
 	if interrupted {
 		code = 128 + int(syscall.SIGINT)
+		if f.stoppedBy != nil && f.stoppedBy() == syscall.SIGTERM {
+			code = 128 + int(syscall.SIGTERM)
+		}
+	}
+	truncated := out.StdoutTruncated || out.StderrTruncated
+	if truncated && code == exitOK {
+		// Not everything the command wrote reached the caller: that is
+		// no success.
+		code = exitFailure
 	}
 	if f.json {
 		writeJSON(std, execResult{Output: out, Stdout: string(out.Stdout), Stderr: string(out.Stderr)})
 	} else {
 		if out.Reason != "" {
-			fmt.Fprintf(std.err, "metnos-agent: sandbox %s: %s\n", out.Sandbox, out.Reason)
+			fmt.Fprintf(std.err, "metnos-agent: sandbox %s: %s\n", out.Sandbox, term.Sanitize(out.Reason))
 		}
 		std.out.Write(out.Stdout)
 		std.err.Write(out.Stderr)
-		if out.StdoutTruncated || out.StderrTruncated {
-			fmt.Fprintf(std.err, "metnos-agent: output truncated at %d bytes per stream\n", sandbox.DefaultLimits().OutputBytes)
-		}
+	}
+	if truncated {
+		more := byteSize(4 * int64(out.Limits.OutputBytes))
+		fmt.Fprintf(std.err, "metnos-agent: the command wrote more than --max-output %s to %s; the rest was dropped: run it again with a larger --max-output (e.g. --max-output %s)\n",
+			sandbox.FormatBytes(int64(out.Limits.OutputBytes)), truncatedStreams(out), more.String())
 	}
 	switch {
+	case interrupted && code == 128+int(syscall.SIGTERM):
+		fmt.Fprint(std.err, "metnos-agent: interrupted by SIGTERM; the command was stopped\n")
 	case interrupted:
-		fmt.Fprint(std.err, "metnos-agent: interrupted\n")
+		fmt.Fprint(std.err, "metnos-agent: interrupted; the command was stopped\n")
 	case out.TimedOut:
-		fmt.Fprintf(std.err, "metnos-agent: timed out after %v\n", f.timeout)
+		fmt.Fprintf(std.err, "metnos-agent: timed out after %v\n", time.Duration(f.timeout))
 	case out.OOMKilled:
 		fmt.Fprintf(std.err, "metnos-agent: the command was killed by the memory limit of %s (raise it with --memory)\n", sandbox.FormatBytes(out.Limits.MemoryBytes))
 	case mayBeOutOfMemory(out):
@@ -227,6 +279,17 @@ func mayBeOutOfMemory(out sandbox.Output) bool {
 		}
 	}
 	return false
+}
+
+// truncatedStreams names the streams the output limit cut.
+func truncatedStreams(out sandbox.Output) string {
+	switch {
+	case out.StdoutTruncated && out.StderrTruncated:
+		return "stdout and stderr"
+	case out.StdoutTruncated:
+		return "stdout"
+	}
+	return "stderr"
 }
 
 // execInput is the policy input of exec's flags on host.
@@ -301,7 +364,25 @@ func findCommand(name string) (found, resolved string, err error) {
 	if resolved, err = filepath.EvalSymlinks(found); err != nil {
 		return "", "", fmt.Errorf("%s: %w", name, unwrapPathError(err))
 	}
+	if err := runnable(resolved); err != nil {
+		return "", "", fmt.Errorf("%s: %w", name, err)
+	}
 	return found, resolved, nil
+}
+
+// runnable refuses, before any sandbox is set up, a command path that
+// is a folder or, outside Windows, a file with no execute bit.
+func runnable(p string) error {
+	fi, err := os.Stat(p)
+	switch {
+	case err != nil:
+		return unwrapPathError(err)
+	case fi.IsDir():
+		return errors.New("is a folder, not a command")
+	case runtime.GOOS != "windows" && fi.Mode()&0o111 == 0:
+		return errors.New("is not executable (chmod +x it, or run it with its interpreter)")
+	}
+	return nil
 }
 
 func unwrapPathError(err error) error {
@@ -323,6 +404,15 @@ func workDir(p policy.Policy, cwd string) (string, error) {
 		}
 		if r, err := filepath.EvalSymlinks(abs); err == nil {
 			abs = r
+		}
+		fi, err := os.Stat(abs)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return "", fmt.Errorf("--cwd %s: does not exist", cwd)
+		case err != nil:
+			return "", fmt.Errorf("--cwd %s: %w", cwd, unwrapPathError(err))
+		case !fi.IsDir():
+			return "", fmt.Errorf("--cwd %s: not a folder", cwd)
 		}
 		if !sandbox.Visible(p, abs) {
 			return "", fmt.Errorf("--cwd %s: not visible in the sandbox (grant it with --read or --write)", cwd)
@@ -442,6 +532,29 @@ func (b *byteSize) Set(s string) error {
 		return fmt.Errorf("%q is not a size (want bytes, or a number with K, M, G or T, e.g. 512M)", s)
 	}
 	*b = byteSize(n * mult)
+	return nil
+}
+
+// durationFlag is a duration flag whose error says that a number
+// needs a unit.
+type durationFlag time.Duration
+
+func (d *durationFlag) String() string {
+	if d == nil {
+		return "0s"
+	}
+	return time.Duration(*d).String()
+}
+
+func (d *durationFlag) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		if _, nerr := strconv.ParseFloat(s, 64); nerr == nil {
+			return fmt.Errorf("a duration needs a unit: give e.g. %ss", s)
+		}
+		return fmt.Errorf("not a duration: give e.g. 90s, 5m or 1h")
+	}
+	*d = durationFlag(v)
 	return nil
 }
 

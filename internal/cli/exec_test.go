@@ -337,3 +337,138 @@ func TestExecStdinOpenForWriting(t *testing.T) {
 		t.Errorf("inside the sandbox the command read %q from its stdin, want %q", out, text[:8])
 	}
 }
+
+// agentBinary is the agent binary testscript put on PATH, for the
+// tests whose exec fails before any sandbox is set up.
+func agentBinary(t *testing.T) string {
+	t.Helper()
+	agent, err := exec.LookPath("metnos-agent")
+	if err != nil {
+		t.Fatalf("testscript.Main put no metnos-agent on PATH: %v", err)
+	}
+	return agent
+}
+
+// runAgent runs the agent with args, a private HOME and no stdin, and
+// returns its exit status, stdout and stderr.
+func runAgent(t *testing.T, agent string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd, stdout, stderr := agentCmd(t, agent, args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	code := waitFor(cmd, 60*time.Second)
+	return code, stdout.String(), stderr.String()
+}
+
+// TestExecUsageErrors: a bad --timeout or --max-procs is a usage error
+// that names the flag that is wrong, and says a duration needs a unit.
+func TestExecUsageErrors(t *testing.T) {
+	agent := agentBinary(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--timeout", "-1s"}, "metnos-agent: --timeout -1s: give a positive duration, e.g. 30s"},
+		{[]string{"--timeout", "0"}, "metnos-agent: --timeout 0s: give a positive duration, e.g. 30s"},
+		{[]string{"--timeout", "5"}, `metnos-agent: invalid value "5" for flag --timeout: a duration needs a unit: give e.g. 5s`},
+		{[]string{"--max-procs", "0"}, "metnos-agent: --max-procs 0: give a positive number of processes"},
+		{[]string{"--max-output", "0"}, `metnos-agent: invalid value "0" for flag --max-output: "0" is not a size`},
+	} {
+		code, stdout, stderr := runAgent(t, agent, append(append([]string{"exec"}, tc.args...), "--", "true")...)
+		if code != exitUsage || stdout != "" || !strings.HasPrefix(stderr, tc.want) || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%q: exit %d, stderr %q\nwant exit %d and one line starting %q", tc.args, code, stderr, exitUsage, tc.want)
+		}
+		if tc.args[0] == "--timeout" && strings.Contains(stderr, "max-procs") || tc.args[0] == "--max-procs" && strings.Contains(stderr, "timeout") {
+			t.Errorf("%q: %q names the other flag", tc.args, stderr)
+		}
+	}
+}
+
+// TestExecRefusalsBeforeTheSandbox: the paths exec refuses are shown
+// with their control characters escaped, a missing --cwd is said not
+// to exist, and a file without an execute bit is named once with what
+// to do.
+func TestExecRefusalsBeforeTheSandbox(t *testing.T) {
+	agent := agentBinary(t)
+	dir := t.TempDir()
+	noexec := filepath.Join(dir, "noexec.sh")
+	if err := os.WriteFile(noexec, []byte("#!/bin/sh\necho hi\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--write", "/tmp/\x1b]0;pwn\ax", "--", "true"}, `--write /tmp/\x1b]0;pwn\x07x: no such file or directory`},
+		{[]string{"--read", "/tmp/\x1b[31mx", "--", "true"}, `--read /tmp/\x1b[31mx: no such file or directory`},
+		{[]string{"--", "/tmp/\x1b[31mnope"}, `/tmp/\x1b[31mnope: no such file or directory`},
+		{[]string{"--cwd", "/tmp/\x1b[31mnope", "--", "true"}, `--cwd /tmp/\x1b[31mnope: does not exist`},
+		{[]string{"--cwd", "/nonexistent", "--", "true"}, `--cwd /nonexistent: does not exist`},
+		{[]string{"--cwd", "relative/dir", "--", "true"}, `--cwd relative/dir: does not exist`},
+		{[]string{"--read", dir, "--", noexec}, noexec + ": is not executable (chmod +x it, or run it with its interpreter)"},
+	} {
+		code, stdout, stderr := runAgent(t, agent, append([]string{"exec"}, tc.args...)...)
+		if want := "metnos-agent: " + tc.want + "\n"; code != exitAgent || stdout != "" || stderr != want {
+			t.Errorf("%q: exit %d, stderr %q\nwant exit %d, stderr %q", tc.args, code, stderr, exitAgent, want)
+		}
+	}
+}
+
+// TestExecNotAProgram: a file with the execute bit that is neither a
+// program nor a script with a #! line is said to be so, named once.
+func TestExecNotAProgram(t *testing.T) {
+	agent := needExecSandbox(t)
+	dir, err := os.MkdirTemp("/var/tmp", "metnos-exec-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if dir, err = filepath.EvalSymlinks(dir); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "n.sh")
+	if err := os.WriteFile(script, []byte("echo no shebang\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runAgent(t, agent, "exec", "--read", dir, "--", script)
+	want := "metnos-agent: could not start " + script + ": it is neither a program nor a script with a #! line (add one, e.g. #!/bin/sh, or run it with its interpreter)\n"
+	if code != exitAgent || stdout != "" || stderr != want {
+		t.Errorf("exit %d, stdout %q, stderr %q\nwant exit %d, stderr %q", code, stdout, stderr, exitAgent, want)
+	}
+}
+
+// TestExecOutputLimit: output past --max-output (8 MiB by default) is
+// no success: exec exits 1 and says how to raise the limit; with the
+// limit raised, every byte arrives and exec exits 0.
+func TestExecOutputLimit(t *testing.T) {
+	agent := needExecSandbox(t)
+	const n = 9_000_000
+	prog := "head -c " + strconv.Itoa(n) + " /dev/zero"
+	code, stdout, stderr := runAgent(t, agent, "exec", "--", "sh", "-c", prog)
+	if code != exitFailure || len(stdout) != 8<<20 || !strings.Contains(stderr, "more than --max-output 8 MiB to stdout; the rest was dropped: run it again with a larger --max-output") {
+		t.Errorf("default limit: exit %d, %d bytes, stderr %q; want exit 1, 8 MiB and the limit named", code, len(stdout), stderr)
+	}
+	code, stdout, stderr = runAgent(t, agent, "exec", "--max-output", "16M", "--", "sh", "-c", prog)
+	if code != exitOK || len(stdout) != n || stderr != "" {
+		t.Errorf("--max-output 16M: exit %d, %d bytes, stderr %q; want exit 0 and %d bytes", code, len(stdout), stderr, n)
+	}
+}
+
+// TestExecSIGTERMExitStatus: SIGTERM ends exec with 143 (128+15), as
+// it would a command killed by it; SIGINT with 130.
+func TestExecSIGTERMExitStatus(t *testing.T) {
+	agent := needExecSandbox(t)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		cmd, _, stderr := agentCmd(t, agent, "exec", "--", "sleep", "30")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		cmd.Process.Signal(sig)
+		want := map[syscall.Signal]string{syscall.SIGTERM: "interrupted by SIGTERM", syscall.SIGINT: "interrupted"}[sig]
+		if code := waitFor(cmd, 20*time.Second); code != 128+int(sig) || !strings.Contains(stderr.String(), want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d, saying %q", sig, code, stderr, 128+int(sig), want)
+		}
+	}
+}

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	neturl "net/url"
@@ -13,9 +15,10 @@ import (
 	"syscall"
 
 	"github.com/schollz/progressbar/v3"
-	"golang.org/x/term"
+	xterm "golang.org/x/term"
 
 	"github.com/metnos/agent/fetch"
+	"github.com/metnos/agent/internal/term"
 )
 
 func runFetch(std stdio, args []string) int {
@@ -34,23 +37,35 @@ func runFetch(std stdio, args []string) int {
 	if *sha == "" || *out == "" {
 		return usageError(std.err, "fetch", "both --sha256 and -o are needed")
 	}
+	if b, err := hex.DecodeString(*sha); err != nil || len(b) != sha256.Size {
+		return usageError(std.err, "fetch", "--sha256 %q is not 64 hex digits", *sha)
+	}
+	if *size < 0 {
+		return usageError(std.err, "fetch", "--size %d is negative: give the size in bytes, or 0 when it is unknown", *size)
+	}
+	if *chunk <= 0 {
+		return usageError(std.err, "fetch", "--chunk %d: give a positive number of bytes (default %d)", *chunk, fetch.DefaultChunk)
+	}
 	if fi, err := os.Stat(*out); err == nil && fi.IsDir() {
 		// A folder: the file goes in it, under the URL's name.
 		name := urlName(url)
 		if name == "" {
-			return usageError(std.err, "fetch", "%s names no file to put in %s: give -o %s", url, *out, filepath.Join(*out, "NAME"))
+			return usageError(std.err, "fetch", "%s names no file to put in %s: give -o %s", fetch.ShowURL(url), term.Sanitize(*out), term.Sanitize(filepath.Join(*out, "NAME")))
 		}
 		*out = filepath.Join(*out, name)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	o := progressOptions(std, filepath.Base(*out))
+	o, barShown := progressBar(std, filepath.Base(*out))
 	o.Chunk = *chunk
 	if err := fetch.File(ctx, url, *out, fetch.Pin{SHA256: *sha, Size: *size}, o); err != nil {
-		fmt.Fprintf(std.err, "\nmetnos-agent: %v\n", err)
+		if barShown() {
+			fmt.Fprintln(std.err) // end the progress bar's line
+		}
+		fmt.Fprintf(std.err, "metnos-agent: %v\n", err)
 		return exitFailure
 	}
-	fmt.Fprintf(std.out, "%s: verified (sha256 %s)\n", *out, *sha)
+	fmt.Fprintf(std.out, "%s: verified (sha256 %s)\n", term.Sanitize(*out), strings.ToLower(*sha))
 	return exitOK
 }
 
@@ -71,10 +86,18 @@ func urlName(raw string) string {
 // progressOptions reports a download's progress as a bar when stderr is
 // a terminal, as log lines (every 10 %) otherwise.
 func progressOptions(std stdio, name string) fetch.Options {
+	o, _ := progressBar(std, name)
+	return o
+}
+
+// progressBar is progressOptions; barShown reports whether a bar was
+// drawn (its line is then left open).
+func progressBar(std stdio, name string) (o fetch.Options, barShown func() bool) {
 	log := slog.New(slog.NewTextHandler(std.err, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	o := fetch.Options{Logger: log}
-	if f, ok := std.err.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		var bar *progressbar.ProgressBar
+	o = fetch.Options{Logger: log}
+	var bar *progressbar.ProgressBar
+	barShown = func() bool { return bar != nil }
+	if f, ok := std.err.(*os.File); ok && xterm.IsTerminal(int(f.Fd())) {
 		o.Logger = slog.New(slog.NewTextHandler(std.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		o.Progress = func(p fetch.Progress) {
 			if bar == nil {
@@ -85,7 +108,7 @@ func progressOptions(std stdio, name string) fetch.Options {
 			}
 			bar.Set64(p.Done)
 		}
-		return o
+		return o, barShown
 	}
 	last := int64(-1)
 	o.Progress = func(p fetch.Progress) {
@@ -94,5 +117,5 @@ func progressOptions(std stdio, name string) fetch.Options {
 			log.Info("download progress", "file", name, "done", p.Done, "total", p.Total, "pass", max(p.Pass, 1))
 		}
 	}
-	return o
+	return o, barShown
 }

@@ -178,3 +178,48 @@ func TestRuntimeInstallLocalArchive(t *testing.T) {
 		}
 	}
 }
+
+// TestFetchUsageErrors: a bad --sha256, --size or --chunk is a usage
+// error (exit 2) said in one line, before any request or file; a
+// failed download's error starts on the first line of stderr.
+func TestFetchUsageErrors(t *testing.T) {
+	var requests int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests++
+		http.NotFound(w, r)
+	}))
+	defer srv.Close()
+	pin := strings.Repeat("a", 64)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--sha256", "xyz"}, `--sha256 "xyz" is not 64 hex digits`},
+		{[]string{"--sha256", pin, "--size", "-5"}, "--size -5 is negative"},
+		{[]string{"--sha256", pin, "--chunk", "0"}, "--chunk 0: give a positive number of bytes"},
+		{[]string{"--sha256", pin, "--chunk", "-1"}, "--chunk -1: give a positive number of bytes"},
+	} {
+		dir := t.TempDir()
+		dst := filepath.Join(dir, "f.bin")
+		var out, errb bytes.Buffer
+		code := run(stdio{in: os.Stdin, out: &out, err: &errb}, append([]string{"fetch", srv.URL + "/f.bin", "-o", dst}, tc.args...))
+		if code != exitUsage || !strings.HasPrefix(errb.String(), "metnos-agent: ") || !strings.Contains(errb.String(), tc.want) || strings.Count(errb.String(), "\n") != 1 {
+			t.Errorf("%q: exit %d, want %d with one line saying %q\nstderr: %s", tc.args, code, exitUsage, tc.want, errb.String())
+		}
+		if left, _ := os.ReadDir(dir); len(left) != 0 {
+			t.Errorf("%q: left %v", tc.args, left)
+		}
+	}
+	if requests != 0 {
+		t.Errorf("%d requests for usage errors", requests)
+	}
+	dir := t.TempDir()
+	var errb bytes.Buffer
+	code := run(stdio{in: os.Stdin, out: &bytes.Buffer{}, err: &errb}, []string{"fetch", srv.URL + "/f.bin", "--sha256", pin, "-o", filepath.Join(dir, "f.bin")})
+	if code != exitFailure || !strings.HasPrefix(errb.String(), "metnos-agent: fetch ") || !strings.Contains(errb.String(), "404") {
+		t.Errorf("404: exit %d, stderr %q: want 1 and the error on the first line", code, errb.String())
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("404 left %v", left)
+	}
+}

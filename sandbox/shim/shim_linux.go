@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -65,7 +66,7 @@ func run(status *os.File, spec Spec, argv []string) int {
 	}
 	path, err := lookPath(argv[0], env)
 	if err != nil {
-		return fail(status, fmt.Errorf("command %q: %w", argv[0], err))
+		return fail(status, lookError(argv[0], err))
 	}
 	if spec.Dir != "" {
 		if err := os.Chdir(spec.Dir); err != nil {
@@ -153,7 +154,31 @@ func execError(path string, e syscall.Errno) error {
 			return fmt.Errorf("the script's interpreter %s named on its #! line does not exist (inside the sandbox)", interp)
 		}
 	}
-	return fmt.Errorf("executing %s: %w", path, e)
+	switch e {
+	case unix.ENOEXEC:
+		return fmt.Errorf("it is neither a program nor a script with a #! line (add one, e.g. #!/bin/sh, or run it with its interpreter)")
+	case unix.EACCES:
+		return errNotExecutable
+	}
+	return fmt.Errorf("executing it: %w", e)
+}
+
+// errNotExecutable is a command file that execve may not run.
+var errNotExecutable = errors.New("it is not executable (chmod +x it, or run it with its interpreter)")
+
+// lookError says why the command name was not found or cannot run,
+// without repeating the name (the caller's message names it).
+func lookError(name string, err error) error {
+	switch {
+	case errors.Is(err, fs.ErrPermission):
+		if fi, serr := os.Stat(name); serr == nil && fi.IsDir() {
+			return errors.New("it is a folder, not a command")
+		}
+		return errNotExecutable
+	case errors.Is(err, fs.ErrNotExist):
+		return errors.New("it does not exist (inside the sandbox)")
+	}
+	return err
 }
 
 // shebang is the interpreter a script's #! line names, or "" when path
@@ -526,5 +551,5 @@ func lookPath(name string, env []string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%s: not found in PATH %s", name, path)
+	return "", fmt.Errorf("not found in the PATH %s", path)
 }
