@@ -53,15 +53,12 @@ func TestProbePermanentErrorsFailAtOnce(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), "f")
 			o := quick()
 			o.Backoff = 200 * time.Millisecond // ten attempts would take seconds
-			start := time.Now()
 			err := File(context.Background(), tc.url, dst, tc.pin, o)
 			check(t, dst, m, err, tc.want)
-			if d := time.Since(start); d > 2*time.Second {
-				t.Errorf("failed after %v: retried", d)
-			}
 			if n := requests.Load(); n > tc.requests {
 				t.Errorf("%d requests, want at most %d", n, tc.requests)
 			}
+			// "after N attempts" would say it was retried.
 			if strings.Contains(err.Error(), "\x1b") || strings.Contains(err.Error(), "attempt") || strings.Count(err.Error(), "fetch ") != 1 {
 				t.Errorf("error %q: want one \"fetch\", no attempt count, no raw escape", err)
 			}
