@@ -299,9 +299,15 @@ func (a *Agent) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				break
 			}
-			if client.StatusOf(err) == 0 {
+			switch {
+			case errors.Is(err, client.ErrReconnected):
+				// Cut short on purpose, for a new connection: poll again
+				// at once; the server did not fail.
+				a.log.Debug("poll cut short for a new connection", "err", err)
+				continue
+			case client.StatusOf(err) == 0:
 				down.failed(a.log, err)
-			} else {
+			default:
 				a.log.Warn("poll failed; retrying", "err", err)
 			}
 			a.sleep(ctx, &backoff)

@@ -273,6 +273,11 @@ var ErrPathDead = errors.New("cut short: the path to the server went away or cha
 // got no data for its idle limit; it is an [ErrPathDead].
 var errStalled error = cutError("cut short: another request to the server got no data for its idle limit (the server stalled, or the network path to it is down), so the poll's connection is most likely dead too")
 
+// ErrReconnected is the cause of a poll cut short by
+// [Client.Reconnect]: the caller asked for new connections, the server
+// did not fail. It is an [ErrPathDead].
+var ErrReconnected error = cutError("cut short for a new connection: the path to the server changed")
+
 // cutError is a cause of a poll cut short, other than ErrPathDead's
 // words; it is an ErrPathDead.
 type cutError string
@@ -303,14 +308,14 @@ func (c *Client) doWatched(ctx context.Context, method, path string, body []byte
 }
 
 // Reconnect closes the pooled connections and cuts short the polls in
-// flight (they fail with [ErrPathDead]), so that the next requests go
+// flight (they fail with [ErrReconnected]), so that the next requests go
 // over new connections: for when the network path to the server is
 // known to have changed (the embedded tailnet node lost and found its
 // way to the server again), when the old connections may be dead
 // without anything on them saying so yet.
 func (c *Client) Reconnect() {
 	c.hc.CloseIdleConnections()
-	c.cutPolls(nil, ErrPathDead)
+	c.cutPolls(nil, ErrReconnected)
 }
 
 // cutPolls cuts short the polls in flight but except's, with cause why.

@@ -93,4 +93,7 @@ func TestOutage(t *testing.T) {
 	if !strings.Contains(agentLog(), "msg=\"tailnet back: the polls in flight start again on new connections") {
 		t.Errorf("the client kept the connections made before the outage:\n%s", agentLog())
 	}
+	if strings.Contains(agentLog(), "cut short for a new connection: the path to the server changed; polling again until it answers") {
+		t.Errorf("the poll the agent cut itself for a new connection was reported as the server unreachable:\n%s", agentLog())
+	}
 }
