@@ -31,6 +31,9 @@ edited or removed record is reported.`)
 	if fs.NArg() > 0 {
 		return usageError(std.err, "history", "unexpected argument %q", fs.Arg(0))
 	}
+	if *limit < 0 {
+		return usageError(std.err, "history", "-n %d: give how many entries to show, or 0 for all", *limit)
+	}
 	e, err := std.environment()
 	if err != nil {
 		return fail(std, err)

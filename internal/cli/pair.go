@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"unicode/utf8"
 
 	xterm "golang.org/x/term"
 
@@ -20,6 +21,10 @@ import (
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/wire"
 )
+
+// maxNameRunes is the longest device name register accepts: a name is
+// shown on one line by whoami and on the server's Devices page.
+const maxNameRunes = 64
 
 func runRegister(std stdio, args []string) int {
 	fs := newFlagSet("register", std, "Pair this device with a Metnos server using a one-time token from its admin page (Devices).")
@@ -42,6 +47,9 @@ func runRegister(std stdio, args []string) int {
 	}
 	if err := tf.check(); err != nil {
 		return usageError(std.err, "register", "%v", err)
+	}
+	if n := utf8.RuneCountInString(*name); n > maxNameRunes {
+		return usageError(std.err, "register", "--name is %d characters long: a device name has at most %d", n, maxNameRunes)
 	}
 	if r, off, bad := term.FirstUnsafe(*name); bad {
 		return usageError(std.err, "register", "--name holds %s at byte %d: a device name is shown on terminals, so it may not hold control characters, escape sequences or bidirectional overrides", term.Describe(r), off)

@@ -240,3 +240,20 @@ func TestWrap(t *testing.T) {
 		t.Errorf("words lost: %q", got)
 	}
 }
+
+// TestValuesOutOfRange: values a flag's type accepts but the command
+// cannot use are usage errors, said in one line.
+func TestValuesOutOfRange(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"history", "-n", "-1"}, "-n -1: give how many entries to show, or 0 for all"},
+		{[]string{"register", "--server", "http://127.0.0.1:1", "--token", "DEV.x.y", "--name", strings.Repeat("a", 65)}, "--name is 65 characters long: a device name has at most 64"},
+	} {
+		code, out, errs := runCLI(t, tc.args...)
+		if code != exitUsage || out != "" || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 and %q", tc.args, code, out, errs, tc.want)
+		}
+	}
+}
