@@ -263,11 +263,37 @@ def _best_effort(fn, *args, **kwargs):
         return False
 
 
+def _stat_to_fd(fd, path, st, extra=0):
+    """Give the open file fd (named path) the permission bits (plus
+    extra) and times of st. Through the descriptor where the platform
+    allows it: without a mount namespace the sandbox refuses mode and
+    time changes by path, but not on a file it let the executor open for
+    writing. Elsewhere (Windows), by path."""
+    mode = stat.S_IMODE(st.st_mode) | extra
+    if hasattr(os, "fchmod"):
+        _best_effort(os.fchmod, fd, mode)
+    else:
+        _best_effort(os.chmod, path, mode)
+    times = (st.st_atime_ns, st.st_mtime_ns)
+    if os.utime in os.supports_fd:
+        _best_effort(os.utime, fd, ns=times)
+    else:
+        _best_effort(os.utime, path, ns=times)
+
+
 def copy_stat(src, dst):
     """Copy mode and times from src to dst, as far as the sandbox allows."""
     st = os.stat(src)
-    _best_effort(os.chmod, dst, stat.S_IMODE(st.st_mode))
-    _best_effort(os.utime, dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+    try:
+        fd = os.open(dst, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        _best_effort(os.chmod, dst, stat.S_IMODE(st.st_mode))
+        _best_effort(os.utime, dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+        return
+    try:
+        _stat_to_fd(fd, dst, st)
+    finally:
+        os.close(fd)
 
 
 def copy_file(src, dst, overwrite=False):
@@ -356,13 +382,12 @@ def backup_blob(path):
                     h.update(chunk)
                     out.write(chunk)
                 out.flush()
+                _stat_to_fd(out.fileno(), tmp, st, stat.S_IRUSR | stat.S_IWUSR)
                 os.fsync(out.fileno())
             if h.hexdigest() != digest:
                 # The file changed while we read it: keep what we copied.
                 digest = h.hexdigest()
                 blob = os.path.join(blob_dir, digest + ".bin")
-            _best_effort(os.chmod, tmp, stat.S_IMODE(st.st_mode) | stat.S_IRUSR | stat.S_IWUSR)
-            _best_effort(os.utime, tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
             os.replace(tmp, blob)
         except BaseException:
             try:
