@@ -1184,11 +1184,16 @@ func (d *download) fetchRange(ctx context.Context, start, end int64, ifRange str
 }
 
 // syncer fsyncs dst.part in the background and then writes the state it
-// was given, the latest one when several came meanwhile.
+// was given. One state is written at a time, and a new one waits until
+// the one before is on disk: the next chunk downloads meanwhile, but a
+// slow disk cannot let the recorded state fall further behind, so a
+// crash loses at most the chunk being recorded and the one in flight.
 type syncer struct {
 	f       *os.File
 	path    string
 	mu      sync.Mutex
+	written *sync.Cond // signalled when a flush ends
+	busy    bool       // a state is being written
 	pending *state
 	err     error
 	kick    chan struct{}
@@ -1197,13 +1202,18 @@ type syncer struct {
 
 func newSyncer(f *os.File, path string) *syncer {
 	s := &syncer{f: f, path: path, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	s.written = sync.NewCond(&s.mu)
 	go s.run()
 	return s
 }
 
-// submit queues st (a copy) and reports an earlier failure, if any.
+// submit queues st (a copy), once the state before it is written, and
+// reports an earlier failure, if any.
 func (s *syncer) submit(st state) error {
 	s.mu.Lock()
+	for s.busy || s.pending != nil {
+		s.written.Wait()
+	}
 	s.pending = &st
 	err := s.err
 	s.mu.Unlock()
@@ -1226,10 +1236,17 @@ func (s *syncer) flush() {
 	s.mu.Lock()
 	st := s.pending
 	s.pending = nil
+	s.busy = st != nil
 	s.mu.Unlock()
 	if st == nil {
 		return
 	}
+	defer func() {
+		s.mu.Lock()
+		s.busy = false
+		s.written.Broadcast()
+		s.mu.Unlock()
+	}()
 	err := s.f.Sync()
 	if err == nil {
 		// Replaced by a rename, without a sync of its own: a state lost
