@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -42,6 +43,13 @@ type Spool struct {
 	results, started, dead string
 	executed               map[string]bool
 	log                    *os.File
+	// size is the ledger's length up to its last whole line; torn says
+	// that an append failed half-way and could not be cut back, so the
+	// next one starts with a newline of its own.
+	size int64
+	torn bool
+	// cut is the torn last line Open removed from the ledger.
+	cut string
 }
 
 // marker is a STARTED marker. CanWrite is this agent's addition: an
@@ -80,27 +88,16 @@ func Open(lay layout.Layout) (*Spool, error) {
 		}
 	}
 	logPath := lay.Ledger()
-	if f, err := os.Open(logPath); err == nil {
-		sc := bufio.NewScanner(f)
-		var ids []string
-		for line := 1; sc.Scan(); line++ {
-			id := strings.TrimSpace(sc.Text())
-			if id == "" {
-				continue
-			}
-			if !wire.ValidID(id) {
-				f.Close()
-				return nil, fmt.Errorf("spool: %s line %d: %q is not an invocation id; the ledger is damaged (move it away only if you accept that an old invocation could run again)", logPath, line, id)
-			}
-			ids = append(ids, id)
-		}
-		f.Close()
-		if len(ids) > maxLedger {
-			ids = ids[len(ids)-maxLedger:]
-		}
-		for _, id := range ids {
-			s.executed[id] = true
-		}
+	ids, size, cut, err := readLedger(logPath)
+	if err != nil {
+		return nil, err
+	}
+	s.size, s.cut = size, cut
+	if len(ids) > maxLedger {
+		ids = ids[len(ids)-maxLedger:]
+	}
+	for _, id := range ids {
+		s.executed[id] = true
 	}
 	res, _ := filepath.Glob(filepath.Join(s.results, "*.json"))
 	for _, p := range res {
@@ -118,6 +115,60 @@ func Open(lay layout.Layout) (*Spool, error) {
 	s.log = f
 	return s, nil
 }
+
+// readLedger reads the ids of the ledger at p, and cuts off a torn last
+// line: one without its newline, which a crash in the middle of an
+// append leaves (half an id, or a whole one whose newline did not
+// make it). Such an id was never reported recorded: its result file
+// or its STARTED marker is still there and decides ([Spool.Recover]),
+// as if the append had not begun. Without the cut, the next id would
+// be glued onto it ("…f0inv-18ed…") and neither would count. A damaged
+// line before the last one is refused, not guessed at.
+// It returns the ids, the ledger's length once cut and the line cut.
+func readLedger(p string) (ids []string, size int64, cut string, err error) {
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0, "", nil
+	}
+	if err != nil {
+		return nil, 0, "", fmt.Errorf("spool: ledger: %w", err)
+	}
+	defer f.Close()
+	r := bufio.NewReader(f)
+	for line := 1; ; line++ {
+		text, err := r.ReadString('\n')
+		if err == io.EOF {
+			if text == "" {
+				break
+			}
+			if err := f.Truncate(size); err != nil {
+				return nil, 0, "", fmt.Errorf("spool: %s ends with a line cut short (%q) that cannot be removed: %w; make the data folder writable, then start again", p, text, err)
+			}
+			if err := f.Sync(); err != nil {
+				return nil, 0, "", fmt.Errorf("spool: ledger %s: %w", p, err)
+			}
+			cut = text
+			break
+		}
+		if err != nil {
+			return nil, 0, "", fmt.Errorf("spool: ledger %s: %w", p, err)
+		}
+		size += int64(len(text))
+		id := strings.TrimSpace(text)
+		if id == "" {
+			continue
+		}
+		if !wire.ValidID(id) {
+			return nil, 0, "", fmt.Errorf("spool: %s line %d: %q is not an invocation id; the ledger is damaged (move it away only if you accept that an old invocation could run again)", p, line, id)
+		}
+		ids = append(ids, id)
+	}
+	return ids, size, cut, nil
+}
+
+// Cut returns the torn last line [Open] removed from the ledger ("" when
+// there was none), for the agent to log.
+func (s *Spool) Cut() string { return s.cut }
 
 // Close closes the ledger.
 func (s *Spool) Close() error { return s.log.Close() }
@@ -144,27 +195,57 @@ func (s *Spool) Start(id, reversibility string, canWrite bool) error {
 // removes its STARTED marker, in that order: a crash at any point leaves
 // either a marker (outcome unknown) or a spooled result, never neither.
 // It returns the spooled result, as [Spool.Pending] would list it, for
-// delivery. On an error the result may or may not be spooled.
+// delivery. On an error (a full disk) it still returns the result, to
+// be delivered from memory unless [Spooled.OnDisk]: the caller retries
+// with Finish while it is not delivered, and with [Spool.Settle] once
+// it is.
 func (s *Spool) Finish(id string, body []byte) (Spooled, error) {
+	r := Spooled{ID: id, Body: body}
 	p := filepath.Join(s.results, fileName(id)+".json")
 	if err := atomicfile.WriteFile(p, body, 0o600); err != nil {
-		return Spooled{}, fmt.Errorf("spool: %w", err)
+		// WriteFile leaves no file when it fails.
+		return r, fmt.Errorf("spool: the result of %s: %w", id, err)
 	}
-	if err := s.record(id); err != nil {
-		return Spooled{}, err
-	}
-	if err := os.Remove(filepath.Join(s.started, fileName(id)+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return Spooled{}, fmt.Errorf("spool: %w", err)
-	}
-	return Spooled{ID: id, Body: body, path: p}, nil
+	r.path = p
+	return r, s.Settle(id)
 }
 
-func (s *Spool) record(id string) error {
-	if _, err := s.log.WriteString(id + "\n"); err != nil {
-		return fmt.Errorf("spool: ledger: %w", err)
+// Settle records id as executed in the ledger and removes its STARTED
+// marker: the end of [Spool.Finish], on its own for a result delivered
+// from memory because it could not be spooled. Once it succeeds, a
+// restart neither runs id again nor reports it as outcome unknown.
+func (s *Spool) Settle(id string) error {
+	if err := s.record(id); err != nil {
+		return err
 	}
-	if err := s.log.Sync(); err != nil {
-		return fmt.Errorf("spool: ledger: %w", err)
+	if err := os.Remove(filepath.Join(s.started, fileName(id)+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("spool: %w", err)
+	}
+	return nil
+}
+
+// record appends id to the ledger, durably. An append that fails
+// half-way (a full disk) is cut back, or else fenced: the next one
+// starts with a newline, so that no id is ever glued onto half of
+// another.
+func (s *Spool) record(id string) error {
+	line := id + "\n"
+	if s.torn {
+		line = "\n" + line
+	}
+	n, err := s.log.WriteString(line)
+	switch {
+	case n == len(line):
+		s.size += int64(n)
+		s.torn = false
+	case n > 0:
+		s.torn = s.log.Truncate(s.size) != nil
+	}
+	if err == nil {
+		err = s.log.Sync()
+	}
+	if err != nil {
+		return fmt.Errorf("spool: recording %s in the ledger %s: %w", id, s.log.Name(), err)
 	}
 	s.executed[id] = true
 	return nil
@@ -174,11 +255,16 @@ func (s *Spool) record(id string) error {
 type Spooled struct {
 	ID   string
 	Body []byte
-	path string
+	path string // "" for a result kept in memory only
 }
 
+// OnDisk reports whether the result is in the spool's results folder
+// (it is not when [Spool.Finish] could not write it).
+func (r Spooled) OnDisk() bool { return r.path != "" }
+
 // Pending lists the spooled results, to be sent with exactly these
-// bytes until the server accepts them.
+// bytes until the server accepts them. A file that is not a readable
+// result is skipped: [Spool.Salvage] reports it at the next start.
 func (s *Spool) Pending() ([]Spooled, error) {
 	paths, err := filepath.Glob(filepath.Join(s.results, "*.json"))
 	if err != nil {
@@ -201,8 +287,12 @@ func (s *Spool) Pending() ([]Spooled, error) {
 	return out, nil
 }
 
-// Delivered removes a result the server accepted.
+// Delivered removes a result the server accepted (nothing for one kept
+// in memory only).
 func (s *Spool) Delivered(r Spooled) error {
+	if !r.OnDisk() {
+		return nil
+	}
 	if err := os.Remove(r.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("spool: %w", err)
 	}
@@ -213,6 +303,12 @@ func (s *Spool) Delivered(r Spooled) error {
 // and 429) to dead-results/<id>.http-<status>.<nanos>.json.
 func (s *Spool) DeadLetter(r Spooled, status int) error {
 	dst := filepath.Join(s.dead, fmt.Sprintf("%s.http-%d.%d.json", fileName(r.ID), status, time.Now().UnixNano()))
+	if !r.OnDisk() {
+		if err := atomicfile.WriteFile(dst, r.Body, 0o600); err != nil {
+			return fmt.Errorf("spool: %w", err)
+		}
+		return nil
+	}
 	if err := os.Rename(r.path, dst); err != nil {
 		return fmt.Errorf("spool: %w", err)
 	}
@@ -259,11 +355,7 @@ func (s *Spool) Recover(deviceID string) ([]string, error) {
 			}
 		case m.Reversibility == "read_only" && !canWrite:
 		default:
-			r := result.Result{InvocationID: m.InvocationID, DeviceID: deviceID, Entries: []any{}, Sandbox: "unknown_after_restart",
-				Payload:    map[string]any{"effect_status": "unknown", "recovery": "write_ahead_no_reexecution"},
-				Error:      "the agent stopped while this invocation was running; it is not run again, and its effects are unknown",
-				ErrorClass: wire.ClassExecutionOutcomeUnknown}
-			body, err := r.Body()
+			body, err := unknownResult(m.InvocationID, deviceID, "the agent stopped while this invocation was running")
 			if err != nil {
 				return unknown, err
 			}
@@ -279,6 +371,83 @@ func (s *Spool) Recover(deviceID string) ([]string, error) {
 	}
 	return unknown, nil
 }
+
+// unknownResult is the "outcome unknown" result of an invocation that
+// is never run again, for the reason given.
+func unknownResult(id, deviceID, why string) ([]byte, error) {
+	r := result.Result{InvocationID: id, DeviceID: deviceID, Entries: []any{}, Sandbox: "unknown_after_restart",
+		Payload:    map[string]any{"effect_status": "unknown", "recovery": "write_ahead_no_reexecution"},
+		Error:      why + "; it is not run again, and its effects are unknown",
+		ErrorClass: wire.ClassExecutionOutcomeUnknown}
+	return r.Body()
+}
+
+// Salvaged is a spooled result that could not be read (a crash or a
+// disk error damaged it), moved to dead-results by [Spool.Salvage].
+type Salvaged struct {
+	// ID is its invocation, "" when neither the file's name nor what is
+	// left of its bytes tells it.
+	ID string
+	// Dead is where its bytes are now, for inspection.
+	Dead string
+}
+
+// idField finds the invocation id in what is left of a damaged result.
+var idField = regexp.MustCompile(`"invocation_id"\s*:\s*"([A-Za-z0-9._:-]{8,256})"`)
+
+// Salvage moves every spooled result that is not a readable result to
+// dead-results/<name>.damaged.<nanos>.json and, when its invocation is
+// known (the file is named by the id itself, or the bytes left name an
+// id whose file it is), spools an "outcome unknown" result for deviceID
+// in its place, as [Spool.Recover] does after a crash: the ledger says
+// the invocation ran, so it is never run again, and without an answer
+// the server would wait for its own timeout. Run it at start, after
+// Recover; [Spool.Pending] skips a damaged file.
+func (s *Spool) Salvage(deviceID string) ([]Salvaged, error) {
+	paths, err := filepath.Glob(filepath.Join(s.results, "*.json"))
+	if err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	var out []Salvaged
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return out, fmt.Errorf("spool: reading the spooled result %s: %w", p, err)
+		}
+		var r struct {
+			ID string `json:"invocation_id"`
+		}
+		if json.Unmarshal(b, &r) == nil && r.ID != "" {
+			continue
+		}
+		name := strings.TrimSuffix(filepath.Base(p), ".json")
+		var id string
+		if m := idField.FindSubmatch(b); m != nil && fileName(string(m[1])) == name {
+			id = string(m[1])
+		} else if wire.ValidID(name) && fileName(name) == name && !digestName.MatchString(name) {
+			id = name
+		}
+		dead := filepath.Join(s.dead, fmt.Sprintf("%s.damaged.%d.json", name, time.Now().UnixNano()))
+		if err := os.Rename(p, dead); err != nil {
+			return out, fmt.Errorf("spool: moving the damaged result %s to %s: %w", p, s.dead, err)
+		}
+		out = append(out, Salvaged{ID: id, Dead: dead})
+		if id == "" {
+			continue
+		}
+		body, err := unknownResult(id, deviceID, "the device's spooled result of this invocation was damaged before it was delivered")
+		if err != nil {
+			return out, err
+		}
+		if _, err := s.Finish(id, body); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// digestName is the file name of an id that is not a safe name.
+var digestName = regexp.MustCompile(`^id-[0-9a-f]{40}$`)
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
