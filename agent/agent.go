@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -136,6 +137,9 @@ type Agent struct {
 	// the Run goroutine touches them.
 	outbox []spool.Spooled
 	loaded bool
+	// unsettled are the invocations whose result could not be spooled
+	// (or recorded in the ledger): see spoolResult and settle.
+	unsettled []string
 	// runEnded is when the last run ended (only the Run goroutine
 	// touches it).
 	runEnded time.Time
@@ -187,9 +191,25 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger, client: cfg.Client, server: server, spool: sp, state: st, host: host}
 	a.halt, a.haltCancel = context.WithCancel(context.Background())
+	if cut := sp.Cut(); cut != "" {
+		a.log.Warn("the ledger's last line was cut short by a crash; removed (its invocation's STARTED marker or result decides)", "ledger", cfg.Layout.Ledger(), "line", cut)
+	}
 	unknown, err := sp.Recover(*st.DeviceID)
 	for _, id := range unknown {
 		a.log.Warn("an invocation was running when the agent stopped; it will not run again and is reported as execution_outcome_unknown", "invocation", id)
+	}
+	if err == nil {
+		var damaged []spool.Salvaged
+		damaged, err = sp.Salvage(*st.DeviceID)
+		for _, d := range damaged {
+			if d.ID == "" {
+				a.log.Error("a spooled result was damaged and does not say its invocation; moved aside, not delivered (the server times the invocation out)", "file", d.Dead)
+				continue
+			}
+			a.log.Error("a spooled result was damaged; its invocation does not run again and is reported as execution_outcome_unknown (the damaged bytes are kept)",
+				"invocation", d.ID, "file", d.Dead)
+			unknown = append(unknown, d.ID)
+		}
 	}
 	if err == nil {
 		a.journal, err = undo.Open(cfg.Layout.Journal())
@@ -372,6 +392,7 @@ func (a *Agent) deliverBeforeStop(stopAt time.Time) {
 	if a.halt.Err() == nil && !a.loaded {
 		a.load()
 	}
+	defer a.settleBeforeStop()
 	if len(a.outbox) == 0 {
 		if a.halt.Err() != nil {
 			a.log.Info("stopping now")
@@ -391,8 +412,36 @@ func (a *Agent) deliverBeforeStop(stopAt time.Time) {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	if len(a.outbox) > 0 {
+	if slices.ContainsFunc(a.outbox, spool.Spooled.OnDisk) {
 		a.log.Warn("stopping with results not delivered; they stay in the spool and are delivered at the next start", "invocations", a.outboxIDs())
+	}
+}
+
+// settleBeforeStop tries a last time to spool or record the results
+// that could not be, and says what a restart will make of those it
+// still cannot.
+func (a *Agent) settleBeforeStop() {
+	if len(a.unsettled) == 0 {
+		return
+	}
+	a.settle()
+	if len(a.unsettled) == 0 {
+		return
+	}
+	// One whose result is on disk is settled by the next start; any
+	// other has only its STARTED marker there.
+	var unknown, lost []string
+	for _, id := range a.unsettled {
+		if !slices.ContainsFunc(a.outbox, func(r spool.Spooled) bool { return r.ID == id && r.OnDisk() }) {
+			unknown = append(unknown, id)
+		}
+		if slices.ContainsFunc(a.outbox, func(r spool.Spooled) bool { return r.ID == id && !r.OnDisk() }) {
+			lost = append(lost, id)
+		}
+	}
+	if len(unknown) > 0 {
+		a.log.Error("stopping with results that could not be spooled nor recorded in the ledger (is the data folder full?): the next start reports them as execution_outcome_unknown (the server keeps a result it already has); they do not run again",
+			"invocations", unknown, "not_delivered", lost)
 	}
 }
 
@@ -481,17 +530,48 @@ func (a *Agent) profile() map[string]any {
 }
 
 // spoolResult spools the result body of invocation id (durably, see
-// [spool.Spool.Finish]) and queues it for the next flush. When Finish
-// fails, the body may be on disk all the same (a later step failed):
-// the next flush reads the spool again rather than trust the outbox.
+// [spool.Spool.Finish]) and queues it for the next flush. When that
+// fails (a full data folder), the result is queued all the same, from
+// memory: it is delivered (the server having it is what matters), and
+// each flush tries again to spool it or, once delivered, to record it
+// in the ledger (see [Agent.settle]), so that it neither runs again nor
+// becomes "outcome unknown" after a restart. The error is returned for
+// the caller to say so, once.
 func (a *Agent) spoolResult(id string, body []byte) error {
 	r, err := a.spool.Finish(id, body)
-	if err != nil {
-		a.loaded = false
-		return err
-	}
 	a.outbox = append(a.outbox, r)
-	return nil
+	if err != nil {
+		a.unsettled = append(a.unsettled, id)
+	}
+	return err
+}
+
+// settle tries again, for each result whose spooling failed, what
+// [spool.Spool.Finish] could not do: to spool it while it waits in
+// memory for delivery, and else to record it in the ledger and remove
+// its STARTED marker. Failures are logged at debug (spoolResult's
+// caller said it once); success once, at info.
+func (a *Agent) settle() {
+	kept := a.unsettled[:0]
+	for _, id := range a.unsettled {
+		var err error
+		if i := slices.IndexFunc(a.outbox, func(r spool.Spooled) bool { return r.ID == id && !r.OnDisk() }); i >= 0 {
+			var r spool.Spooled
+			r, err = a.spool.Finish(id, a.outbox[i].Body)
+			if r.OnDisk() {
+				a.outbox[i] = r
+			}
+		} else {
+			err = a.spool.Settle(id)
+		}
+		if err != nil {
+			a.log.Debug("the result still cannot be spooled", "invocation", id, "err", err)
+			kept = append(kept, id)
+			continue
+		}
+		a.log.Info("the result that could not be spooled is now recorded in the spool", "invocation", id)
+	}
+	a.unsettled = kept
 }
 
 // flush delivers every spooled result, byte for byte (docs/protocol.md §5.5): accepted
@@ -501,6 +581,9 @@ func (a *Agent) spoolResult(id string, body []byte) error {
 func (a *Agent) flush(ctx context.Context) bool {
 	if !a.loaded && !a.load() {
 		return false
+	}
+	if len(a.unsettled) > 0 {
+		a.settle()
 	}
 	empty := true
 	var kept []spool.Spooled
@@ -536,12 +619,18 @@ func (a *Agent) flush(ctx context.Context) bool {
 }
 
 // load reads the outbox from the spool: everything spooled so far is
-// on disk, queued results included. It reports whether it could.
+// on disk, queued results included, but for those kept in memory
+// because they could not be spooled. It reports whether it could.
 func (a *Agent) load() bool {
 	pending, err := a.spool.Pending()
 	if err != nil {
 		a.log.Error("reading the spool", "err", err)
 		return false
+	}
+	for _, r := range a.outbox {
+		if !r.OnDisk() {
+			pending = append(pending, r)
+		}
 	}
 	a.outbox, a.loaded = pending, true
 	return true

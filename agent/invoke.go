@@ -101,12 +101,19 @@ func (a *Agent) handle(ctx context.Context, raw any) error {
 		inv.log.Warn("the result was over the server's 4 MiB limit; its payload was dropped and the result says so")
 	}
 	if err := a.spoolResult(inv.ID, body); err != nil {
-		inv.log.Error("could not spool the result", "err", err)
-		return nil
+		// The run happened: its result is delivered from memory, and
+		// its journal entry and audit line are written all the same.
+		inv.log.Error("could not spool the result (is the data folder full?); delivering it from memory, and spooling it when there is space again; the invocation does not run again",
+			"err", err)
 	}
 	a.finishJournal(inv, r)
 	a.auditRecord(inv, r, body)
-	inv.log.Info("executed", "ok", r.OK, "sandbox", r.Sandbox, "elapsed_ms", r.ElapsedMS, "error_class", r.ErrorClass)
+	attrs := []any{"ok", r.OK, "sandbox", r.Sandbox, "elapsed_ms", r.ElapsedMS, "error_class", r.ErrorClass}
+	if r.Error != "" {
+		// The result says why; so does the device's own log.
+		attrs = append(attrs, "error", r.Error)
+	}
+	inv.log.Info("executed", attrs...)
 	return nil
 }
 
@@ -120,7 +127,7 @@ func (a *Agent) refuse(inv *invocation, why error) {
 		err = a.spoolResult(inv.ID, body)
 	}
 	if err != nil {
-		inv.log.Error("could not spool the refusal", "err", err)
+		inv.log.Error("could not spool the refusal (is the data folder full?); delivering it from memory, and spooling it when there is space again", "err", err)
 	}
 	a.auditRecord(inv, r, body)
 }
