@@ -569,7 +569,7 @@ func (a *Agent) settle() {
 			kept = append(kept, id)
 			continue
 		}
-		a.log.Info("the result that could not be spooled is now recorded in the spool", "invocation", id)
+		a.log.Info("the result that could not be spooled is now recorded on disk: a restart neither runs the invocation again nor reports it unknown", "invocation", id)
 	}
 	a.unsettled = kept
 }

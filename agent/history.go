@@ -60,7 +60,7 @@ func (a *Agent) finishJournal(inv *invocation, r result.Result) {
 		return // not journaled
 	}
 	if err != nil {
-		a.log.Error("could not record the change in the history journal", "invocation", inv.ID, "err", err)
+		a.log.Error("could not record the change in the history journal; it cannot be undone from this device's history (undo --offline)", "invocation", inv.ID, "err", err)
 		return
 	}
 	for _, id := range f.Undid {

@@ -440,6 +440,10 @@ func (s *Spool) Salvage(deviceID string) ([]Salvaged, error) {
 			return out, err
 		}
 		if _, err := s.Finish(id, body); err != nil {
+			// Put it back, for the next start to report.
+			if os.Rename(dead, p) == nil {
+				out = out[:len(out)-1]
+			}
 			return out, err
 		}
 	}
