@@ -126,7 +126,7 @@ func Open(lay layout.Layout) (*Spool, error) {
 // line before the last one is refused, not guessed at.
 // It returns the ids, the ledger's length once cut and the line cut.
 func readLedger(p string) (ids []string, size int64, cut string, err error) {
-	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	f, err := os.Open(p)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, 0, "", nil
 	}
@@ -141,11 +141,8 @@ func readLedger(p string) (ids []string, size int64, cut string, err error) {
 			if text == "" {
 				break
 			}
-			if err := f.Truncate(size); err != nil {
+			if err := cutTo(p, size); err != nil {
 				return nil, 0, "", fmt.Errorf("spool: %s ends with a line cut short (%q) that cannot be removed: %w; make the data folder writable, then start again", p, text, err)
-			}
-			if err := f.Sync(); err != nil {
-				return nil, 0, "", fmt.Errorf("spool: ledger %s: %w", p, err)
 			}
 			cut = text
 			break
@@ -164,6 +161,22 @@ func readLedger(p string) (ids []string, size int64, cut string, err error) {
 		ids = append(ids, id)
 	}
 	return ids, size, cut, nil
+}
+
+// cutTo truncates the file p to size bytes, durably.
+func cutTo(p string, size int64) error {
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(size)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Cut returns the torn last line [Open] removed from the ledger ("" when
