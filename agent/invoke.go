@@ -123,10 +123,9 @@ func (a *Agent) refuse(inv *invocation, why error) {
 	r := result.Result{InvocationID: inv.ID, DeviceID: a.client.DeviceID(), Entries: []any{}, Payload: map[string]any{},
 		Sandbox: "none", Error: "refused by the device: " + why.Error(), ErrorClass: wire.ClassInvocationRefused}
 	body, err := r.Body()
-	if err == nil {
-		err = a.spoolResult(inv.ID, body)
-	}
 	if err != nil {
+		inv.log.Error("could not encode the refusal", "err", err)
+	} else if err := a.spoolResult(inv.ID, body); err != nil {
 		inv.log.Error("could not spool the refusal (is the data folder full?); delivering it from memory, and spooling it when there is space again", "err", err)
 	}
 	a.auditRecord(inv, r, body)
