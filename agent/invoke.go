@@ -307,7 +307,7 @@ func (a *Agent) run(ctx context.Context, inv *invocation, req sandbox.Request, s
 		case out.OOMKilled:
 			r = result.DeviceError(fmt.Errorf("executor %s was killed by the memory limit of %s", ex.Name, sandbox.FormatBytes(out.Limits.MemoryBytes)))
 		default:
-			r = result.FromStdout(out.Stdout)
+			r = result.FromOutput(ex.Name, out.Stdout, out.StdoutTruncated, int64(out.Limits.OutputBytes))
 			if r.ErrorClass == wire.ClassDeviceError {
 				// Self-heal (docs/protocol.md §8), only for a module of the shim that is
 				// missing from this device's copy, and only once.
