@@ -169,8 +169,9 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 		return result.DeviceError(fmt.Errorf("executor %s not run: %w", inv.ex.Name, err)), true
 	}
 	if a.cfg.Watchdog != nil {
-		dog := time.AfterFunc(inv.limit+10*time.Second, func() { a.cfg.Watchdog(inv.ID) })
-		defer dog.Stop()
+		// It judges the run, not the clock alone: see watchdog.
+		dog := startWatchdog(inv.limit, func() { a.cfg.Watchdog(inv.ID) })
+		defer dog.ended()
 	}
 	// A started run is not cut short when the agent is asked to stop: it
 	// ends by itself or at its deadline, and its result is spooled and

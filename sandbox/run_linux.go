@@ -371,14 +371,22 @@ func (ln *launch) execute(ctx context.Context, stdin io.Reader, lim Limits) (exe
 
 	timer := time.NewTimer(lim.Timeout)
 	defer timer.Stop()
+	var ok bool
 	select {
 	case ex.werr = <-waitc:
 	case <-timer.C:
-		ex.timedOut = true
-		ex.werr = killTree(cmd, ln.supervise, waitc)
+		// After a pause of this process (SIGSTOP, a VM pause) the
+		// deadline and the command's own end come due together: a
+		// command that has already exited ended by itself.
+		if ok, ex.werr = exitedBy(cmd, waitc); !ok {
+			ex.timedOut = true
+			ex.werr = killTree(cmd, ln.supervise, waitc)
+		}
 	case <-ctx.Done():
-		ex.ctxErr = ctx.Err()
-		ex.werr = killTree(cmd, ln.supervise, waitc)
+		if ok, ex.werr = exitedBy(cmd, waitc); !ok {
+			ex.ctxErr = ctx.Err()
+			ex.werr = killTree(cmd, ln.supervise, waitc)
+		}
 	}
 	ex.wall = time.Since(start)
 	ex.statuses = <-statusc
@@ -448,6 +456,24 @@ func outcome(out Output, pl Plan, ln *launch, ex executed, name string) (Output,
 	// failure.
 	out.OOMKilled = !out.TimedOut && out.Signal == "SIGKILL" && ln.cg.oomKilled()
 	return out, false, ex.ctxErr
+}
+
+// exitedBy reports whether cmd's process has already exited by itself
+// (it is a zombie, or Wait has reaped it), and if so waits for Wait's
+// result; it reaps nothing itself.
+func exitedBy(cmd *exec.Cmd, waitc chan error) (bool, error) {
+	select {
+	case err := <-waitc:
+		return true, err
+	default:
+	}
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, cmd.Process.Pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	// ECHILD: Wait reaped it meanwhile.
+	if (err == nil && info.Signo != 0) || errors.Is(err, unix.ECHILD) {
+		return true, <-waitc
+	}
+	return false, nil
 }
 
 // killTree ends the run's whole process tree: inside bwrap's PID

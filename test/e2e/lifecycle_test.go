@@ -1,0 +1,100 @@
+//go:build linux
+
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/metnos/agent/refserver"
+)
+
+// TestStdoutOverLimit: an executor that prints more than the sandbox's
+// 8 MiB stdout limit gets a device_error that says so, with the limit,
+// not a JSON decoding error about the cut output.
+func TestStdoutOverLimit(t *testing.T) {
+	w := newWorld(t)
+	w.pair()
+	w.start()
+	info := w.wait(w.enqueue("big_output", map[string]any{"bytes": 9 << 20}, refserver.EnqueueOptions{}))
+	r := result(t, info)
+	msg, _ := r["error"].(string)
+	if r["error_class"] != "device_error" || !strings.Contains(msg, "more than 8 MiB") || !strings.Contains(msg, "big_output") {
+		t.Fatalf("state %s, result %.400s", info.State, info.ResultBody)
+	}
+	if strings.Contains(msg, "EOF") {
+		t.Errorf("the error still reports the cut output's decoding: %s", msg)
+	}
+}
+
+// TestPausedAgent: an agent stopped (SIGSTOP: a VM pause, a debugger,
+// heavy swapping) for longer than its run's deadline plus the
+// watchdog's 10 s, while a 4 s executor with an 8 s deadline runs, is
+// resumed: the run had ended by itself, so its ok result is delivered,
+// and the watchdog does not exit 124.
+func TestPausedAgent(t *testing.T) {
+	w := newWorld(t)
+	w.pair()
+	p := w.start()
+	// A first invocation, so that the executor and the shim are cached
+	// and the pause falls in the run.
+	if info := w.wait(w.enqueue("nap", map[string]any{"seconds": 0}, refserver.EnqueueOptions{})); info.State != "done" {
+		t.Fatalf("first nap: %s %s", info.State, info.ResultBody)
+	}
+	id := w.enqueue("nap", map[string]any{"seconds": 4}, refserver.EnqueueOptions{DeadlineMS: 8000})
+	if !waitCmdline("nap.py", 30*time.Second) {
+		t.Fatal("the executor never started")
+	}
+	time.Sleep(300 * time.Millisecond)
+	pid := p.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(25 * time.Second)
+	resumed := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	var info refserver.InvocationInfo
+	for end := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		select {
+		case <-p.done:
+			t.Fatalf("the agent exited after the pause: %v", p.err)
+		default:
+		}
+		var ok bool
+		if info, ok = w.srv.Invocation(id); ok && (info.State == "done" || info.State == "failed") {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("no result 60 s after the resume (state %s)", info.State)
+		}
+	}
+	// What a user would see: the result arrives shortly after the resume
+	// (the run had ended; only its collection and delivery remain).
+	t.Logf("result %s after the resume", time.Since(resumed).Round(100*time.Millisecond))
+	if r := result(t, info); info.State != "done" || r["ok"] != true {
+		t.Fatalf("state %s, result %s", info.State, info.ResultBody)
+	}
+	if logHas(p, "watchdog") {
+		t.Error("the log names the watchdog")
+	}
+}
+
+// waitCmdline waits until a process whose command line has s runs.
+func waitCmdline(s string, within time.Duration) bool {
+	for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			if b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && bytes.Contains(b, []byte(s)) {
+				return true
+			}
+		}
+	}
+	return false
+}
