@@ -210,7 +210,9 @@ func (a *Agent) executor(ctx context.Context, inv *invocation) (bundle.Executor,
 	case !errors.Is(err, fs.ErrNotExist):
 		return bundle.Executor{}, err
 	}
-	b, err := a.client.Executor(ctx, inv.Executor)
+	// A download that fails in a way that may pass is tried again, up
+	// to the invocation's deadline.
+	b, err := a.client.ExecutorUntil(ctx, inv.Executor, time.Now().Add(inv.limit))
 	if err != nil {
 		return bundle.Executor{}, err
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -97,4 +98,33 @@ func waitCmdline(s string, within time.Duration) bool {
 		}
 	}
 	return false
+}
+
+// TestBundleDownloadFailsOnce: the executor's bundle GET is cut halfway
+// once, then answered 502 once: the agent fetches it again and the
+// invocation is done, with no .tmp folder left in the cache.
+func TestBundleDownloadFailsOnce(t *testing.T) {
+	w := newWorld(t)
+	w.pair()
+	var calls atomic.Int32
+	w.srv.SetExecutorGate(func(string) int {
+		switch calls.Add(1) {
+		case 1:
+			return refserver.CutAnswer
+		case 2:
+			return 502
+		}
+		return 0
+	})
+	w.start()
+	info := w.wait(w.enqueue("echo_args", map[string]any{"i": 1}, refserver.EnqueueOptions{DeadlineMS: 30000}))
+	if r := result(t, info); info.State != "done" || r["ok"] != true {
+		t.Fatalf("state %s, result %s", info.State, info.ResultBody)
+	}
+	if n := calls.Load(); n != 3 {
+		t.Errorf("%d bundle GETs, want 3", n)
+	}
+	if left, _ := filepath.Glob(filepath.Join(w.cacheDir(), "executors", "*.tmp")); len(left) != 0 {
+		t.Errorf("left in the cache: %v", left)
+	}
 }
