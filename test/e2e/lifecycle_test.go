@@ -61,21 +61,7 @@ func TestPausedAgent(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	var info refserver.InvocationInfo
-	for end := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		select {
-		case <-p.done:
-			t.Fatalf("the agent exited after the pause: %v", p.err)
-		default:
-		}
-		var ok bool
-		if info, ok = w.srv.Invocation(id); ok && (info.State == "done" || info.State == "failed") {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("no result 60 s after the resume (state %s)", info.State)
-		}
-	}
+	info := waitEnd(t, w, p, id)
 	// What a user would see: the result arrives shortly after the resume
 	// (the run had ended; only its collection and delivery remain).
 	t.Logf("result %s after the resume", time.Since(resumed).Round(100*time.Millisecond))
@@ -84,6 +70,44 @@ func TestPausedAgent(t *testing.T) {
 	}
 	if logHas(p, "watchdog") {
 		t.Error("the log names the watchdog")
+	}
+
+	// Paused while idle, in its long poll, for longer than the poll:
+	// an invocation queued meanwhile is taken soon after the resume
+	// (what this prints is the figure: the run is 1 s).
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Second)
+	id = w.enqueue("nap", map[string]any{"seconds": 1}, refserver.EnqueueOptions{DeadlineMS: 8000})
+	time.Sleep(20 * time.Second)
+	resumed = time.Now()
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	info = waitEnd(t, w, p, id)
+	t.Logf("paused while idle: result %s after the resume, for a 1 s run", time.Since(resumed).Round(100*time.Millisecond))
+	if r := result(t, info); info.State != "done" || r["ok"] != true {
+		t.Fatalf("state %s, result %s", info.State, info.ResultBody)
+	}
+}
+
+// waitEnd waits, up to 60 s, for the invocation's result, failing at
+// once when the agent exits.
+func waitEnd(t *testing.T, w *world, p *agentProc, id string) refserver.InvocationInfo {
+	t.Helper()
+	for end := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		select {
+		case <-p.done:
+			t.Fatalf("the agent exited: %v", p.err)
+		default:
+		}
+		if info, ok := w.srv.Invocation(id); ok && (info.State == "done" || info.State == "failed") {
+			return info
+		}
+		if time.Now().After(end) {
+			t.Fatalf("no result for %s within 60 s", id)
+		}
 	}
 }
 
