@@ -74,6 +74,17 @@ func TestRunLeavesNoOrphan(t *testing.T) {
 			}
 		}
 	}
+	// A run its deadline kills leaves nothing either.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := Run(ctx, Request{
+		Argv:   []string{"/bin/sh", "-c", "sleep 30 & sleep 30"},
+		Policy: policy.Policy{Profile: policy.ProfileSupervised, System: []string{"/usr", "/bin", "/lib", "/lib64", "/etc"}},
+		Limits: Limits{Timeout: 300 * time.Millisecond},
+	})
+	if err != nil || !out.TimedOut {
+		t.Fatalf("the run past its deadline: %v, timed out %v", err, out.TimedOut)
+	}
 	after := children(t)
 	for pid, st := range after {
 		if _, ok := before[pid]; !ok {

@@ -370,11 +370,11 @@ func (ln *launch) execute(ctx context.Context, stdin io.Reader, lim Limits) (exe
 	start := time.Now()
 	err := cmd.Start()
 	ln.statusW.Close()
-	var childc chan int
+	var childc chan bwrapChild
 	if ln.infoW != nil {
 		ln.infoW.Close()
-		childc = make(chan int, 1)
-		go func() { childc <- readChildPID(ln.infoR) }()
+		childc = make(chan bwrapChild, 1)
+		go func() { childc <- readChild(ln.infoR) }()
 	}
 	if err != nil {
 		return ex, fmt.Errorf("sandbox: starting %s: %w", ln.argv[0], err)
@@ -483,16 +483,43 @@ var subreaper = sync.OnceValue(func() bool {
 	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == nil
 })
 
-// readChildPID reads the pid of bwrap's child from its --info-fd (0
-// when bwrap wrote none: it failed first).
-func readChildPID(r *os.File) int {
+// bwrapChild is bwrap's child: its pid, and its start time, which
+// tells it from a later process given the same pid.
+type bwrapChild struct {
+	pid   int
+	start string
+}
+
+// readChild reads the pid of bwrap's child from its --info-fd, and its
+// start time while it is alive (zero when bwrap named none: it failed
+// first).
+func readChild(r *os.File) bwrapChild {
 	var info struct {
 		ChildPID int `json:"child-pid"`
 	}
-	if json.NewDecoder(r).Decode(&info) != nil {
-		return 0
+	if json.NewDecoder(r).Decode(&info) != nil || info.ChildPID <= 0 {
+		return bwrapChild{}
 	}
-	return info.ChildPID
+	_, start := procStat(info.ChildPID)
+	return bwrapChild{pid: info.ChildPID, start: start}
+}
+
+// procStat reads a process's parent pid and start time from
+// /proc/<pid>/stat (0 and "" when it is gone).
+func procStat(pid int) (int, string) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, ""
+	}
+	// pid (comm) state ppid ... starttime (field 22); comm may hold
+	// spaces and parentheses.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 20 {
+		return 0, ""
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid, f[19]
 }
 
 // reapOrphan reaps bwrap's child, the sandbox's pid 1. bwrap's outer
@@ -502,19 +529,22 @@ func readChildPID(r *os.File) int {
 // killed if it is still there (which ends what is left of the run's
 // PID namespace), then reaped. Only that pid is waited for: the other
 // children of this process are their own callers' to wait for.
-func (ln *launch) reapOrphan(childc chan int) {
+func (ln *launch) reapOrphan(childc chan bwrapChild) {
 	if childc == nil || !subreaper() {
 		return
 	}
-	var pid int
+	var child bwrapChild
 	select {
-	case pid = <-childc:
+	case child = <-childc:
 	case <-time.After(time.Second):
 		// bwrap named no child, and something still holds its info pipe.
 		ln.log.Warn("sandbox: bubblewrap did not name its child; it is not reaped")
 		return
 	}
-	if pid <= 0 {
+	pid := child.pid
+	if ppid, start := procStat(pid); pid <= 0 || ppid != os.Getpid() || start != child.start {
+		// Not reparented here: bwrap waited for it, or it went to
+		// another subreaper; the pid may be another process's by now.
 		return
 	}
 	wait := time.Now().Add(2 * time.Second)
