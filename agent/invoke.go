@@ -175,8 +175,9 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 		return result.DeviceError(fmt.Errorf("executor %s not run: %w", inv.ex.Name, err)), true
 	}
 	if a.cfg.Watchdog != nil {
-		dog := time.AfterFunc(inv.limit+10*time.Second, func() { a.cfg.Watchdog(inv.ID) })
-		defer dog.Stop()
+		// It judges the run, not the clock alone: see watchdog.
+		dog := startWatchdog(inv.limit, func() { a.cfg.Watchdog(inv.ID) })
+		defer dog.ended()
 	}
 	// A started run is not cut short when the agent is asked to stop: it
 	// ends by itself or at its deadline, and its result is spooled and
@@ -215,7 +216,9 @@ func (a *Agent) executor(ctx context.Context, inv *invocation) (bundle.Executor,
 	case !errors.Is(err, fs.ErrNotExist):
 		return bundle.Executor{}, err
 	}
-	b, err := a.client.Executor(ctx, inv.Executor)
+	// A download that fails in a way that may pass is tried again, up
+	// to the invocation's deadline.
+	b, err := a.client.ExecutorUntil(ctx, inv.Executor, time.Now().Add(inv.limit))
 	if err != nil {
 		return bundle.Executor{}, err
 	}
@@ -313,7 +316,7 @@ func (a *Agent) run(ctx context.Context, inv *invocation, req sandbox.Request, s
 		case out.OOMKilled:
 			r = result.DeviceError(fmt.Errorf("executor %s was killed by the memory limit of %s", ex.Name, sandbox.FormatBytes(out.Limits.MemoryBytes)))
 		default:
-			r = result.FromStdout(out.Stdout)
+			r = result.FromOutput(ex.Name, out.Stdout, out.StdoutTruncated, int64(out.Limits.OutputBytes))
 			if r.ErrorClass == wire.ClassDeviceError {
 				// Self-heal (docs/protocol.md §8), only for a module of the shim that is
 				// missing from this device's copy, and only once.

@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	neturl "net/url"
@@ -536,6 +537,51 @@ func (c *Client) Executor(ctx context.Context, name string) (wire.ExecutorBundle
 		return wire.ExecutorBundle{}, fmt.Errorf("executor %s: the bundle is not JSON: %w", name, err)
 	}
 	return bu, nil
+}
+
+// ExecutorUntil is [Client.Executor] for an invocation whose deadline
+// is until: a failure that may pass (no answer, a connection cut
+// mid-answer, 408, 429 or a 5xx) is retried with the polls' backoff
+// (docs/protocol.md §16: 1 s, doubling up to 10 s, ±25 %) while the
+// next attempt would start before until. The error is the last
+// attempt's, saying how many there were.
+func (c *Client) ExecutorUntil(ctx context.Context, name string, until time.Time) (wire.ExecutorBundle, error) {
+	backoff := time.Second
+	for attempt := 1; ; attempt++ {
+		b, err := c.Executor(ctx, name)
+		if err == nil || ctx.Err() != nil || !transient(err) {
+			return b, err
+		}
+		wait := time.Duration(float64(backoff) * (0.75 + rand.Float64()*0.5))
+		if time.Now().Add(wait).After(until) {
+			if attempt > 1 {
+				err = fmt.Errorf("%w (%d attempts, until the invocation's deadline)", err, attempt)
+			}
+			return b, err
+		}
+		select {
+		case <-ctx.Done():
+			return b, err
+		case <-time.After(wait):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+// transient reports whether a fetch that failed with err may succeed if
+// tried again: no answer or a cut answer (a transport error), or the
+// status 408, 429 or 5xx.
+func transient(err error) bool {
+	switch st := StatusOf(err); {
+	case st == 0:
+		// Not an answer too large, or one that is not a bundle at all.
+		var syn *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		return !errors.Is(err, ErrTooLarge) && !errors.As(err, &syn) && !errors.As(err, &typ)
+	case st == 408, st == 429, st >= 500:
+		return true
+	}
+	return false
 }
 
 // Shim fetches the shim bundle (docs/protocol.md §5.7). It is not verified.

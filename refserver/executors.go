@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,6 +14,7 @@ import (
 	"path"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	toml "github.com/pelletier/go-toml/v2"
@@ -268,10 +270,42 @@ func (s *Server) handleExecutor(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	gate := s.exGate
 	s.mu.Unlock()
 	if !ok {
 		writeError(w, http.StatusNotFound, wire.CodeUnknownExecutor, "executor %s is not known to this server", name)
 		return
 	}
+	if gate != nil {
+		switch status := gate(name); {
+		case status == CutAnswer:
+			// Half the bundle, then the connection is closed: the
+			// client reads a short body.
+			body, _ := json.Marshal(b)
+			w.Header().Set("Content-Type", "application/json; charset=utf-8")
+			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+			w.WriteHeader(http.StatusOK)
+			w.Write(body[:len(body)/2])
+			http.NewResponseController(w).Flush()
+			panic(http.ErrAbortHandler)
+		case status != 0:
+			writeError(w, status, wire.CodeInternal, "refused by the test gate")
+			return
+		}
+	}
 	writeJSON(w, http.StatusOK, b)
+}
+
+// CutAnswer, returned by the gate of [Server.SetExecutorGate], cuts the
+// connection halfway through the bundle.
+const CutAnswer = -1
+
+// SetExecutorGate installs a test hook called with every executor
+// bundle GET, for a download that fails: a status is answered instead
+// of the bundle, [CutAnswer] sends half of it and closes the
+// connection, 0 serves it. Nil removes it.
+func (s *Server) SetExecutorGate(gate func(name string) int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.exGate = gate
 }

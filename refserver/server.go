@@ -83,6 +83,7 @@ type Server struct {
 	executors map[string]*executor
 	shim      *shimState
 	gate      func(invocationID string, body []byte) int
+	exGate    func(name string) int
 	shimDelay time.Duration
 
 	closed    chan struct{}

@@ -89,6 +89,13 @@
 // forbids fallback (full-fs-no-net) or a minimum the machine cannot meet
 // makes Run refuse with a [*RefusedError] rather than run weaker.
 //
+// Nothing of a run outlives Run: the process calling it becomes a child
+// subreaper at its first run, and bwrap's child (the sandbox's pid 1,
+// which bwrap's outer process does not wait for) is reaped, or killed and
+// reaped, before Run returns. A command that has exited by itself when
+// its deadline comes due with its end (after a pause of the calling
+// process) has not timed out.
+//
 // # What Run guarantees on Windows
 //
 // "job-object": the command is created suspended, put in a kill-on-close

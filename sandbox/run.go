@@ -120,6 +120,13 @@ func (e *RefusedError) Unwrap() error { return ErrRefused }
 // started, or when it refused to start it (a [*RefusedError]): the
 // Policy needs a kernel network cut or a minimum sandbox this machine
 // cannot give.
+//
+// On Linux the first Run makes the calling process a child subreaper
+// (PR_SET_CHILD_SUBREAPER): what a run leaves behind once bubblewrap's
+// outer process has exited (its child, the sandbox's pid 1) is
+// reparented to it rather than to PID 1, and Run reaps it, or kills and
+// reaps it, before it returns. A caller that starts processes of its own
+// gets their orphans too, and must wait for them.
 func Run(ctx context.Context, req Request) (Output, error) {
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		return Output{}, errors.New("sandbox: empty command")

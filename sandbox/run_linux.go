@@ -192,8 +192,11 @@ type launch struct {
 	cg        *runCgroup
 	bwrap     bool
 	supervise bool
-	log       *slog.Logger
-	undo      []func()
+	// infoR is the read end of bwrap's --info-fd, which names bwrap's
+	// child, the sandbox's pid 1 (see reapOrphan); nil without bwrap.
+	infoR, infoW *os.File
+	log          *slog.Logger
+	undo         []func()
 	// lockDir is Options.LockDir.
 	lockDir string
 }
@@ -304,7 +307,13 @@ func (ln *launch) viaBwrap(spec *shim.Spec, c Caps, l layout, exe, dir string, l
 			return fmt.Errorf("sandbox: placeholder for %s: %w", ph.Path, err)
 		}
 	}
-	ln.argv = append([]string{c.Bwrap}, bargs...)
+	// bwrap names its child on the info descriptor: the process this
+	// one reaps when bwrap's outer process is gone (reapOrphan).
+	if ln.infoR, ln.infoW, err = os.Pipe(); err != nil {
+		return fmt.Errorf("sandbox: bwrap's info pipe: %w", err)
+	}
+	ln.undo = append(ln.undo, func() { ln.infoR.Close(); ln.infoW.Close() })
+	ln.argv = append([]string{c.Bwrap, "--info-fd", strconv.Itoa(ln.fds.add(ln.infoW))}, bargs...)
 	return nil
 }
 
@@ -361,9 +370,18 @@ func (ln *launch) execute(ctx context.Context, stdin io.Reader, lim Limits) (exe
 	start := time.Now()
 	err := cmd.Start()
 	ln.statusW.Close()
+	var childc chan bwrapChild
+	if ln.infoW != nil {
+		ln.infoW.Close()
+		childc = make(chan bwrapChild, 1)
+		go func() { childc <- readChild(ln.infoR) }()
+	}
 	if err != nil {
 		return ex, fmt.Errorf("sandbox: starting %s: %w", ln.argv[0], err)
 	}
+	// Whichever way the run ends, what bwrap left is reaped before it
+	// is reported ended.
+	defer ln.reapOrphan(childc)
 	statusc := make(chan []shim.Status, 1)
 	go func() { statusc <- readStatus(ln.statusR) }()
 	waitc := make(chan error, 1)
@@ -371,14 +389,22 @@ func (ln *launch) execute(ctx context.Context, stdin io.Reader, lim Limits) (exe
 
 	timer := time.NewTimer(lim.Timeout)
 	defer timer.Stop()
+	var ok bool
 	select {
 	case ex.werr = <-waitc:
 	case <-timer.C:
-		ex.timedOut = true
-		ex.werr = killTree(cmd, ln.supervise, waitc)
+		// After a pause of this process (SIGSTOP, a VM pause) the
+		// deadline and the command's own end come due together: a
+		// command that has already exited ended by itself.
+		if ok, ex.werr = exitedBy(cmd, waitc); !ok {
+			ex.timedOut = true
+			ex.werr = killTree(cmd, ln.supervise, waitc)
+		}
 	case <-ctx.Done():
-		ex.ctxErr = ctx.Err()
-		ex.werr = killTree(cmd, ln.supervise, waitc)
+		if ok, ex.werr = exitedBy(cmd, waitc); !ok {
+			ex.ctxErr = ctx.Err()
+			ex.werr = killTree(cmd, ln.supervise, waitc)
+		}
 	}
 	ex.wall = time.Since(start)
 	ex.statuses = <-statusc
@@ -448,6 +474,117 @@ func outcome(out Output, pl Plan, ln *launch, ex executed, name string) (Output,
 	// failure.
 	out.OOMKilled = !out.TimedOut && out.Signal == "SIGKILL" && ln.cg.oomKilled()
 	return out, false, ex.ctxErr
+}
+
+// subreaper is whether this process is a child subreaper (it becomes
+// one at its first run): then a process a run's bwrap leaves behind is
+// reparented to it, and reaped by reapOrphan.
+var subreaper = sync.OnceValue(func() bool {
+	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == nil
+})
+
+// bwrapChild is bwrap's child: its pid, and its start time, which
+// tells it from a later process given the same pid.
+type bwrapChild struct {
+	pid   int
+	start string
+}
+
+// readChild reads the pid of bwrap's child from its --info-fd, and its
+// start time while it is alive (zero when bwrap named none: it failed
+// first).
+func readChild(r *os.File) bwrapChild {
+	var info struct {
+		ChildPID int `json:"child-pid"`
+	}
+	if json.NewDecoder(r).Decode(&info) != nil || info.ChildPID <= 0 {
+		return bwrapChild{}
+	}
+	_, start := procStat(info.ChildPID)
+	return bwrapChild{pid: info.ChildPID, start: start}
+}
+
+// procStat reads a process's parent pid and start time from
+// /proc/<pid>/stat (0 and "" when it is gone).
+func procStat(pid int) (int, string) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, ""
+	}
+	// pid (comm) state ppid ... starttime (field 22); comm may hold
+	// spaces and parentheses.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 20 {
+		return 0, ""
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid, f[19]
+}
+
+// reapOrphan reaps bwrap's child, the sandbox's pid 1. bwrap's outer
+// process exits as soon as the command's status is known, before that
+// child, which the kernel then reparents to this process (a subreaper):
+// left alone it would be a zombie per run. It is waited for (a moment),
+// killed if it is still there (which ends what is left of the run's
+// PID namespace), then reaped. Only that pid is waited for: the other
+// children of this process are their own callers' to wait for.
+func (ln *launch) reapOrphan(childc chan bwrapChild) {
+	if childc == nil || !subreaper() {
+		return
+	}
+	var child bwrapChild
+	select {
+	case child = <-childc:
+	case <-time.After(time.Second):
+		// bwrap named no child, and something still holds its info pipe.
+		ln.log.Warn("sandbox: bubblewrap did not name its child; it is not reaped")
+		return
+	}
+	pid := child.pid
+	if ppid, start := procStat(pid); pid <= 0 || ppid != os.Getpid() || start != child.start {
+		// Not reparented here: bwrap waited for it, or it went to
+		// another subreaper; the pid may be another process's by now.
+		return
+	}
+	wait := time.Now().Add(2 * time.Second)
+	killed := false
+	for {
+		var ws unix.WaitStatus
+		got, err := unix.Wait4(pid, &ws, unix.WNOHANG|unix.WALL, nil)
+		if got == pid || err != nil {
+			// Reaped, or not this process's child (ECHILD).
+			return
+		}
+		if time.Now().After(wait) {
+			if killed {
+				ln.log.Warn("sandbox: bubblewrap's child did not end after SIGKILL; it is reaped when it does", "pid", pid)
+				go unix.Wait4(pid, &ws, unix.WALL, nil)
+				return
+			}
+			_ = unix.Kill(pid, unix.SIGKILL)
+			killed, wait = true, time.Now().Add(5*time.Second)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// exitedBy reports whether cmd's process has already exited by itself
+// (it is a zombie, or Wait has reaped it), and if so waits for Wait's
+// result; it reaps nothing itself.
+func exitedBy(cmd *exec.Cmd, waitc chan error) (bool, error) {
+	select {
+	case err := <-waitc:
+		return true, err
+	default:
+	}
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, cmd.Process.Pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	// ECHILD: Wait reaped it meanwhile.
+	if (err == nil && info.Signo != 0) || errors.Is(err, unix.ECHILD) {
+		return true, <-waitc
+	}
+	return false, nil
 }
 
 // killTree ends the run's whole process tree: inside bwrap's PID

@@ -174,35 +174,58 @@ func Materialize(lay layout.Layout, b wire.ExecutorBundle, name, manifestSHA, co
 	}
 	dir := lay.Executor(name, manifestSHA)
 	tmp := dir + ".tmp"
+	removeStaleTemps(filepath.Dir(dir))
 	if err := os.RemoveAll(tmp); err != nil {
 		return Executor{}, fmt.Errorf("executor %s: %w", name, err)
 	}
-	write := func(rel string, data []byte) error {
+	ex, err := write(tmp, dir, m, manifest, sig, code)
+	if err != nil {
+		// Nothing half-written stays in the cache.
+		os.RemoveAll(tmp)
+		return Executor{}, fmt.Errorf("executor %s: writing it into the cache at %s: %w", name, dir, err)
+	}
+	ex.Name = name
+	return ex, nil
+}
+
+// removeStaleTemps removes the .tmp folders beside the cached executors
+// in dir: what a Materialize cut short by a crash or a full disk left.
+// The agent materializes one executor at a time, so none is in use.
+func removeStaleTemps(dir string) {
+	tmps, _ := filepath.Glob(filepath.Join(dir, "*.tmp"))
+	for _, t := range tmps {
+		os.RemoveAll(t)
+	}
+}
+
+// write writes a verified executor into tmp, then renames tmp to dir.
+func write(tmp, dir string, m Manifest, manifest, sig []byte, code func(string) ([]byte, error)) (Executor, error) {
+	put := func(rel string, data []byte) error {
 		p := filepath.Join(tmp, filepath.FromSlash(rel))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
 		return os.WriteFile(p, data, 0o644)
 	}
-	if err := write("manifest.toml", manifest); err != nil {
-		return Executor{}, fmt.Errorf("executor %s: %w", name, err)
+	if err := put("manifest.toml", manifest); err != nil {
+		return Executor{}, err
 	}
-	if err := write("manifest.toml.sig", sig); err != nil {
-		return Executor{}, fmt.Errorf("executor %s: %w", name, err)
+	if err := put("manifest.toml.sig", sig); err != nil {
+		return Executor{}, err
 	}
 	for _, f := range m.Code.Files {
 		data, _ := code(f)
-		if err := write(f, data); err != nil {
-			return Executor{}, fmt.Errorf("executor %s: %w", name, err)
+		if err := put(f, data); err != nil {
+			return Executor{}, err
 		}
 	}
 	if err := os.RemoveAll(dir); err != nil {
-		return Executor{}, fmt.Errorf("executor %s: %w", name, err)
+		return Executor{}, err
 	}
 	if err := os.Rename(tmp, dir); err != nil {
-		return Executor{}, fmt.Errorf("executor %s: %w", name, err)
+		return Executor{}, err
 	}
-	return Executor{Name: name, Dir: dir, Entry: filepath.Join(dir, filepath.FromSlash(m.Code.Files[0])), Manifest: m}, nil
+	return Executor{Dir: dir, Entry: filepath.Join(dir, filepath.FromSlash(m.Code.Files[0])), Manifest: m}, nil
 }
 
 // Cached returns the cached executor after verifying it again, as on

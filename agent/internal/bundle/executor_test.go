@@ -111,3 +111,45 @@ func TestMaterializeRefuses(t *testing.T) {
 		t.Errorf("dependencies: %v", err)
 	}
 }
+
+// TestMaterializeLeavesNoTemp: a bundle that cannot be written into the
+// cache (here one code path is a file and, below it, another code path)
+// fails naming the cache folder and leaves no .tmp folder, and a .tmp
+// folder a crash left beside the cached executors is removed at the next
+// Materialize.
+func TestMaterializeLeavesNoTemp(t *testing.T) {
+	cache := t.TempDir()
+	lay := layout.Layout{Cache: cache}
+	stale := filepath.Join(cache, "executors", "list_dirs-0123456789abcdef.tmp")
+	if err := os.MkdirAll(stale, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(stale, "half.py"), []byte("pri"), 0o644)
+
+	files := []string{"echo_args.py", "echo_args.py/inner.py"}
+	manifest := strings.Replace(manifestText, `"lib/helper.py"`, `"echo_args.py/inner.py"`, 1)
+	b := wire.ExecutorBundle{Name: "echo_args", ManifestTOML: base64.StdEncoding.EncodeToString([]byte(manifest)),
+		ManifestSig: base64.StdEncoding.EncodeToString(ed25519.Sign(serverKey, []byte(manifest))), Files: map[string]string{}}
+	h := sha256.New()
+	for _, f := range files {
+		h.Write([]byte("x = 1\n"))
+		b.Files[f] = base64.StdEncoding.EncodeToString([]byte("x = 1\n"))
+	}
+	ms := sha256.Sum256([]byte(manifest))
+	_, err := Materialize(lay, b, "echo_args", hex.EncodeToString(ms[:]), hex.EncodeToString(h.Sum(nil)), pub())
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(cache, "executors")) {
+		t.Fatalf("got %v, want an error naming the cache folder", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(cache, "executors", "*")); len(left) != 0 {
+		t.Errorf("left in the cache: %v", left)
+	}
+
+	// And a good bundle still goes in.
+	good, gms, gcs := bundle(t, manifestText, code)
+	if _, err := Materialize(lay, good, "echo_args", gms, gcs, pub()); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(cache, "executors", "*.tmp")); len(left) != 0 {
+		t.Errorf("left in the cache: %v", left)
+	}
+}

@@ -222,3 +222,51 @@ func TestShimInstallsAndTamperingIsRefused(t *testing.T) {
 		t.Error("unsafe shim path accepted")
 	}
 }
+
+// TestDownloadRetried: a bundle GET that fails in a way that may pass
+// (a 502, a connection cut halfway through the bundle) is tried again
+// with the polls' backoff, and the bundle then verifies; one that will
+// not pass (404) is not; and the retries stop at the invocation's
+// deadline.
+func TestDownloadRetried(t *testing.T) {
+	h := newHarness(t)
+	c := client.New(h.url, nil, "", nil)
+	var calls int // the gate runs on the server's goroutine; each GET returns before the next
+	answers := []int{502, refserver.CutAnswer}
+	h.srv.SetExecutorGate(func(string) int {
+		calls++
+		if calls <= len(answers) {
+			return answers[calls-1]
+		}
+		return 0
+	})
+	b, err := c.ExecutorUntil(context.Background(), "echo_args", time.Now().Add(20*time.Second))
+	if err != nil {
+		t.Fatalf("after a 502 and a cut: %v", err)
+	}
+	if calls != 3 {
+		t.Errorf("%d GETs, want 3", calls)
+	}
+	ms, cs, _ := h.srv.ExecutorDigests("echo_args")
+	cache := t.TempDir()
+	if _, err := bundle.Materialize(layout.Layout{Cache: cache}, b, "echo_args", ms, cs, h.srv.PublicKey()); err != nil {
+		t.Fatal(err)
+	}
+
+	calls = 0
+	h.srv.SetExecutorGate(func(string) int { calls++; return 404 })
+	if _, err := c.ExecutorUntil(context.Background(), "echo_args", time.Now().Add(20*time.Second)); err == nil || calls != 1 {
+		t.Errorf("a 404: %v after %d GETs, want an error after 1", err, calls)
+	}
+
+	calls = 0
+	h.srv.SetExecutorGate(func(string) int { calls++; return 503 })
+	start := time.Now()
+	_, err = c.ExecutorUntil(context.Background(), "echo_args", time.Now().Add(2*time.Second))
+	if client.StatusOf(err) != 503 || !strings.Contains(err.Error(), "attempts") {
+		t.Errorf("503 until the deadline: %v", err)
+	}
+	if calls < 2 || time.Since(start) > 2*time.Second {
+		t.Errorf("%d GETs in %s: want retries, ending by the deadline", calls, time.Since(start))
+	}
+}

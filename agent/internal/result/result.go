@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/wire"
 )
 
@@ -87,6 +88,18 @@ func FromStdout(stdout []byte) Result {
 		r.ErrorClass = s
 	}
 	return r
+}
+
+// FromOutput is [FromStdout] for a run whose stdout the sandbox may
+// have cut at limit bytes (truncated): a cut stdout is not read at all
+// (its end is missing, so it is neither one JSON value nor the whole
+// answer), and the result is a device_error that says the executor
+// named went over the limit, with the limit.
+func FromOutput(executor string, stdout []byte, truncated bool, limit int64) Result {
+	if !truncated {
+		return FromStdout(stdout)
+	}
+	return DeviceError(fmt.Errorf("executor %s wrote more than %s to stdout (the sandbox's output limit): its output was cut there and not read", executor, sandbox.FormatBytes(limit)))
 }
 
 // Timeout is the result of a run the deadline killed (docs/protocol.md §9.1).

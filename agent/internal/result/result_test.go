@@ -64,3 +64,26 @@ func TestTimeoutAndDeviceError(t *testing.T) {
 		t.Errorf("device error body %s", b)
 	}
 }
+
+// TestFromOutputOverLimit: a stdout the sandbox cut at its limit is not
+// decoded (it used to say "unexpected EOF"): the result says which
+// executor went over the limit, and the limit.
+func TestFromOutputOverLimit(t *testing.T) {
+	cut := []byte(`{"ok":true,"entries":["xxxxxxxx`)
+	r := FromOutput("big_output", cut, true, 8<<20)
+	if r.OK || r.ErrorClass != "device_error" {
+		t.Fatalf("ok %v, class %q", r.OK, r.ErrorClass)
+	}
+	for _, want := range []string{"big_output", "more than 8 MiB", "stdout", "limit"} {
+		if !strings.Contains(r.Error, want) {
+			t.Errorf("error %q does not say %q", r.Error, want)
+		}
+	}
+	if strings.Contains(r.Error, "EOF") || strings.Contains(r.Error, "JSON") {
+		t.Errorf("error %q reports a decoding failure, not the limit", r.Error)
+	}
+	// Whole output is read as before.
+	if r := FromOutput("echo", []byte(`{"ok":true}`), false, 8<<20); !r.OK || r.Error != "" {
+		t.Errorf("whole output: %+v", r)
+	}
+}
