@@ -140,7 +140,7 @@ func TestSoak(t *testing.T) {
 	mixedEnd := samples[len(samples)-1]
 	echoes := max(20, n/10)
 	for i := n; i < n+echoes; i++ {
-		run(i, "echo_args", map[string]any{"i": i}, refserver.EnqueueOptions{})
+		run(i, "echo_args", map[string]any{"i": i}, soakEcho(i))
 	}
 	waitSpoolEmpty(t, soak, 10*time.Second)
 	echoEnd := sampleAgent(t, p, soak, n+echoes, start)
@@ -234,20 +234,30 @@ func TestSoak(t *testing.T) {
 	t.Log(b.String())
 }
 
-// soakStep is invocation i of the mix.
+// soakStep is invocation i of the mix. Each goes as a turn of the real
+// server sends it for an executor flagged revertible (reversibility,
+// turn_id and METNOS_TURN_ID): the agent journals every one of them, as
+// it did in the run issue 18 measured (2,000 entries of history), the
+// ones that change nothing included.
 func soakStep(i int, work string) (string, map[string]any, refserver.EnqueueOptions) {
-	turn := fmt.Sprintf("soak-turn-%d", i/25)
-	changes := refserver.EnqueueOptions{TurnID: turn, Reversibility: "revertible", Env: map[string]string{"METNOS_TURN_ID": turn}}
+	turn := fmt.Sprintf("soak-turn-%d", i)
+	o := refserver.EnqueueOptions{TurnID: turn, Reversibility: "revertible", Env: map[string]string{"METNOS_TURN_ID": turn, "METNOS_LANG": "it"}}
 	file := filepath.Join(work, fmt.Sprintf("note-%d.txt", i/25))
 	switch {
 	case i%25 == 23:
-		return "write_files", map[string]any{"files": []any{map[string]any{"path": file, "content": fmt.Sprintf("soak note %d\n", i)}}}, changes
+		return "write_files", map[string]any{"files": []any{map[string]any{"path": file, "content": fmt.Sprintf("soak note %d\n", i)}}}, o
 	case i%25 == 24:
-		return "delete_files", map[string]any{"paths": []any{file}}, changes
+		return "delete_files", map[string]any{"paths": []any{file}}, o
 	case i%10 == 9:
-		return "list_folder", map[string]any{"path": work}, refserver.EnqueueOptions{Reversibility: "read_only"}
+		return "list_folder", map[string]any{"path": work}, o
 	}
-	return "echo_args", map[string]any{"i": i, "greeting": "ciao"}, refserver.EnqueueOptions{}
+	return "echo_args", map[string]any{"i": i, "greeting": "ciao"}, o
+}
+
+// soakEcho is the turn of an echo_args, as soakStep sends it.
+func soakEcho(i int) refserver.EnqueueOptions {
+	_, _, o := soakStep(i*10, "")
+	return o
 }
 
 // soakDevice is one paired home of the agent.
