@@ -422,36 +422,66 @@ func badDataDirAtStart(t *testing.T, w *world, p *agentProc, reasons ...string) 
 	}
 }
 
+// servedOnce runs the agent until it has served one invocation, so that
+// its data folder holds what an agent in use keeps there (lock, log,
+// spool, journal, audit log).
+func (w *world) servedOnce(t *testing.T) {
+	t.Helper()
+	p := w.start()
+	w.wait(w.enqueue("echo_args", map[string]any{}, refserver.EnqueueOptions{Reversibility: "revertible"}))
+	p.stop(t)
+}
+
+// chmodTree sets the mode of every folder and file under root.
+func chmodTree(t *testing.T, root string, dirs, files os.FileMode) {
+	t.Helper()
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return os.Chmod(p, dirs)
+		case d.Type().IsRegular():
+			return os.Chmod(p, files)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestDataDirReadOnlyAtStart: the data folder is read-only when the
-// agent starts (a read-only bind mount in a private mount namespace as
-// root, else chmod 0500): one clear line, and it exits or waits without
-// burning CPU.
+// agent starts, after it served once (a read-only bind mount in a
+// private mount namespace as root, else every folder 0500 and file
+// 0400): one clear line, and it exits or waits without burning CPU.
 func TestDataDirReadOnlyAtStart(t *testing.T) {
 	w := newWorld(t)
 	w.pair()
+	w.servedOnce(t)
 	var p *agentProc
 	if os.Geteuid() == 0 {
 		needRoot(t, "a read-only bind mount needs a private mount namespace")
 		p = w.startAs(nil, "unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
 			`mount --bind "$DATA" "$DATA" && mount -o remount,bind,ro "$DATA" && exec "$AGENT" run`)
 	} else {
-		if err := os.Chmod(w.dataDir(), 0o500); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.Chmod(w.dataDir(), 0o700) })
+		chmodTree(t, w.dataDir(), 0o500, 0o400)
+		t.Cleanup(func() { chmodTree(t, w.dataDir(), 0o700, 0o600) })
 		p = w.start()
 	}
 	badDataDirAtStart(t, w, p, "read-only", "permission denied")
 }
 
 // TestDataDirFullAtStart: the data folder is a small tmpfs (in a
-// private mount namespace, as root) holding the pairing and filled to
-// the last byte when the agent starts: one clear line, and it exits or
+// private mount namespace, as root) holding what it kept after it served
+// once, filled to the last byte when the agent starts: one clear line, and it exits or
 // waits without burning CPU.
 func TestDataDirFullAtStart(t *testing.T) {
 	needRoot(t, "a full data folder is a small tmpfs mounted in a private mount namespace")
 	w := newWorld(t)
 	w.pair()
+	w.servedOnce(t)
 	seed := w.dataDir() + ".seed"
 	if err := os.Rename(w.dataDir(), seed); err != nil {
 		t.Fatal(err)
