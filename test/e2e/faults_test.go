@@ -34,7 +34,6 @@ import (
 // Besides, every cutEvery-th result POST it sees has its answer cut:
 // the server has the result, the agent does not know it.
 type flakyProxy struct {
-	t      *testing.T
 	target string
 	addr   string
 	ln     net.Listener
@@ -64,7 +63,7 @@ func newFlakyProxy(t *testing.T, target string, seed uint64, cutEvery int) *flak
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &flakyProxy{t: t, target: target, addr: ln.Addr().String(), ln: ln,
+	f := &flakyProxy{target: target, addr: ln.Addr().String(), ln: ln,
 		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), cutEvery: cutEvery, fates: map[string]int{}, open: map[*net.TCPConn]bool{}}
 	go func() {
 		for {
@@ -88,44 +87,44 @@ func (f *flakyProxy) setOn(on bool) {
 	f.on = on
 	if on {
 		for c := range f.open {
-			reset(c)
+			resetConn(c)
 		}
 	}
 }
 
-// plan is what happens to one connection.
-type plan struct {
+// connPlan is what happens to one connection.
+type connPlan struct {
 	fate     string
 	requests int           // pass: requests forwarded before the reset
 	budget   int           // cut-request, cut-response: bytes forwarded first
 	stall    time.Duration // stall: how long
 }
 
-func (f *flakyProxy) plan() (plan, bool) {
+func (f *flakyProxy) plan() (connPlan, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.on {
-		return plan{fate: fatePass, requests: -1}, false
+		return connPlan{fate: fatePass, requests: -1}, false
 	}
-	var p plan
+	var p connPlan
 	switch r := f.rng.IntN(100); {
 	case r < 65:
-		p = plan{fate: fatePass, requests: 1 + f.rng.IntN(4)}
+		p = connPlan{fate: fatePass, requests: 1 + f.rng.IntN(4)}
 	case r < 73:
-		p = plan{fate: fateReset}
+		p = connPlan{fate: fateReset}
 	case r < 81:
-		p = plan{fate: fateCutReq, budget: 40 + f.rng.IntN(1500)}
+		p = connPlan{fate: fateCutReq, budget: 40 + f.rng.IntN(1500)}
 	case r < 90:
-		p = plan{fate: fateCutResp, budget: 20 + f.rng.IntN(600)}
+		p = connPlan{fate: fateCutResp, budget: 20 + f.rng.IntN(600)}
 	default:
-		p = plan{fate: fateStall, stall: time.Duration(1000+f.rng.IntN(2000)) * time.Millisecond}
+		p = connPlan{fate: fateStall, stall: time.Duration(1000+f.rng.IntN(2000)) * time.Millisecond}
 	}
 	f.fates[p.fate]++
 	return p, true
 }
 
-// reset closes c with a TCP RST.
-func reset(c *net.TCPConn) {
+// resetConn closes c with a TCP RST.
+func resetConn(c *net.TCPConn) {
 	c.SetLinger(0)
 	c.Close()
 }
@@ -142,23 +141,23 @@ func (f *flakyProxy) serve(c *net.TCPConn) {
 	p, on := f.plan()
 	switch p.fate {
 	case fateReset:
-		reset(c)
+		resetConn(c)
 		return
 	case fateStall:
 		// Read and forward nothing for a while, then reset.
 		c.SetReadDeadline(time.Now().Add(p.stall))
 		io.Copy(io.Discard, c)
-		reset(c)
+		resetConn(c)
 		return
 	}
 	sc, err := net.Dial("tcp", f.target)
 	if err != nil {
-		reset(c)
+		resetConn(c)
 		return
 	}
 	s := sc.(*net.TCPConn)
 	var once sync.Once
-	kill := func() { once.Do(func() { reset(c); reset(s) }) }
+	kill := func() { once.Do(func() { resetConn(c); resetConn(s) }) }
 	defer kill()
 	var mu sync.Mutex
 	cutNext := false // the next answer is dropped and the connection reset
