@@ -50,7 +50,9 @@ import (
 //     against the same commands at 10 entries: medians of 5, and their
 //     ratios.
 //
-// Timings and sizes are information only: nothing fails on a number.
+// It ends with issue 18's goals, each with its figure and whether it is
+// met. Timings and sizes are information only: nothing fails on a
+// number.
 // It fails when an invocation is not done exactly once as the server
 // sees it (done, handed out once, every result POST the same bytes),
 // when the spool is not empty at the end, or when file descriptors or
@@ -231,7 +233,24 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&b, "history (newest 20): %s at %d entries, %s at 10: %.2f×\n", ms(histN.d), len(ids), ms(hist10.d), ratio(histN.d, hist10.d))
 	fmt.Fprintf(&b, "history --json -n 0: %s (%d bytes) at %d entries, %s (%d bytes) at 10: %.2f×\n", ms(histNJSON.d), histNJSON.size, len(ids), ms(hist10JSON.d), hist10JSON.size, ratio(histNJSON.d, hist10JSON.d))
 	fmt.Fprintf(&b, "exactly once: %d of %d done, handed out once, same bytes in every result POST; %d posted more than once\n", len(ids)-len(notOnce), len(ids), len(rePosted))
+	// Issue 18's goals, measured at 2,000 invocations: information,
+	// as every figure here.
+	fmt.Fprintf(&b, "goals of issue 18 (at 2,000 invocations; this run: %d):\n", mixedEnd.done)
+	goal(&b, "RSS at the end within +2 MiB of the first few hundred", fmt.Sprintf("%+.1f MiB", mib(mixedEnd.rss-warmRSS)), mixedEnd.rss-warmRSS <= 2<<20)
+	goal(&b, "restart to first claim ≤ 1.2× an empty agent's", fmt.Sprintf("%.2f×", ratio(claimSoak, claimEmpty)), ratio(claimSoak, claimEmpty) <= 1.2)
+	goal(&b, "history (newest 20) ≤ 1.2× its time at 10 entries", fmt.Sprintf("%.2f×", ratio(histN.d, hist10.d)), ratio(histN.d, hist10.d) <= 1.2)
+	nothing := per(echoEnd.data-mixedEnd.data-(echoEnd.audit-mixedEnd.audit), echoes)
+	goal(&b, "disk per invocation that changed nothing ≤ 1 KB beyond its audit line", fmt.Sprintf("%.0f bytes", nothing), nothing <= 1024)
 	t.Log(b.String())
+}
+
+// goal prints one of issue 18's goals, its figure and whether it is met.
+func goal(b *strings.Builder, what, figure string, met bool) {
+	word := "met"
+	if !met {
+		word = "NOT met"
+	}
+	fmt.Fprintf(b, "  %-72s %12s  %s\n", what, figure, word)
 }
 
 // soakStep is invocation i of the mix. Each goes as a turn of the real
