@@ -53,9 +53,14 @@ func hook(i int, phase string) {
 func (j *Journal) Undo(id, history string, dryRun bool) (Report, error) {
 	rep := Report{InvocationID: id, DryRun: dryRun}
 	j.mu.Lock()
-	e := j.byID[id]
+	e, err := j.find(id)
+	if err == nil && e != nil {
+		err = j.resolve(e)
+	}
 	j.mu.Unlock()
 	switch {
+	case err != nil:
+		return rep, err
 	case e == nil:
 		return rep, fmt.Errorf("%s: no such change in the history journal (see `metnos-agent history`)", id)
 	case e.Interrupted:

@@ -2,6 +2,7 @@ package chainlog
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +37,96 @@ func Read(dir string, fn func(file string, line []byte) error) error {
 		}
 	}
 	return nil
+}
+
+// ReadFile calls fn with every complete line of the log file name in
+// dir, in order, without its newline, without checking the chain.
+func ReadFile(dir, name string, fn func(line []byte) error) error {
+	return readFile(filepath.Join(dir, name), func(line []byte, complete bool) error {
+		if !complete {
+			return nil
+		}
+		return fn(line)
+	})
+}
+
+// ReadBack calls fn with the complete lines of the log in dir, newest
+// first (the last file's from its end, then the file before...),
+// without their newlines and without checking the chain, until fn
+// returns false or an error, or the first line was passed. A line cut
+// short at the very end is skipped. Reading the newest lines costs
+// what they weigh, not what the whole log does.
+func ReadBack(dir string, fn func(file string, line []byte) (bool, error)) error {
+	names, err := files(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for i := len(names) - 1; i >= 0; i-- {
+		more, err := readBack(filepath.Join(dir, names[i]), func(line []byte) (bool, error) { return fn(names[i], line) })
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// readBack calls fn with the complete lines of the file at path, last
+// first; it returns false when fn did.
+func readBack(path string, fn func(line []byte) (bool, error)) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, fmt.Errorf("reading the log file %s: %w", path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return false, fmt.Errorf("reading the log file %s: %w", path, err)
+	}
+	// The newest lines are often all a caller wants: read a little
+	// first, then more and more.
+	chunk := int64(8 << 10)
+	end := fi.Size() // file[from:end] is in buf
+	var buf []byte
+	first := true // the end of the file: a tail without a newline is torn
+	for from := end; ; chunk = min(chunk*2, 1<<20) {
+		n := min(chunk, from)
+		from -= n
+		more := make([]byte, n, n+int64(len(buf)))
+		if _, err := f.ReadAt(more, from); err != nil && err != io.EOF {
+			return false, fmt.Errorf("reading the log file %s: %w", path, err)
+		}
+		buf = append(more, buf...)
+		if first {
+			i := bytes.LastIndexByte(buf, '\n')
+			if i < 0 && from > 0 {
+				continue
+			}
+			buf, first = buf[:i+1], false
+		}
+		// Every line after the first newline in buf is whole (at the
+		// start of the file, the first one is too).
+		for len(buf) > 0 {
+			body := buf[:len(buf)-1] // without the newline
+			i := bytes.LastIndexByte(body, '\n')
+			if i < 0 && from > 0 {
+				break
+			}
+			if len(buf)-i > maxLine {
+				return false, fmt.Errorf("reading the log file %s: a line longer than %d bytes", path, maxLine)
+			}
+			ok, err := fn(body[i+1:])
+			if err != nil || !ok {
+				return false, err
+			}
+			buf = buf[:i+1]
+		}
+		if from == 0 {
+			return true, nil
+		}
+	}
 }
 
 // readFile calls fn with each line of path; complete is false for a
@@ -87,6 +178,10 @@ type Report struct {
 	// Note is something worth saying that is not tampering, such as a
 	// line cut short by a crash at the very end.
 	Note string
+	// Good is, when there is a Problem, the number of the last line the
+	// chain still vouches for: every line up to it is as written (0:
+	// none is). A reader trusts the records numbered up to Good only.
+	Good int64
 }
 
 // OK reports whether the log verified.
@@ -139,8 +234,7 @@ func Gone(dir string) (seq int64, file string, err error) {
 // edited, removed or moved: the first place where a line's prev is not
 // the hash of the line before it, its number does not follow, or the
 // end does not match HEAD. An error means the log could not be read.
-func Verify(dir string) (Report, error) {
-	var rep Report
+func Verify(dir string) (rep Report, err error) {
 	names, err := files(dir)
 	if err != nil {
 		return rep, err
@@ -177,6 +271,7 @@ func Verify(dir string) (Report, error) {
 			if !complete {
 				if i == len(names)-1 && !Torn(line, seq+1, prev) {
 					rep.Problem, rep.File, rep.Line = "edited: the last line has no end and is not the beginning of the line that would come next (a crash while writing leaves only that)", name, no
+					rep.Good = -1 // the end of the log is not known: nothing is vouched for
 					return stop
 				}
 				if i == len(names)-1 {
@@ -184,6 +279,7 @@ func Verify(dir string) (Report, error) {
 					return nil
 				}
 				rep.Problem, rep.File, rep.Line = "a line without its end, in the middle of the log: edited or cut", name, no
+				rep.Good = seq
 				return stop
 			}
 			var v struct {
@@ -192,6 +288,7 @@ func Verify(dir string) (Report, error) {
 			}
 			if json.Unmarshal(line, &v) != nil || v.Seq == nil || v.Prev == nil {
 				rep.Problem, rep.File, rep.Line = "edited: not a line of this log (not JSON, or no seq and prev)", name, no
+				rep.Good = seq
 				return stop
 			}
 			switch {
@@ -199,6 +296,7 @@ func Verify(dir string) (Report, error) {
 			case *v.Seq == seq+1:
 				// The number follows but the chain does not: the line
 				// before was changed (or this one's prev was).
+				rep.Good = max(seq-1, 0)
 				if seq == 0 {
 					rep.Problem, rep.File, rep.Line = "edited: the first line does not start the chain", name, no
 				} else {
@@ -208,9 +306,11 @@ func Verify(dir string) (Report, error) {
 			case *v.Seq > seq+1:
 				rep.Problem, rep.File, rep.Line = fmt.Sprintf("removed: the lines numbered %d to %d before this one are missing", seq+1, *v.Seq-1), name, no
 				gap.from, gap.to = seq+1, *v.Seq-1
+				rep.Good = seq
 				return nil
 			default:
 				rep.Problem, rep.File, rep.Line = fmt.Sprintf("reordered: seq %d comes after seq %d", *v.Seq, seq), name, no
+				rep.Good = seq
 				return stop
 			}
 			seq, prev = *v.Seq, Hash(line)
@@ -229,8 +329,18 @@ func Verify(dir string) (Report, error) {
 		rep.Problem = fmt.Sprintf("reordered: a line numbered between %d and %d is missing here and was found later, at %s", gap.from, gap.to, gap.at)
 	}
 	if !rep.OK() {
+		rep.Good = max(rep.Good, 0)
 		return rep, nil
 	}
+	// A problem at the end puts the last line in doubt.
+	defer func() {
+		if !rep.OK() {
+			rep.Good = max(seq-1, 0)
+			if rep.File == headName || rep.Line == 0 {
+				rep.Good = 0
+			}
+		}
+	}()
 	var h head
 	b, err := headBytes, headErr
 	switch {

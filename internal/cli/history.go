@@ -43,9 +43,11 @@ edited or removed record is reported.`)
 	if err != nil {
 		return fail(std, err)
 	}
-	entries := j.Entries()
-	if *limit > 0 && len(entries) > *limit {
-		entries = entries[:*limit]
+	// Only as far back as the entries shown: the newest are found
+	// without reading the oldest.
+	entries, err := j.Newest(*limit)
+	if err != nil {
+		return fail(std, err)
 	}
 	var problem string
 	if err := undo.Check(dir); err != nil {
