@@ -142,21 +142,29 @@ func TestJournalCostDoesNotGrowWithHistory(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// What `history` does: check the end, list, verify.
+			if err := Check(dir); err != nil {
+				t.Fatal(err)
+			}
 			if es, err := j.Newest(20); err != nil || len(es) != want {
 				t.Fatalf("newest 20: %d entries, %v", len(es), err)
+			}
+			if rep, _, err := j.Untrusted(); err != nil || !rep.OK() {
+				t.Fatalf("verify: %v %v", rep, err)
 			}
 		}
 	}
 	openSmall, openBig := median(21, open(small)), median(21, open(big))
 	histSmall, histBig := median(21, newest(small, 10)), median(21, newest(big, 20))
-	t.Logf("open (a restart): %v with 10 entries, %v with %d (%.2fx); newest 20: %v with 10 entries, %v with %d (%.2fx)",
+	t.Logf("open (a restart): %v with 10 entries, %v with %d (%.2fx); history -n 20: %v with 10 entries, %v with %d (%.2fx)",
 		openSmall, openBig, n, float64(openBig)/float64(openSmall), histSmall, histBig, n, float64(histBig)/float64(histSmall))
-	// Medians on a shared machine: a margin for noise, far below what
-	// reading the whole journal costs (tens of milliseconds).
-	if slack := 2 * time.Millisecond; openBig > openSmall*6/5+slack {
+	// Medians on a shared machine, in process: a margin for noise (the
+	// command's own start-up is ~10 ms), far below what reading the
+	// whole journal costs (tens of milliseconds).
+	if slack := 4 * time.Millisecond; openBig > openSmall*6/5+slack {
 		t.Errorf("opening a journal of %d entries took %v, against %v for 10", n, openBig, openSmall)
 	}
-	if slack := 2 * time.Millisecond; histBig > histSmall*6/5+slack {
-		t.Errorf("the newest 20 of %d entries took %v, against %v for 10", n, histBig, histSmall)
+	if slack := 4 * time.Millisecond; histBig > histSmall*6/5+slack {
+		t.Errorf("history -n 20 of %d entries took %v, against %v for 10", n, histBig, histSmall)
 	}
 }

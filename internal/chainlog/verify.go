@@ -234,7 +234,20 @@ func Gone(dir string) (seq int64, file string, err error) {
 // edited, removed or moved: the first place where a line's prev is not
 // the hash of the line before it, its number does not follow, or the
 // end does not match HEAD. An error means the log could not be read.
-func Verify(dir string) (rep Report, err error) {
+func Verify(dir string) (rep Report, err error) { return verify(dir, false) }
+
+// VerifyQuick is [Verify] that does not read again a file (other than
+// the last) it verified before and that is the same file, unchanged
+// since: same inode, size, and modification and change times (an edit
+// changes the change time, which cannot be set back without changing
+// the system's clock), holding the lines that follow the ones before
+// it. What it verified it notes in a file VERIFIED beside the log's,
+// when it can write there. It makes checking a long log cost what its
+// newest file does; [Verify] reads every line, for when the log must
+// be checked whole (audit verify, before a local undo).
+func VerifyQuick(dir string) (Report, error) { return verify(dir, true) }
+
+func verify(dir string, quick bool) (rep Report, err error) {
 	names, err := files(dir)
 	if err != nil {
 		return rep, err
@@ -253,9 +266,25 @@ func Verify(dir string) (rep Report, err error) {
 		found    bool
 		at       string
 	}
+	var seen verified
+	if quick {
+		seen = readVerified(dir)
+		defer func() { writeVerified(dir, seen) }()
+	}
 	for i, name := range names {
 		no := 0
 		stop := errors.New("stop")
+		var key string
+		if quick && i < len(names)-1 && gap.to == 0 {
+			key = fileKey(filepath.Join(dir, name))
+			if v, ok := seen[name]; ok && key != "" && v.Key == key && v.FromSeq == seq && v.FromHash == prev {
+				seq, prev, rep.Lines = v.Seq, v.Hash, rep.Lines+v.Lines
+				prevFile, prevNo = name, v.No
+				continue
+			}
+			delete(seen, name)
+		}
+		fromSeq, fromHash, fromLines := seq, prev, rep.Lines
 		err := readFile(filepath.Join(dir, name), func(line []byte, complete bool) error {
 			no++
 			if gap.to > 0 {
@@ -324,6 +353,9 @@ func Verify(dir string) (rep Report, err error) {
 		if err != nil {
 			return rep, err
 		}
+		if key != "" && rep.OK() && key == fileKey(filepath.Join(dir, name)) {
+			seen[name] = verifiedFile{Key: key, FromSeq: fromSeq, FromHash: fromHash, Seq: seq, Hash: prev, Lines: rep.Lines - fromLines, No: prevNo}
+		}
 	}
 	if gap.found {
 		rep.Problem = fmt.Sprintf("reordered: a line numbered between %d and %d is missing here and was found later, at %s", gap.from, gap.to, gap.at)
@@ -375,4 +407,46 @@ func plural(n int64, word string) string {
 		return word
 	}
 	return word + "s"
+}
+
+// verifiedName is the file in which [VerifyQuick] notes what it
+// verified.
+const verifiedName = "VERIFIED"
+
+// verified is what VERIFIED holds: by file name, a file verified whole.
+type verified map[string]verifiedFile
+
+type verifiedFile struct {
+	Key      string `json:"key"` // fileKey when it was verified
+	FromSeq  int64  `json:"from_seq"`
+	FromHash string `json:"from_hash"` // the chain before its first line
+	Seq      int64  `json:"seq"`
+	Hash     string `json:"hash"` // its last line
+	Lines    int64  `json:"lines"`
+	No       int    `json:"no"` // its number of lines
+}
+
+func readVerified(dir string) verified {
+	v := verified{}
+	if b, err := os.ReadFile(filepath.Join(dir, verifiedName)); err == nil {
+		json.Unmarshal(b, &v)
+	}
+	return v
+}
+
+// writeVerified notes what was verified, if it changed and the folder
+// can be written; a failure is ignored (the next check reads all).
+func writeVerified(dir string, v verified) {
+	b, _ := json.Marshal(v)
+	if old, err := os.ReadFile(filepath.Join(dir, verifiedName)); err == nil && bytes.Equal(old, b) {
+		return
+	}
+	if len(v) == 0 {
+		os.Remove(filepath.Join(dir, verifiedName))
+		return
+	}
+	tmp := filepath.Join(dir, verifiedName+".tmp")
+	if os.WriteFile(tmp, b, 0o600) == nil {
+		os.Rename(tmp, filepath.Join(dir, verifiedName))
+	}
 }
