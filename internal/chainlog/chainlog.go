@@ -365,6 +365,71 @@ func (l *Log) AppendFunc(next func(last string, size int64) (file string, rec an
 	return seq, file, nil
 }
 
+// DropBefore removes the log's files that come before file, which must
+// be one of its files and not after the one holding the last line: old
+// history removed whole files at a time. First it records in START the
+// number and hash of the line before file's first line (so that
+// [Verify] still checks that every line kept follows it: the lines kept
+// cannot be edited or removed unseen), with note, the caller's account
+// of what was removed (a JSON value; see [Pruned]); then it removes the
+// files. A crash between the two leaves files that Verify passes over
+// and the next DropBefore removes.
+func (l *Log) DropBefore(file string, note any) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lk, err := lockfile.LockWait(filepath.Join(l.dir, lockName))
+	if err != nil {
+		return fmt.Errorf("log %s: %w", l.dir, err)
+	}
+	defer lk.Release()
+	if err := l.catchUp(); err != nil {
+		return err
+	}
+	names, err := l.files()
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(names, file) || file > l.file {
+		return fmt.Errorf("log %s: %s is not a file of the log up to its last line: nothing removed", l.dir, file)
+	}
+	var first []byte
+	stop := errors.New("stop")
+	err = readFile(filepath.Join(l.dir, file), func(line []byte, complete bool) error {
+		if complete {
+			first = line
+		}
+		return stop
+	})
+	if err != nil && err != stop {
+		return fmt.Errorf("log %s: %w", l.dir, err)
+	}
+	var v struct {
+		Seq  int64  `json:"seq"`
+		Prev string `json:"prev"`
+	}
+	if first == nil || json.Unmarshal(first, &v) != nil || v.Seq <= 1 {
+		return fmt.Errorf("log %s: the first line of %s is not a record that follows others: nothing removed", l.dir, file)
+	}
+	n, err := json.Marshal(note)
+	if err != nil {
+		return fmt.Errorf("log %s: %w", l.dir, err)
+	}
+	b, _ := json.Marshal(start{Seq: v.Seq - 1, Hash: v.Prev, File: file, Note: n})
+	if err := atomicfile.WriteFile(filepath.Join(l.dir, startName), b, 0o600); err != nil {
+		return fmt.Errorf("log %s: recording where it starts: %w", l.dir, err)
+	}
+	for _, name := range names {
+		if name >= file {
+			break
+		}
+		if err := os.Remove(filepath.Join(l.dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("log %s: removing %s: %w", l.dir, name, err)
+		}
+	}
+	atomicfile.SyncDir(l.dir)
+	return nil
+}
+
 // catchUp reads the lines other processes appended since this one last
 // looked, passing them to Options.Foreign. The lock is held.
 func (l *Log) catchUp() error {

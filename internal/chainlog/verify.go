@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 )
 
 // maxLine bounds one line when reading (a history record of a very
@@ -259,6 +261,24 @@ func verify(dir string, quick bool) (rep Report, err error) {
 	prev, seq := zero, int64(0)
 	var prevFile string
 	var prevNo int
+	// A log whose oldest files were removed ([Log.DropBefore]) starts
+	// where START says: its first line follows the last one removed.
+	st, pruned, err := readStart(dir)
+	if err != nil {
+		rep.Problem, rep.File = err.Error(), startName
+		return rep, nil
+	}
+	if pruned {
+		prev, seq = st.Hash, st.Seq
+		kept := names[:0:0]
+		for _, n := range names {
+			if n >= st.File {
+				kept = append(kept, n) // a file before it is one a crash left while removing them
+			}
+		}
+		names = kept
+		rep.Files = len(names)
+	}
 	// After a gap in the numbers, the rest is only searched for the
 	// missing ones: found later means moved, not removed.
 	var gap struct {
@@ -269,6 +289,11 @@ func verify(dir string, quick bool) (rep Report, err error) {
 	var seen verified
 	if quick {
 		seen = readVerified(dir)
+		for name := range seen {
+			if !slices.Contains(names, name) {
+				delete(seen, name) // pruned
+			}
+		}
 		defer func() { writeVerified(dir, seen) }()
 	}
 	for i, name := range names {
@@ -326,7 +351,9 @@ func verify(dir string, quick bool) (rep Report, err error) {
 				// The number follows but the chain does not: the line
 				// before was changed (or this one's prev was).
 				rep.Good = max(seq-1, 0)
-				if seq == 0 {
+				if prevFile == "" && pruned {
+					rep.Problem, rep.File, rep.Line = "edited: the first line does not follow the last line removed when the log was pruned (as START records)", name, no
+				} else if prevFile == "" {
 					rep.Problem, rep.File, rep.Line = "edited: the first line does not start the chain", name, no
 				} else {
 					rep.Problem, rep.File, rep.Line = fmt.Sprintf("edited: line %d (seq %d) no longer matches the hash the next line holds", prevNo, seq), prevFile, prevNo
@@ -449,4 +476,60 @@ func writeVerified(dir string, v verified) {
 	if os.WriteFile(tmp, b, 0o600) == nil {
 		os.Rename(tmp, filepath.Join(dir, verifiedName))
 	}
+}
+
+// startName is the file that says where a pruned log starts.
+const startName = "START"
+
+// start is what START holds.
+type start struct {
+	// Seq and Hash are the number and hash of the last line removed:
+	// the first line kept follows it.
+	Seq  int64  `json:"seq"`
+	Hash string `json:"hash"`
+	// File is the first file kept.
+	File string `json:"file"`
+	// Note is the caller's account of what was removed.
+	Note json.RawMessage `json:"note,omitempty"`
+}
+
+// readStart reads START; pruned is false when there is none.
+func readStart(dir string) (st start, pruned bool, err error) {
+	b, err := os.ReadFile(filepath.Join(dir, startName))
+	if errors.Is(err, os.ErrNotExist) {
+		return st, false, nil
+	}
+	if err != nil {
+		return st, false, fmt.Errorf("reading %s: %w", filepath.Join(dir, startName), err)
+	}
+	if json.Unmarshal(b, &st) != nil || st.Seq <= 0 || len(st.Hash) != 64 || !strings.HasSuffix(st.File, Ext) {
+		return st, false, errors.New("the START file is not what this log writes: edited")
+	}
+	return st, true, nil
+}
+
+// Pruned returns the note the last [Log.DropBefore] recorded (nil when
+// the log was never pruned) and the number of the last line removed.
+func Pruned(dir string) (note json.RawMessage, seq int64, err error) {
+	st, pruned, err := readStart(dir)
+	if err != nil || !pruned {
+		return nil, 0, err
+	}
+	return st.Note, st.Seq, nil
+}
+
+// Files lists the log's files in order (none when dir does not exist).
+func Files(dir string) ([]string, error) {
+	names, err := files(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return names, err
+}
+
+// LastLine returns the last complete line of the log file name in dir
+// (nil when it has none).
+func LastLine(dir, name string) ([]byte, error) {
+	line, _, _, err := lastLine(filepath.Join(dir, name))
+	return line, err
 }
