@@ -197,6 +197,10 @@ type policyRec struct {
 	History string   `json:"history_dir,omitempty"`
 }
 
+// maxPolicies bounds the policies kept in memory (one a sandbox
+// profile in practice).
+const maxPolicies = 64
+
 func (p policyRec) hash() string {
 	b, _ := json.Marshal(p)
 	return chainlog.Hash(b)[:32]
@@ -226,6 +230,7 @@ func Open(dir string) (*Journal, error) {
 	// still open after it (the agent's own count): reading back to one
 	// saying none is enough.
 	_, err = j.older(func(_ int, r *record) bool { return r.Open != nil && *r.Open == 0 })
+	j.trim() // a journal written before the count was kept is read whole, once
 	return j, err
 }
 
@@ -399,6 +404,9 @@ func (j *Journal) fold(file string, r record) {
 			Reverse: r.Reverse, Roots: r.Roots, Masks: r.Masks, History: r.History, Began: r.Time, Undone: map[int]string{}}
 		if r.Policy != "" {
 			if r.Masks != nil || r.History != "" {
+				if len(j.policies) >= maxPolicies {
+					clear(j.policies) // read again from their segments when needed
+				}
 				j.policies[r.Policy] = policyRec{Masks: r.Masks, History: r.History}
 			} else if p, ok := j.policies[r.Policy]; ok {
 				e.Masks, e.History = p.Masks, p.History
@@ -535,6 +543,9 @@ func (j *Journal) resolve(e *Entry) error {
 			}
 			if (policyRec{Masks: r.Masks, History: r.History}).hash() != e.policy {
 				return nil
+			}
+			if len(j.policies) >= maxPolicies {
+				clear(j.policies)
 			}
 			j.policies[e.policy] = policyRec{Masks: r.Masks, History: r.History}
 			return stop
