@@ -62,6 +62,9 @@ func (j *Journal) Undo(id, history string, dryRun bool) (Report, error) {
 	case err != nil:
 		return rep, err
 	case e == nil:
+		if p, ok, _ := PrunedFrom(j.dir); ok {
+			return rep, fmt.Errorf("%s: no such change in the history journal (see `metnos-agent history`); %s", id, p)
+		}
 		return rep, fmt.Errorf("%s: no such change in the history journal (see `metnos-agent history`)", id)
 	case e.Interrupted:
 		return rep, fmt.Errorf("%s (%s): %w: the run was cut short by a crash and what it changed is not known", id, e.Executor, ErrNotUndoable)

@@ -63,6 +63,9 @@ func TestPruneRemovesOldSegmentsAndTheChainStillHolds(t *testing.T) {
 	if s := p.String(); !strings.Contains(s, "older changes before ") || !strings.HasSuffix(s, "were pruned (retention 1 days)") {
 		t.Fatalf("says %q", s)
 	}
+	if _, err := w.j.Undo(old[0], w.history, true); err == nil || !strings.Contains(err.Error(), "were pruned (retention 1 days)") {
+		t.Fatalf("undo of a pruned change: %v", err)
+	}
 	if rep, err := chainlog.Verify(dir); err != nil || !rep.OK() || rep.Files != len(after) {
 		t.Fatalf("verify after pruning: %v %v", rep, err)
 	}

@@ -304,7 +304,7 @@ func TestUndoRefusesRecordsThatFailTheChain(t *testing.T) {
 		t.Fatal("the edited record was acted on")
 	}
 	if rep, ids, err := j.Untrusted(); err != nil || rep.OK() || !slices.Equal(ids, []string{second}) {
-		t.Fatalf("untrusted: %v %v %v good %d", rep, ids, err, rep.Good)
+		t.Fatalf("untrusted: %v %v %v", rep, ids, err)
 	}
 	if rep, err := j.Undo(first, w.history, false); err != nil || len(rep.Done) != 1 {
 		t.Fatalf("undo of the entry before the edit: %+v %v", rep, err)
