@@ -92,6 +92,12 @@ func (j *Journal) Expire(x Expiry) ([]Expired, error) {
 	// those it holds, so that an old change is never missed.
 	j.mu.Lock()
 	attribute(turns, x.History, j.entries)
+	for i := range turns {
+		// A folder a whole read found younger than its files say.
+		if a := j.turnAge[turns[i].name]; a.After(turns[i].age) {
+			turns[i].age = a
+		}
+	}
 	j.mu.Unlock()
 	scanned := false
 	full := func(ts []turnDir) error {
@@ -118,6 +124,14 @@ func (j *Journal) Expire(x Expiry) ([]Expired, error) {
 			ts[i].ids, ts[i].open, ts[i].age = nil, nil, ts[i].fsAge
 		}
 		attribute(ts, x.History, es)
+		j.mu.Lock()
+		j.turnAge = map[string]time.Time{}
+		for _, t := range ts {
+			if t.age.After(t.fsAge) {
+				j.turnAge[t.name] = t.age // not read whole again for it
+			}
+		}
+		j.mu.Unlock()
 		return nil
 	}
 	var out []Expired

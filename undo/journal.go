@@ -85,6 +85,9 @@ type Journal struct {
 	policies map[string]policyRec
 	segment  string          // the segment written lately
 	written  map[string]bool // the policies written in it
+	// turnAge is, for a blob folder whose entries ended after its files
+	// were written, when the last one did ([Journal.Expire]).
+	turnAge map[string]time.Time
 
 	// In a journal read for a scan: outer is the journal the entries
 	// read join (its entries are not read again); keep, when set, drops
