@@ -1,6 +1,8 @@
 package undo
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -537,7 +539,7 @@ func (j *Journal) resolve(e *Entry) error {
 		key := []byte(`"policy":"` + e.policy + `"`)
 		stop := errors.New("found")
 		err := chainlog.ReadFile(j.dir, e.seg, func(line []byte) error {
-			if !bytesContains(line, key) {
+			if !bytes.Contains(line, key) {
 				return nil
 			}
 			var r record
@@ -617,22 +619,12 @@ func (j *Journal) older(enough func(n int, r *record) bool) (bool, error) {
 		for _, e := range t.entries {
 			j.byID[e.InvocationID] = e
 		}
-		slices.SortStableFunc(j.entries, func(a, b *Entry) int { return cmpSeq(a.began(), b.began()) })
+		slices.SortStableFunc(j.entries, func(a, b *Entry) int { return cmp.Compare(a.began(), b.began()) })
 	}
 	if all {
 		j.complete = true
 	}
 	return all, nil
-}
-
-func cmpSeq(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // began is the number of the entry's begin record.
@@ -708,11 +700,9 @@ func (j *Journal) scan(keep func(*Entry) bool) ([]*Entry, error) {
 			out = append(out, e)
 		}
 	}
-	slices.SortFunc(out, func(a, b *Entry) int { return cmpSeq(a.began(), b.began()) })
+	slices.SortFunc(out, func(a, b *Entry) int { return cmp.Compare(a.began(), b.began()) })
 	return out, nil
 }
-
-func bytesContains(b, sub []byte) bool { return strings.Contains(string(b), string(sub)) }
 
 // intact checks the journal's chain (chainlog.Verify) and refuses the
 // entry when one of its records is after the last line the chain
