@@ -61,6 +61,9 @@ type Config struct {
 	// spool (0: 14 days); HistoryRetention how long backup blobs are
 	// kept (0: 30 days).
 	SpoolRetention, HistoryRetention time.Duration
+	// JournalRetention is how long the history journal keeps a change
+	// (0: a year; never shorter than HistoryRetention).
+	JournalRetention time.Duration
 	// HistoryQuota is the most the backup blobs may take, in bytes: 0
 	// for the default share of the free space (see
 	// [undo.DefaultQuotaPercent]), negative for no quota.
@@ -170,6 +173,10 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.HistoryRetention == 0 {
 		cfg.HistoryRetention = 30 * 24 * time.Hour
 	}
+	if cfg.JournalRetention == 0 {
+		cfg.JournalRetention = undo.DefaultRetention
+	}
+	cfg.JournalRetention = max(cfg.JournalRetention, cfg.HistoryRetention)
 	st, err := pairing.LoadState(cfg.Layout)
 	if err != nil {
 		return nil, err
@@ -637,14 +644,16 @@ func (a *Agent) load() bool {
 }
 
 // housekeeping applies the retention rules at start: spooled results
-// older than Config.SpoolRetention, and backup blobs past
-// Config.HistoryRetention or over the quota.
+// older than Config.SpoolRetention, backup blobs past
+// Config.HistoryRetention or over the quota, and history journal
+// segments past Config.JournalRetention.
 func (a *Agent) housekeeping() {
 	cut := time.Now().Add(-a.cfg.SpoolRetention)
 	for _, p := range a.spool.Expire(cut) {
 		a.log.Warn("dropped a result older than the spool retention", "file", p)
 	}
 	a.expireBlobs(a.cfg.HistoryRetention)
+	a.pruneJournal()
 }
 
 // expireBlobs removes the backup blobs past retention or over the

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"time"
 
 	"github.com/metnos/agent/agent/internal/result"
 	"github.com/metnos/agent/audit"
@@ -68,6 +69,23 @@ func (a *Agent) finishJournal(inv *invocation, r result.Result) {
 	}
 	if f.KeptBlobs {
 		a.expireBlobs(a.cfg.HistoryRetention)
+	}
+	// An agent that runs for months prunes while it runs (a look at the
+	// oldest segment when there is nothing to remove).
+	a.pruneJournal()
+}
+
+// pruneJournal removes the history journal's segments past
+// Config.JournalRetention; what it removed is logged, and `history`
+// says it.
+func (a *Agent) pruneJournal() {
+	p, err := a.journal.Prune(a.cfg.JournalRetention, time.Now())
+	if err != nil {
+		a.log.Warn("history journal retention", "err", err)
+		return
+	}
+	if p.Entries > 0 {
+		a.log.Info("history journal pruned", "changes", p.Entries, "before", p.Before, "retention_days", p.RetentionDays)
 	}
 }
 

@@ -1,9 +1,12 @@
 package agent
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/metnos/agent/internal/chainlog"
 	"github.com/metnos/agent/undo"
 )
 
@@ -46,5 +49,46 @@ func TestJournalRecovery(t *testing.T) {
 	}
 	if n, _ := filepath.Glob(filepath.Join(b.cfg.Layout.Data, "audit", "*.jsonl")); len(n) != 1 {
 		t.Fatalf("no audit line for the run cut short: %v", n)
+	}
+}
+
+// TestStartPrunesTheJournal: at start the agent removes the journal's
+// segments older than its retention (a year by default), and what is
+// kept still verifies.
+func TestStartPrunesTheJournal(t *testing.T) {
+	a := testAgent(t, "http://127.0.0.1:1")
+	a.Close()
+	dir := a.cfg.Layout.Journal()
+	log, err := chainlog.Open(dir, chainlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().AddDate(-2, 0, 0).UTC()
+	ok := true
+	for i := range 40 {
+		id := fmt.Sprintf("inv-old-%d", i)
+		for _, r := range []map[string]any{
+			{"kind": "begin", "time": old, "invocation_id": id, "executor": "write_files", "roots": []string{"/home/u/Documents"}},
+			{"kind": "change", "time": old, "invocation_id": id, "ok": ok},
+		} {
+			if _, err := log.Append("journal.jsonl", r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := log.Append("journal_000002.jsonl", map[string]any{"kind": "begin", "time": time.Now().UTC(), "invocation_id": "inv-new", "executor": "write_files"}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(a.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	p, ok, err := undo.PrunedFrom(dir)
+	if err != nil || !ok || p.Entries != 40 || p.RetentionDays != 365 || !p.Before.Equal(old) {
+		t.Fatalf("pruned at start: %+v %v %v", p, ok, err)
+	}
+	if rep, err := chainlog.Verify(dir); err != nil || !rep.OK() || rep.Lines != 2 {
+		t.Fatalf("the journal kept: %v %v", rep, err)
 	}
 }

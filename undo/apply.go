@@ -53,10 +53,18 @@ func hook(i int, phase string) {
 func (j *Journal) Undo(id, history string, dryRun bool) (Report, error) {
 	rep := Report{InvocationID: id, DryRun: dryRun}
 	j.mu.Lock()
-	e := j.byID[id]
+	e, err := j.find(id)
+	if err == nil && e != nil {
+		err = j.resolve(e)
+	}
 	j.mu.Unlock()
 	switch {
+	case err != nil:
+		return rep, err
 	case e == nil:
+		if p, ok, _ := PrunedFrom(j.dir); ok {
+			return rep, fmt.Errorf("%s: no such change in the history journal (see `metnos-agent history`); %s", id, p)
+		}
 		return rep, fmt.Errorf("%s: no such change in the history journal (see `metnos-agent history`)", id)
 	case e.Interrupted:
 		return rep, fmt.Errorf("%s (%s): %w: the run was cut short by a crash and what it changed is not known", id, e.Executor, ErrNotUndoable)

@@ -16,10 +16,23 @@
 //     file it left where it is now, inside its grants). The journal is append-only, fsynced
 //     and chained with blake3 (internal/chainlog): an edited or removed
 //     record is found. Several processes may append to it (the agent
-//     and a local undo).
+//     and a local undo). It is written in segments of [segmentBytes]
+//     (journal.jsonl, journal_000002.jsonl...), the chain running across
+//     them; what is the same for every run of a sandbox policy (its
+//     ~50 masked paths, the blob folder) is written whole once per
+//     segment and named by its hash in the other begin records. Only the
+//     entries still running and the newest ones ([window]) are kept in
+//     memory; opening the journal reads back only to the last record
+//     saying no run was open, and older entries are read from the disk,
+//     newest first, when asked for (history, a local undo of an old
+//     change). Old segments are pruned whole after a retention
+//     ([Journal.Prune]); START records where the chain then starts.
 //   - recognition of the server's reverse invocations: after any
-//     writing invocation, the entries whose paths it touched are checked
-//     against the disk, and the changes now put back are marked undone.
+//     writing invocation, the entries whose paths it touched, among the
+//     newest [window] ones and those running, are checked against the
+//     disk, and the changes now put back are marked undone. An older
+//     change put back is not marked: a local undo of it finds each step
+//     already done, and says so.
 //   - a local undo ([Journal.Undo]) of one entry, applying its reverse
 //     patterns (swap_src_dst, restore_blob_backup, delete_created_paths,
 //     delete_created_dirs) newest row first, for when the server is gone,

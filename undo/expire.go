@@ -50,6 +50,7 @@ type turnDir struct {
 	name  string
 	bytes int64
 	age   time.Time // the newest of its own time, its blob folder's, its entries'
+	fsAge time.Time // the newest of its own time and its blob folder's
 	ids   []string
 	open  []string // ids not fully undone
 }
@@ -86,6 +87,53 @@ func (j *Journal) Expire(x Expiry) ([]Expired, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The entries in memory (the newest) say which changes use which
+	// folder; before a folder is removed, the whole journal is read for
+	// those it holds, so that an old change is never missed.
+	j.mu.Lock()
+	attribute(turns, x.History, j.entries)
+	for i := range turns {
+		// A folder a whole read found younger than its files say.
+		if a := j.turnAge[turns[i].name]; a.After(turns[i].age) {
+			turns[i].age = a
+		}
+	}
+	j.mu.Unlock()
+	scanned := false
+	full := func(ts []turnDir) error {
+		if scanned {
+			return nil
+		}
+		scanned = true
+		dirs := make([]string, len(ts))
+		for i, t := range ts {
+			dirs[i] = filepath.Join(x.History, t.name)
+		}
+		es, err := j.scan(func(e *Entry) bool { return slices.ContainsFunc(dirs, e.usesTurn) })
+		if err != nil {
+			return err
+		}
+		j.mu.Lock()
+		for i, e := range es {
+			if m := j.byID[e.InvocationID]; m != nil {
+				es[i] = m // the one in memory may know more
+			}
+		}
+		j.mu.Unlock()
+		for i := range ts {
+			ts[i].ids, ts[i].open, ts[i].age = nil, nil, ts[i].fsAge
+		}
+		attribute(ts, x.History, es)
+		j.mu.Lock()
+		j.turnAge = map[string]time.Time{}
+		for _, t := range ts {
+			if t.age.After(t.fsAge) {
+				j.turnAge[t.name] = t.age // not read whole again for it
+			}
+		}
+		j.mu.Unlock()
+		return nil
+	}
 	var out []Expired
 	remove := func(t turnDir, reason string, lost []string) error {
 		if err := root.RemoveAll(t.name); err != nil {
@@ -101,6 +149,11 @@ func (j *Journal) Expire(x Expiry) ([]Expired, error) {
 		return j.write(record{Kind: kindExpired, Dir: ex.Dir, Reason: reason, Bytes: t.bytes, IDs: t.ids, Lost: lost})
 	}
 	cut := x.Now.Add(-x.Retention)
+	if x.Retention > 0 && slices.ContainsFunc(turns, func(t turnDir) bool { return t.age.Before(cut) }) {
+		if err := full(turns); err != nil {
+			return nil, err
+		}
+	}
 	var kept []turnDir
 	var total int64
 	for _, t := range turns {
@@ -124,6 +177,9 @@ func (j *Journal) Expire(x Expiry) ([]Expired, error) {
 	if quota < 0 || total <= quota || len(kept) < 2 {
 		return out, nil
 	}
+	if err := full(kept); err != nil {
+		return out, err
+	}
 	// Oldest first, those whose undo needs nothing first of all; the
 	// newest turn is kept.
 	sort.SliceStable(kept, func(a, b int) bool { return kept[a].age.Before(kept[b].age) })
@@ -141,14 +197,12 @@ func (j *Journal) Expire(x Expiry) ([]Expired, error) {
 	return out, nil
 }
 
-// turns lists History's folders with their size, age and entries.
+// turns lists History's folders with their size and age on the disk.
 func (j *Journal) turns(root *os.Root, history string) ([]turnDir, error) {
 	ents, err := fs.ReadDir(root.FS(), ".")
 	if err != nil {
 		return nil, fmt.Errorf("backup blobs: %w", err)
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
 	var turns []turnDir
 	for _, e := range ents {
 		if !e.IsDir() {
@@ -171,8 +225,18 @@ func (j *Journal) turns(root *os.Root, history string) ([]turnDir, error) {
 			}
 			return nil
 		})
-		dir := filepath.Join(history, e.Name())
-		for _, en := range j.entries {
+		t.fsAge = t.age
+		turns = append(turns, t)
+	}
+	return turns, nil
+}
+
+// attribute adds to each turn folder the entries that kept blobs in it.
+func attribute(turns []turnDir, history string, entries []*Entry) {
+	for i := range turns {
+		t := &turns[i]
+		dir := filepath.Join(history, t.name)
+		for _, en := range entries {
 			if !en.usesTurn(dir) {
 				continue
 			}
@@ -184,9 +248,7 @@ func (j *Journal) turns(root *os.Root, history string) ([]turnDir, error) {
 				t.open = append(t.open, en.InvocationID)
 			}
 		}
-		turns = append(turns, t)
 	}
-	return turns, nil
 }
 
 // usesTurn reports whether the entry kept blobs in the turn folder dir.

@@ -1,6 +1,8 @@
 package undo
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,20 +18,84 @@ import (
 	"github.com/metnos/agent/internal/chainlog"
 )
 
-// journalFile is the one file of the journal's chained log.
+// journalFile is the first file (segment) of the journal's chained log;
+// the next ones are journal_000002.jsonl, journal_000003.jsonl... (named
+// to sort after it), the chain running across them.
 const journalFile = "journal" + chainlog.Ext
 
-// Journal is the device's history of changes, open for appending.
+// segmentBytes is the size past which the journal starts its next
+// segment: old history is read, and pruned, a whole segment at a time.
+var segmentBytes int64 = 64 << 10
+
+// window is how many of the newest entries a journal open for
+// appending keeps in memory, besides those still running: the earlier
+// changes a run is recognised to put back ([Journal.Finish]) are among
+// them. Older entries are read from the disk when asked for.
+var window = 256
+
+// segmentName is the name of the segment numbered n (1: journalFile).
+func segmentName(n int) string {
+	if n <= 1 {
+		return journalFile
+	}
+	return fmt.Sprintf("journal_%06d%s", n, chainlog.Ext)
+}
+
+// segmentNumber is the number of the segment named name, 0 when name is
+// not one.
+func segmentNumber(name string) int {
+	if name == journalFile {
+		return 1
+	}
+	s, ok := strings.CutPrefix(strings.TrimSuffix(name, chainlog.Ext), "journal_")
+	n, err := strconv.Atoi(s)
+	if !ok || err != nil || n < 2 {
+		return 0
+	}
+	return n
+}
+
+// nextFile is the file the next record goes to, given the one holding
+// the last record and its size.
+func nextFile(last string, size int64) string {
+	n := segmentNumber(last)
+	switch {
+	case last == "":
+		return journalFile
+	case n > 0 && size >= segmentBytes:
+		return segmentName(n + 1)
+	}
+	return last
+}
+
+// Journal is the device's history of changes. Only what undo needs is
+// kept in memory: the entries still running and the newest ones
+// (window); the others are read from the disk, newest first, when
+// asked for, so that neither the memory nor opening it grow with the
+// history.
 type Journal struct {
 	dir string
-	log *chainlog.Log
+	log *chainlog.Log // nil: loaded read-only
 
-	mu      sync.Mutex
-	seq     int64             // the last line folded in
-	line    int               // how many lines of the journal file were read or written
-	entries []*Entry          // in the order they began
-	byID    map[string]*Entry // by invocation id
-	broken  error             // a record that could not be read
+	mu       sync.Mutex
+	seq      int64             // the last line folded in (opened for appending)
+	entries  []*Entry          // in memory, in the order they began
+	byID     map[string]*Entry // by invocation id
+	broken   error             // a record that could not be read
+	complete bool              // every entry of the log is in entries
+	recent   bool              // the newest window entries were read
+	policies map[string]policyRec
+	segment  string          // the segment written lately
+	written  map[string]bool // the policies written in it
+	// turnAge is, for a blob folder whose entries ended after its files
+	// were written, when the last one did ([Journal.Expire]).
+	turnAge map[string]time.Time
+
+	// In a journal read for a scan: outer is the journal the entries
+	// read join (its entries are not read again); keep, when set, drops
+	// a finished entry it refuses.
+	outer *Journal
+	keep  func(*Entry) bool
 }
 
 // Entry is what the journal knows of one invocation.
@@ -81,9 +147,19 @@ type Entry struct {
 	// Reverses lists the entries this invocation put changes of back.
 	Reverses []string
 
-	// lines are the line numbers, in the journal file, of the records
-	// about the entry (to refuse it when the chain fails at one).
-	lines []int
+	// recs are where the records about the entry are (to refuse it when
+	// the chain fails at one).
+	recs []recRef
+	// policy, when not "", is the hash of the policy record naming the
+	// entry's masks and history folder, not read yet: it is in the
+	// segment seg ([Journal.resolve]).
+	policy, seg string
+}
+
+// recRef is where a record is: its file and its number in the chain.
+type recRef struct {
+	file string
+	seq  int64
 }
 
 // State is one word for an entry: running, interrupted, failed,
@@ -117,30 +193,62 @@ func (e *Entry) left() int {
 	return n
 }
 
-// Open opens (creating) the journal in dir, <data_dir>/history, and
-// reads it whole.
+// policyRec is what is the same for the runs of one sandbox policy:
+// the paths it masks and the backup blob folder. A begin record names
+// it by its hash ([policyRec.hash]); it is written whole in the first
+// begin record of each segment that uses it, and read from there.
+type policyRec struct {
+	Masks   []string `json:"masks"`
+	History string   `json:"history_dir,omitempty"`
+}
+
+// maxPolicies bounds the policies kept in memory (one a sandbox
+// profile in practice).
+const maxPolicies = 64
+
+func (p policyRec) hash() string {
+	b, _ := json.Marshal(p)
+	return chainlog.Hash(b)[:32]
+}
+
+func newJournal(dir string) *Journal {
+	return &Journal{dir: dir, byID: map[string]*Entry{}, policies: map[string]policyRec{}}
+}
+
+// Open opens (creating) the journal in dir, <data_dir>/history, for
+// appending. It reads, from the end, only the records since the last
+// moment no invocation was running: the entries a crash may have left
+// open ([Journal.Unfinished]).
 func Open(dir string) (*Journal, error) {
-	j := &Journal{dir: dir, byID: map[string]*Entry{}}
-	log, err := chainlog.Open(dir, chainlog.Options{Foreign: func(_ string, line []byte) {
-		j.apply(line) // called with j.mu held, from append
+	j := newJournal(dir)
+	log, err := chainlog.Open(dir, chainlog.Options{Foreign: func(file string, line []byte) {
+		j.apply(file, line) // called with j.mu held, from append
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("history journal: %w", err)
 	}
 	j.log = log
-	return j, j.read()
+	j.seq = log.Seq()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	// A begin, change or interrupted record says how many entries were
+	// still open after it (the agent's own count): reading back to one
+	// saying none is enough.
+	_, err = j.older(func(_ int, r *record) bool { return r.Open != nil && *r.Open == 0 })
+	j.trim() // a journal written before the count was kept is read whole, once
+	return j, err
 }
 
-// Load reads the journal in dir without opening it for appending (for
-// history listings); a journal that does not exist is empty. A journal
-// whose file was removed while its HEAD says records were written is
+// Load opens the journal in dir read-only (for history listings and a
+// dry run), reading nothing yet: entries are read from the disk as they
+// are asked for. A journal that does not exist is empty. A journal
+// whose files were removed while its HEAD says records were written is
 // an error, not an empty history.
 func Load(dir string) (*Journal, error) {
 	if err := gone(dir); err != nil {
 		return nil, err
 	}
-	j := &Journal{dir: dir, byID: map[string]*Entry{}}
-	return j, j.read()
+	return newJournal(dir), nil
 }
 
 // Check refuses, reading only, a journal that [Open] would refuse (a
@@ -179,20 +287,6 @@ func plural(n int64, word string) string {
 	return word + "s"
 }
 
-// read folds in every line of the journal.
-func (j *Journal) read() error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	err := chainlog.Read(j.dir, func(_ string, line []byte) error {
-		j.apply(line)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("history journal: %w", err)
-	}
-	return nil
-}
-
 // Dir is the journal's folder.
 func (j *Journal) Dir() string { return j.dir }
 
@@ -210,12 +304,19 @@ type record struct {
 	Kind string    `json:"kind"`
 	Time time.Time `json:"time"`
 	ID   string    `json:"invocation_id,omitempty"`
+	// Open, in a begin, change or interrupted record, is how many
+	// entries were running once it was written.
+	Open *int `json:"open,omitempty"`
 
 	// begin
 	TurnID         string   `json:"turn_id,omitempty"`
 	Executor       string   `json:"executor,omitempty"`
 	ManifestSHA256 string   `json:"manifest_sha256,omitempty"`
 	Reverse        []string `json:"reverse_patterns,omitempty"`
+	// Policy is the hash of the masks and history folder (policyRec),
+	// written whole (Masks, History) only in the first begin record of
+	// a segment that uses it. A record without Policy has them whole.
+	Policy string `json:"policy,omitempty"`
 
 	// change
 	OK          *bool    `json:"ok,omitempty"`
@@ -250,15 +351,11 @@ const (
 	kindExpired     = "blobs_expired"
 )
 
-// apply folds one line into the entries. j.mu is held (or j is not yet
-// shared).
-func (j *Journal) apply(line []byte) {
+// apply folds in one line another process appended. j.mu is held.
+func (j *Journal) apply(file string, line []byte) {
 	var r record
 	if err := json.Unmarshal(line, &r); err != nil {
-		j.line++
-		if j.broken == nil {
-			j.broken = fmt.Errorf("a record of %s is not readable (%v): edited?", filepath.Join(j.dir, journalFile), err)
-		}
+		j.unreadable(file, err)
 		return
 	}
 	// A line read at Open may be handed over again by the next append's
@@ -267,32 +364,64 @@ func (j *Journal) apply(line []byte) {
 		return
 	}
 	j.seq = r.Seq
-	j.line++
-	j.fold(r)
+	j.fold(file, r)
 }
 
-func (j *Journal) fold(r record) {
+func (j *Journal) unreadable(file string, err error) {
+	if j.broken == nil {
+		j.broken = fmt.Errorf("a record of %s is not readable (%v): edited?", filepath.Join(j.dir, file), err)
+	}
+}
+
+// lookup finds an entry in memory (in a scan, in the journal it joins
+// too).
+func (j *Journal) lookup(id string) *Entry {
+	if e := j.byID[id]; e != nil {
+		return e
+	}
+	if j.outer != nil {
+		return j.outer.byID[id]
+	}
+	return nil
+}
+
+func (j *Journal) fold(file string, r record) {
 	e := j.byID[r.ID]
 	defer func() {
+		at := recRef{file, r.Seq}
 		if e := j.byID[r.ID]; e != nil {
-			e.lines = append(e.lines, j.line)
+			e.recs = append(e.recs, at)
 		}
 		if r.Kind == kindExpired {
 			for _, id := range r.IDs {
 				if e := j.byID[id]; e != nil {
-					e.lines = append(e.lines, j.line)
+					e.recs = append(e.recs, at)
 				}
 			}
 		}
 	}()
 	switch r.Kind {
 	case kindBegin:
-		if e != nil {
+		if e != nil || (j.outer != nil && j.outer.byID[r.ID] != nil) {
 			return // begun again after a crash before its marker: keep the first
 		}
 		e = &Entry{InvocationID: r.ID, TurnID: r.TurnID, Executor: r.Executor, ManifestSHA256: r.ManifestSHA256,
 			Reverse: r.Reverse, Roots: r.Roots, Masks: r.Masks, History: r.History, Began: r.Time, Undone: map[int]string{}}
-		j.entries = append(j.entries, e)
+		if r.Policy != "" {
+			if r.Masks != nil || r.History != "" {
+				if len(j.policies) >= maxPolicies {
+					clear(j.policies) // read again from their segments when needed
+				}
+				j.policies[r.Policy] = policyRec{Masks: r.Masks, History: r.History}
+			} else if p, ok := j.policies[r.Policy]; ok {
+				e.Masks, e.History = p.Masks, p.History
+			} else {
+				e.policy, e.seg = r.Policy, file
+			}
+		}
+		if j.keep == nil {
+			j.entries = append(j.entries, e)
+		}
 		j.byID[r.ID] = e
 	case kindChange:
 		if e == nil {
@@ -302,6 +431,10 @@ func (j *Journal) fold(r record) {
 		e.OK = r.OK != nil && *r.OK
 		e.ErrorClass, e.Rows, e.DirsCreated, e.Recovered = r.ErrorClass, r.Rows, r.DirsCreated, r.Recovered
 		e.Items = plan(e.Reverse, e.Rows, e.DirsCreated)
+		if j.keep != nil && !j.keep(e) {
+			delete(j.byID, r.ID)
+			e = nil
+		}
 	case kindInterrupted:
 		if e != nil && !e.Finished {
 			e.Interrupted, e.Ended = true, r.Time
@@ -321,7 +454,7 @@ func (j *Journal) fold(r record) {
 		}
 		if r.By == ByLocal {
 			e.UndoStarted, e.Conflicts = false, r.Conflicts
-		} else if by := j.byID[r.By]; by != nil && !slices.Contains(by.Reverses, e.InvocationID) {
+		} else if by := j.lookup(r.By); by != nil && !slices.Contains(by.Reverses, e.InvocationID) {
 			by.Reverses = append(by.Reverses, e.InvocationID)
 		}
 	case kindExpired:
@@ -333,6 +466,18 @@ func (j *Journal) fold(r record) {
 	}
 }
 
+// running counts the entries begun and neither finished nor
+// interrupted. j.mu is held.
+func (j *Journal) running() int {
+	n := 0
+	for _, e := range j.entries {
+		if !e.Finished && !e.Interrupted {
+			n++
+		}
+	}
+	return n
+}
+
 // write appends r and folds it in. j.mu is held.
 func (j *Journal) write(r record) error {
 	if j.log == nil {
@@ -341,77 +486,349 @@ func (j *Journal) write(r record) error {
 	if r.Time.IsZero() {
 		r.Time = time.Now().UTC()
 	}
-	seq, err := j.log.Append(journalFile, r)
+	// The agent alone begins, finishes and interrupts entries: its
+	// count of those running after this record lets Open stop reading
+	// back at the last record saying none was.
+	switch e := j.byID[r.ID]; r.Kind {
+	case kindBegin:
+		n := j.running()
+		if e == nil {
+			n++
+		}
+		r.Open = &n
+	case kindChange, kindInterrupted:
+		n := j.running()
+		if e != nil && !e.Finished && !e.Interrupted {
+			n--
+		}
+		r.Open = &n
+	}
+	seq, file, err := j.log.AppendFunc(func(last string, size int64) (string, any) {
+		file := nextFile(last, size)
+		if file != j.segment {
+			j.segment, j.written = file, map[string]bool{}
+		}
+		w := r
+		if r.Policy != "" && j.written[r.Policy] {
+			w.Masks, w.History = nil, ""
+		}
+		return file, w
+	})
 	if err != nil {
 		return fmt.Errorf("history journal: %w", err)
 	}
+	if r.Policy != "" {
+		j.written[r.Policy] = true
+	}
+	r.Seq = seq
 	j.seq = seq
-	j.line++
-	j.fold(r)
+	j.fold(file, r)
 	return nil
 }
 
+// resolve reads the masks and history folder of an entry whose begin
+// record names them by their policy's hash only, from the segment that
+// holds it. An entry whose policy cannot be found is refused: acting
+// without its masks could touch what its sandbox hid. j.mu is held.
+func (j *Journal) resolve(e *Entry) error {
+	if e.policy == "" {
+		return nil
+	}
+	p, ok := j.policies[e.policy]
+	if !ok {
+		key := []byte(`"policy":"` + e.policy + `"`)
+		stop := errors.New("found")
+		err := chainlog.ReadFile(j.dir, e.seg, func(line []byte) error {
+			if !bytes.Contains(line, key) {
+				return nil
+			}
+			var r record
+			if json.Unmarshal(line, &r) != nil || r.Kind != kindBegin || (r.Masks == nil && r.History == "") {
+				return nil
+			}
+			if (policyRec{Masks: r.Masks, History: r.History}).hash() != e.policy {
+				return nil
+			}
+			if len(j.policies) >= maxPolicies {
+				clear(j.policies)
+			}
+			j.policies[e.policy] = policyRec{Masks: r.Masks, History: r.History}
+			return stop
+		})
+		if err != nil && err != stop {
+			return fmt.Errorf("%s (%s): reading its masked paths: %w", e.InvocationID, e.Executor, err)
+		}
+		if p, ok = j.policies[e.policy]; !ok {
+			return fmt.Errorf("%s (%s): %w: the paths its sandbox masked are recorded by the hash %s, and no record of %s has them: that part of the journal was edited or removed, and without them nothing can be undone safely", e.InvocationID, e.Executor, ErrNotUndoable, e.policy, filepath.Join(j.dir, e.seg))
+		}
+	}
+	e.Masks, e.History, e.policy = p.Masks, p.History, ""
+	return nil
+}
+
+// parsed is a line read back: its file and record.
+type parsed struct {
+	file string
+	r    record
+	err  error
+}
+
+// older reads the log back from its end (for a journal open for
+// appending, from the last line it folded in), and folds in the
+// entries that begin among the lines read and are not in memory yet,
+// with all their records; it stops once enough says so (n: how many
+// begin records were read back, r: the record just read), or at the
+// first line. It reports whether it read back to the first line, and
+// sets complete then. j.mu is held.
+func (j *Journal) older(enough func(n int, r *record) bool) (bool, error) {
+	var lines []parsed
+	n, all := 0, true
+	err := chainlog.ReadBack(j.dir, func(file string, b []byte) (bool, error) {
+		var r record
+		if err := json.Unmarshal(b, &r); err != nil {
+			lines = append(lines, parsed{file: file, err: err})
+			return true, nil
+		}
+		if j.log != nil && r.Seq > j.seq {
+			return true, nil // another process's, folded in at the next append
+		}
+		lines = append(lines, parsed{file: file, r: r})
+		if r.Kind == kindBegin {
+			n++
+		}
+		if enough(n, &r) {
+			all = false
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("history journal: %w", err)
+	}
+	t := newJournal(j.dir)
+	t.policies, t.outer = j.policies, j
+	for i := len(lines) - 1; i >= 0; i-- {
+		if lines[i].err != nil {
+			j.unreadable(lines[i].file, lines[i].err)
+			continue
+		}
+		t.fold(lines[i].file, lines[i].r)
+	}
+	if len(t.entries) > 0 {
+		j.entries = append(j.entries, t.entries...)
+		for _, e := range t.entries {
+			j.byID[e.InvocationID] = e
+		}
+		slices.SortStableFunc(j.entries, func(a, b *Entry) int { return cmp.Compare(a.began(), b.began()) })
+	}
+	if all {
+		j.complete = true
+	}
+	return all, nil
+}
+
+// began is the number of the entry's begin record.
+func (e *Entry) began() int64 {
+	if len(e.recs) == 0 {
+		return 0
+	}
+	return e.recs[0].seq
+}
+
+// newest makes sure the newest n entries are in memory (0: all of
+// them). j.mu is held.
+func (j *Journal) newest(n int) error {
+	if j.complete {
+		return nil
+	}
+	_, err := j.older(func(k int, _ *record) bool { return n > 0 && k >= n })
+	return err
+}
+
+// find returns the entry of an invocation, reading it from the disk
+// when it is not in memory; nil when the journal has none. j.mu is
+// held.
+func (j *Journal) find(id string) (*Entry, error) {
+	if e := j.byID[id]; e != nil || j.complete {
+		return e, nil
+	}
+	if _, err := j.older(func(_ int, r *record) bool { return r.Kind == kindBegin && r.ID == id }); err != nil {
+		return nil, err
+	}
+	return j.byID[id], nil
+}
+
+// trim drops from memory the finished entries older than the newest
+// window ones. j.mu is held.
+func (j *Journal) trim() {
+	cut := len(j.entries) - window
+	if cut <= window/4 {
+		return // not worth a pass yet
+	}
+	kept := j.entries[:0]
+	for i, e := range j.entries {
+		if i >= cut || (!e.Finished && !e.Interrupted) {
+			kept = append(kept, e)
+			continue
+		}
+		delete(j.byID, e.InvocationID)
+	}
+	clear(j.entries[len(kept):])
+	j.entries = kept
+	j.complete = false
+}
+
+// scan reads the whole log, oldest first, and returns the finished
+// entries keep accepts (the others are not kept in memory while it
+// reads), in the order they began.
+func (j *Journal) scan(keep func(*Entry) bool) ([]*Entry, error) {
+	t := newJournal(j.dir)
+	t.keep = keep
+	err := chainlog.Read(j.dir, func(file string, line []byte) error {
+		var r record
+		if json.Unmarshal(line, &r) == nil {
+			t.fold(file, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("history journal: %w", err)
+	}
+	var out []*Entry
+	for _, e := range t.byID {
+		if e.Finished {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Entry) int { return cmp.Compare(a.began(), b.began()) })
+	return out, nil
+}
+
 // intact checks the journal's chain (chainlog.Verify) and refuses the
-// entry when one of its records is at or after the first line that
-// fails it, or the chain fails at the end of the file (a tail that is
-// not a crash's): those records may be edited, and a local undo acts on
+// entry when one of its records is after the last line the chain
+// vouches for (an edit, a removal, a tail that is not a crash's, at or
+// before it): those records may be edited, and a local undo acts on
 // them only once the journal is trusted again. It says which records,
 // and what failed.
 func (j *Journal) intact(e *Entry) error {
 	rep, err := chainlog.Verify(j.dir)
 	if err != nil {
-		return fmt.Errorf("checking the chain of the history journal %s: %w", filepath.Join(j.dir, journalFile), err)
+		return fmt.Errorf("checking the chain of the history journal %s: %w", j.dir, err)
 	}
-	j.mu.Lock()
-	bad := j.untrusted(rep, e)
-	j.mu.Unlock()
+	bad := untrusted(rep, e)
 	if len(bad) == 0 {
 		return nil // its records all come before the damage, and are chained
 	}
 	return fmt.Errorf("%s (%s): refused: the history journal %s fails its chain (%s), and the records of this change (%s) are at or after that place, so they may have been edited; nothing was changed. Run `metnos-agent history` to see the damage; a change recorded before it can still be undone",
-		e.InvocationID, e.Executor, filepath.Join(j.dir, journalFile), rep, lineList(bad))
+		e.InvocationID, e.Executor, filepath.Join(j.dir, problemFile(rep)), rep, j.lineList(bad))
 }
 
-// untrusted lists the lines of e's records that rep's damage puts in
-// doubt. j.mu is held.
-func (j *Journal) untrusted(rep chainlog.Report, e *Entry) []int {
+func problemFile(rep chainlog.Report) string {
+	if rep.File != "" {
+		return rep.File
+	}
+	return journalFile
+}
+
+// untrusted lists the records of e that rep's damage puts in doubt.
+func untrusted(rep chainlog.Report, e *Entry) []recRef {
 	if rep.OK() {
 		return nil
 	}
-	var bad []int
-	for _, n := range e.lines {
-		if rep.File != journalFile || n >= rep.Line || rep.Line > j.line {
-			bad = append(bad, n)
+	var bad []recRef
+	for _, at := range e.recs {
+		if at.seq > rep.Good {
+			bad = append(bad, at)
 		}
 	}
 	return bad
 }
 
-func lineList(lines []int) string {
-	s := make([]string, len(lines))
-	for i, n := range lines {
-		s[i] = strconv.Itoa(n)
+// lineList names records by their line in their file: "line 4",
+// "lines 1, 2", "journal_000002.jsonl line 3".
+func (j *Journal) lineList(recs []recRef) string {
+	var parts []string
+	first := map[string]int64{} // the number of each file's first line
+	for i, at := range recs {
+		if _, ok := first[at.file]; !ok {
+			first[at.file] = j.firstSeq(at.file)
+		}
+		s := strconv.FormatInt(at.seq-first[at.file]+1, 10)
+		if i == 0 || at.file != recs[i-1].file {
+			word := "line "
+			if n := countIn(recs, at.file); n > 1 {
+				word = "lines "
+			}
+			if at.file != journalFile {
+				word = at.file + " " + word
+			}
+			s = word + s
+		}
+		parts = append(parts, s)
 	}
-	if len(lines) == 1 {
-		return "line " + s[0]
+	return strings.Join(parts, ", ")
+}
+
+func countIn(recs []recRef, file string) int {
+	n := 0
+	for _, at := range recs {
+		if at.file == file {
+			n++
+		}
 	}
-	return "lines " + strings.Join(s, ", ")
+	return n
+}
+
+// firstSeq is the number of the first line of a segment (1 when it
+// cannot be read).
+func (j *Journal) firstSeq(file string) int64 {
+	seq := int64(1)
+	stop := errors.New("stop")
+	chainlog.ReadFile(j.dir, file, func(line []byte) error {
+		var r struct{ Seq int64 }
+		if json.Unmarshal(line, &r) == nil && r.Seq > 0 {
+			seq = r.Seq
+		}
+		return stop
+	})
+	return seq
 }
 
 // Untrusted verifies the journal's chain and lists the entries a local
-// undo refuses because of what it found (see [Journal.Undo]), newest
-// first, with the report.
+// undo refuses because of what it found (see [Journal.Undo]): those with
+// a record after the last line the chain vouches for, newest first,
+// with the report. A segment verified before and unchanged since is
+// not read again (chainlog.VerifyQuick); a local undo checks the
+// whole chain.
 func (j *Journal) Untrusted() (chainlog.Report, []string, error) {
-	rep, err := chainlog.Verify(j.dir)
-	if err != nil {
+	rep, err := chainlog.VerifyQuick(j.dir)
+	if err != nil || rep.OK() {
 		return rep, nil, err
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	// Every entry with a record after rep.Good: those begun after it,
+	// read in, and those it names later.
+	var named []string
+	_, err = j.older(func(_ int, r *record) bool {
+		if r.Seq > rep.Good {
+			named = append(named, r.ID)
+			named = append(named, r.IDs...)
+		}
+		return r.Seq <= rep.Good
+	})
+	if err != nil {
+		return rep, nil, err
+	}
 	var ids []string
 	for i := len(j.entries) - 1; i >= 0; i-- {
-		if len(j.untrusted(rep, j.entries[i])) > 0 {
+		if len(untrusted(rep, j.entries[i])) > 0 {
 			ids = append(ids, j.entries[i].InvocationID)
+		}
+	}
+	for _, id := range named {
+		if id != "" && !slices.Contains(ids, id) {
+			ids = append(ids, id)
 		}
 	}
 	return rep, ids, nil
@@ -438,8 +855,15 @@ type Begin struct {
 func (j *Journal) Begin(b Begin) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.write(record{Kind: kindBegin, ID: b.InvocationID, TurnID: b.TurnID, Executor: b.Executor,
-		ManifestSHA256: b.ManifestSHA256, Reverse: b.Reverse, Roots: b.Roots, Masks: b.Masks, History: b.History})
+	r := record{Kind: kindBegin, ID: b.InvocationID, TurnID: b.TurnID, Executor: b.Executor,
+		ManifestSHA256: b.ManifestSHA256, Reverse: b.Reverse, Roots: b.Roots, Masks: b.Masks, History: b.History}
+	if len(b.Masks) > 0 || b.History != "" {
+		// The same for every run under one policy: written whole once
+		// per segment.
+		r.Masks = slices.Clip(slices.Clone(b.Masks))
+		r.Policy = policyRec{Masks: r.Masks, History: b.History}.hash()
+	}
+	return j.write(r)
 }
 
 // Outcome is what [Journal.Finish] records of a run.
@@ -484,6 +908,10 @@ func (j *Journal) Finish(id string, o Outcome) (Finished, error) {
 	j.mu.Lock()
 	e := j.byID[id]
 	open := e != nil && !e.Finished
+	var perr error
+	if open {
+		perr = j.resolve(e)
+	}
 	j.mu.Unlock()
 	if !open {
 		return Finished{}, fmt.Errorf("%w: %s", ErrNotOpen, id)
@@ -494,6 +922,9 @@ func (j *Journal) Finish(id string, o Outcome) (Finished, error) {
 	// act on are looked at (a row naming a path outside the grants, or
 	// a hung network mount, must not hold the agent), each once.
 	c := &confinement{roots: e.Roots, masks: e.Masks, resolved: map[string]string{}}
+	if perr != nil {
+		c.roots = nil // its masks are not known: nothing is looked at
+	}
 	h := newHasher()
 	stats := map[string]*Stat{}
 	for i := range rows {
@@ -520,8 +951,17 @@ func (j *Journal) Finish(id string, o Outcome) (Finished, error) {
 	if err := j.write(record{Kind: kindChange, ID: id, OK: &ok, ErrorClass: o.ErrorClass, Rows: rows, DirsCreated: dirs, Recovered: o.Recovered}); err != nil {
 		return f, err
 	}
+	if !j.recent {
+		// The earlier changes a run may put back are among the newest
+		// entries: read them once.
+		if _, err := j.older(func(k int, _ *record) bool { return k >= window }); err != nil {
+			return f, err
+		}
+		j.recent = true
+	}
 	var err error
 	f.Undid, err = j.recognise(e, o.Args, h)
+	j.trim()
 	return f, err
 }
 
@@ -559,6 +999,8 @@ func (h *hasher) sum(p string, size int64) string {
 }
 
 // Interrupt records that a begun invocation was cut short by a crash:
+
+// Interrupt records that a begun invocation was cut short by a crash:
 // what it changed is not known.
 func (j *Journal) Interrupt(id string) error {
 	j.mu.Lock()
@@ -583,22 +1025,36 @@ func (j *Journal) Unfinished() []string {
 	return ids
 }
 
-// Entries returns copies of the entries, newest first.
+// Entries returns copies of all the entries, newest first, reading the
+// whole journal: see [Journal.Newest] for the newest few.
 func (j *Journal) Entries() []Entry {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	out := make([]Entry, 0, len(j.entries))
-	for i := len(j.entries) - 1; i >= 0; i-- {
-		out = append(out, j.entries[i].copy())
-	}
+	out, _ := j.Newest(0)
 	return out
 }
 
-// Entry returns a copy of the entry of an invocation.
+// Newest returns copies of the newest n entries (0: all), newest first,
+// reading from the disk only as far back as they go.
+func (j *Journal) Newest(n int) ([]Entry, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	err := j.newest(n)
+	k := len(j.entries)
+	if n > 0 {
+		k = min(k, n)
+	}
+	out := make([]Entry, 0, k)
+	for i := len(j.entries) - 1; i >= 0 && len(out) < k; i-- {
+		out = append(out, j.entries[i].copy())
+	}
+	return out, err
+}
+
+// Entry returns a copy of the entry of an invocation, read from the
+// disk when it is not among those in memory.
 func (j *Journal) Entry(id string) (Entry, bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	e := j.byID[id]
+	e, _ := j.find(id)
 	if e == nil {
 		return Entry{}, false
 	}
@@ -609,22 +1065,29 @@ func (j *Journal) Entry(id string) (Entry, bool) {
 // undo here, did not itself put back another entry's changes, and was
 // not left in conflict by a local undo (those are undone by their id,
 // once the conflict is settled, so that older entries stay reachable).
-// skipped lists the newer entries passed over for their conflicts.
+// skipped lists the newer entries passed over for their conflicts. It
+// reads the journal back only as far as it has to.
 func (j *Journal) Last() (e Entry, skipped []string, ok bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	for i := len(j.entries) - 1; i >= 0; i-- {
-		e := j.entries[i]
-		if !e.Finished || len(e.Reverses) > 0 || e.left() == 0 {
-			continue
+	for n := 64; ; n *= 4 {
+		err := j.newest(n)
+		skipped = nil
+		for i := len(j.entries) - 1; i >= 0; i-- {
+			e := j.entries[i]
+			if !e.Finished || len(e.Reverses) > 0 || e.left() == 0 {
+				continue
+			}
+			if len(e.Conflicts) > 0 {
+				skipped = append(skipped, e.InvocationID)
+				continue
+			}
+			return e.copy(), skipped, true
 		}
-		if len(e.Conflicts) > 0 {
-			skipped = append(skipped, e.InvocationID)
-			continue
+		if j.complete || err != nil {
+			return Entry{}, skipped, false
 		}
-		return e.copy(), skipped, true
 	}
-	return Entry{}, skipped, false
 }
 
 func (e *Entry) copy() Entry {
@@ -635,7 +1098,7 @@ func (e *Entry) copy() Entry {
 	}
 	c.Conflicts = slices.Clone(e.Conflicts)
 	c.Reverses = slices.Clone(e.Reverses)
-	c.lines = slices.Clone(e.lines)
+	c.recs = slices.Clone(e.recs)
 	c.BlobsExpired = slices.Clone(e.BlobsExpired)
 	return c
 }

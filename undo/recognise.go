@@ -9,7 +9,11 @@ import (
 // recognise marks undone the items of earlier entries that e's run put
 // back, looking only at the entries whose paths e's rows, created
 // folders or arguments name, and hashing with h only files inside their
-// grants. j.mu is held.
+// grants. Only the entries in memory are looked at: the newest ones
+// ([window]) and those still running, so that its cost does not grow
+// with the history. A change older than that put back by a run is not
+// marked undone by it: a local undo of it finds its steps already done
+// (each step looks at the disk first), and says so. j.mu is held.
 func (j *Journal) recognise(e *Entry, args any, h *hasher) ([]string, error) {
 	paths := map[string]bool{}
 	add := func(p string) {
@@ -58,7 +62,7 @@ func (j *Journal) recognise(e *Entry, args any, h *hasher) ([]string, error) {
 		if other == e {
 			break // only the entries before it
 		}
-		if !other.Finished || other.left() == 0 || !other.touches(paths) {
+		if !other.Finished || other.left() == 0 || !other.touches(paths) || j.resolve(other) != nil {
 			continue
 		}
 		c := &confinement{roots: other.Roots, masks: other.Masks, resolved: map[string]string{}}

@@ -268,33 +268,54 @@ func (l *Log) Seq() int64 {
 	return l.seq
 }
 
+// End is the file holding the last line written or seen, and how many
+// bytes of it were: a caller rolls to a new file when it has grown
+// enough.
+func (l *Log) End() (file string, size int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.file, l.size
+}
+
 // Append writes rec, which must marshal to a JSON object, as the next
 // line, in file (a name ending in [Ext], inside the log's directory),
 // and returns its number. It returns once the line is on disk.
 func (l *Log) Append(file string, rec any) (int64, error) {
-	if filepath.Base(file) != file || !strings.HasSuffix(file, Ext) {
-		return 0, fmt.Errorf("log %s: %q is not a file name ending in %s", l.dir, file, Ext)
-	}
-	body, err := json.Marshal(rec)
-	if err != nil || len(body) < 2 || body[0] != '{' {
-		return 0, fmt.Errorf("log %s: a record must be a JSON object (%v)", l.dir, err)
-	}
-	var own struct{ Seq, Prev json.RawMessage }
-	if json.Unmarshal(body, &own) != nil || own.Seq != nil || own.Prev != nil {
-		return 0, fmt.Errorf("log %s: a record may not have its own seq or prev field: the chain puts them there", l.dir)
-	}
+	seq, _, err := l.AppendFunc(func(string, int64) (string, any) { return file, rec })
+	return seq, err
+}
+
+// AppendFunc is [Log.Append] with the file and the record chosen by
+// next once the lock is held and the lines other processes appended
+// are read: next is given the file holding the last line ("" when
+// there is none) and its size, so that a caller can start a new file
+// when that one has grown enough, or write a record that depends on
+// the file. It returns the line's number and its file.
+func (l *Log) AppendFunc(next func(last string, size int64) (file string, rec any)) (int64, string, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	lk, err := lockfile.LockWait(filepath.Join(l.dir, lockName))
 	if err != nil {
-		return 0, fmt.Errorf("log %s: %w", l.dir, err)
+		return 0, "", fmt.Errorf("log %s: %w", l.dir, err)
 	}
 	defer lk.Release()
 	if err := l.catchUp(); err != nil {
-		return 0, err
+		return 0, "", err
+	}
+	file, rec := next(l.file, l.size)
+	if filepath.Base(file) != file || !strings.HasSuffix(file, Ext) {
+		return 0, "", fmt.Errorf("log %s: %q is not a file name ending in %s", l.dir, file, Ext)
+	}
+	body, err := json.Marshal(rec)
+	if err != nil || len(body) < 2 || body[0] != '{' {
+		return 0, "", fmt.Errorf("log %s: a record must be a JSON object (%v)", l.dir, err)
+	}
+	var own struct{ Seq, Prev json.RawMessage }
+	if json.Unmarshal(body, &own) != nil || own.Seq != nil || own.Prev != nil {
+		return 0, "", fmt.Errorf("log %s: a record may not have its own seq or prev field: the chain puts them there", l.dir)
 	}
 	if file < l.file {
-		return 0, fmt.Errorf("log %s: %s would come before %s, which already has lines", l.dir, file, l.file)
+		return 0, "", fmt.Errorf("log %s: %s would come before %s, which already has lines", l.dir, file, l.file)
 	}
 	seq := l.seq + 1
 	var line bytes.Buffer
@@ -309,7 +330,7 @@ func (l *Log) Append(file string, rec any) (int64, error) {
 	_, statErr := os.Stat(path)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
-		return 0, fmt.Errorf("log %s: %w", l.dir, err)
+		return 0, "", fmt.Errorf("log %s: %w", l.dir, err)
 	}
 	n, err := f.Write(line.Bytes())
 	if err == nil {
@@ -326,7 +347,7 @@ func (l *Log) Append(file string, rec any) (int64, error) {
 				os.Truncate(path, fi.Size()-int64(n))
 			}
 		}
-		return 0, fmt.Errorf("log %s: appending to %s: %w", l.dir, file, err)
+		return 0, "", fmt.Errorf("log %s: appending to %s: %w", l.dir, file, err)
 	}
 	if errors.Is(statErr, os.ErrNotExist) {
 		atomicfile.SyncDir(l.dir)
@@ -341,7 +362,72 @@ func (l *Log) Append(file string, rec any) (int64, error) {
 	if err := os.WriteFile(tmp, h, 0o600); err == nil {
 		os.Rename(tmp, filepath.Join(l.dir, headName))
 	}
-	return seq, nil
+	return seq, file, nil
+}
+
+// DropBefore removes the log's files that come before file, which must
+// be one of its files and not after the one holding the last line: old
+// history removed whole files at a time. First it records in START the
+// number and hash of the line before file's first line (so that
+// [Verify] still checks that every line kept follows it: the lines kept
+// cannot be edited or removed unseen), with note, the caller's account
+// of what was removed (a JSON value; see [Pruned]); then it removes the
+// files. A crash between the two leaves files that Verify passes over
+// and the next DropBefore removes.
+func (l *Log) DropBefore(file string, note any) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lk, err := lockfile.LockWait(filepath.Join(l.dir, lockName))
+	if err != nil {
+		return fmt.Errorf("log %s: %w", l.dir, err)
+	}
+	defer lk.Release()
+	if err := l.catchUp(); err != nil {
+		return err
+	}
+	names, err := l.files()
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(names, file) || file > l.file {
+		return fmt.Errorf("log %s: %s is not a file of the log up to its last line: nothing removed", l.dir, file)
+	}
+	var first []byte
+	stop := errors.New("stop")
+	err = readFile(filepath.Join(l.dir, file), func(line []byte, complete bool) error {
+		if complete {
+			first = line
+		}
+		return stop
+	})
+	if err != nil && err != stop {
+		return fmt.Errorf("log %s: %w", l.dir, err)
+	}
+	var v struct {
+		Seq  int64  `json:"seq"`
+		Prev string `json:"prev"`
+	}
+	if first == nil || json.Unmarshal(first, &v) != nil || v.Seq <= 1 {
+		return fmt.Errorf("log %s: the first line of %s is not a record that follows others: nothing removed", l.dir, file)
+	}
+	n, err := json.Marshal(note)
+	if err != nil {
+		return fmt.Errorf("log %s: %w", l.dir, err)
+	}
+	b, _ := json.Marshal(start{Seq: v.Seq - 1, Hash: v.Prev, File: file, Note: n})
+	if err := atomicfile.WriteFile(filepath.Join(l.dir, startName), b, 0o600); err != nil {
+		return fmt.Errorf("log %s: recording where it starts: %w", l.dir, err)
+	}
+	for _, name := range names {
+		if name >= file {
+			break
+		}
+		if err := os.Remove(filepath.Join(l.dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("log %s: removing %s: %w", l.dir, name, err)
+		}
+	}
+	atomicfile.SyncDir(l.dir)
+	return nil
 }
 
 // catchUp reads the lines other processes appended since this one last
@@ -471,7 +557,7 @@ func lastLine(path string) (line []byte, size, whole int64, err error) {
 	// Read backwards, in growing chunks, until the last newline (end)
 	// and the one before it are both in buf, which holds file[from:].
 	var buf []byte
-	from, end, chunk := size, int64(-1), int64(64<<10)
+	from, end, chunk := size, int64(-1), int64(8<<10)
 	for {
 		n := min(chunk, from)
 		from -= n

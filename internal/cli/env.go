@@ -87,6 +87,7 @@ func agentConfig(e environment) (agent.Config, error) {
 		MemoryBytes:      e.cfg.ExecMemoryBytes,
 		SpoolRetention:   e.cfg.SpoolRetention,
 		HistoryRetention: e.cfg.HistoryRetention,
+		JournalRetention: e.cfg.JournalRetention,
 		HistoryQuota:     e.cfg.HistoryQuotaBytes,
 	}, nil
 }

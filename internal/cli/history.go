@@ -43,9 +43,11 @@ edited or removed record is reported.`)
 	if err != nil {
 		return fail(std, err)
 	}
-	entries := j.Entries()
-	if *limit > 0 && len(entries) > *limit {
-		entries = entries[:*limit]
+	// Only as far back as the entries shown: the newest are found
+	// without reading the oldest.
+	entries, err := j.Newest(*limit)
+	if err != nil {
+		return fail(std, err)
 	}
 	var problem string
 	if err := undo.Check(dir); err != nil {
@@ -58,12 +60,21 @@ edited or removed record is reported.`)
 			problem += fmt.Sprintf("; a local undo refuses the changes recorded at or after that place: %s", strings.Join(ids, ", "))
 		}
 	}
+	// What the retention removed, said after the oldest entry left.
+	pruned, wasPruned, err := undo.PrunedFrom(dir)
+	if err != nil {
+		return fail(std, err)
+	}
 	if *asJSON {
 		out := struct {
-			Journal string      `json:"journal"`
-			Problem string      `json:"problem,omitempty"`
-			Entries []entryJSON `json:"entries"`
-		}{dir, problem, []entryJSON{}}
+			Journal string       `json:"journal"`
+			Problem string       `json:"problem,omitempty"`
+			Pruned  *undo.Pruned `json:"pruned,omitempty"`
+			Entries []entryJSON  `json:"entries"`
+		}{Journal: dir, Problem: problem, Entries: []entryJSON{}}
+		if wasPruned {
+			out.Pruned = &pruned
+		}
 		for _, e := range entries {
 			out.Entries = append(out.Entries, toJSON(e))
 		}
@@ -82,12 +93,15 @@ edited or removed record is reported.`)
 	if problem != "" {
 		fmt.Fprintf(std.out, "warning: %s\n\n", term.Sanitize(problem))
 	}
-	if len(entries) == 0 {
+	if len(entries) == 0 && !wasPruned {
 		fmt.Fprintln(std.out, "No changes recorded on this device yet.")
 		return exitOK
 	}
 	for _, e := range entries {
 		printEntry(std.out, e)
+	}
+	if wasPruned && (*limit == 0 || len(entries) < *limit) {
+		fmt.Fprintf(std.out, "%s.\n", pruned)
 	}
 	return exitOK
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/metnos/agent/undo"
 )
@@ -411,4 +413,48 @@ func TestHistoryWhenTheDataFolderIsAFile(t *testing.T) {
 		strings.Count(errb.String(), e.lay.Journal()) != 1 || !strings.Contains(errb.String(), "not a directory") {
 		t.Errorf("exit %d %q %q", code, out, errb)
 	}
+}
+
+// TestHistorySaysWhatWasPruned: once the retention removed old
+// changes, `history` says how many, up to when, and by which retention,
+// after the oldest change left; --json has it too.
+func TestHistorySaysWhatWasPruned(t *testing.T) {
+	home := t.TempDir()
+	j, _, dir := journalOf(t, home)
+	var roots []string
+	for i := range 8 {
+		roots = append(roots, filepath.Join(home, strings.Repeat("a-rather-long-folder-name-", 4), fmt.Sprint(i)))
+	}
+	for i := range 90 {
+		id := fmt.Sprintf("inv-%03d", i)
+		if err := j.Begin(undo.Begin{InvocationID: id, Executor: "write_files", Roots: roots}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := j.Finish(id, undo.Outcome{OK: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	day := 24 * time.Hour
+	p, err := j.Prune(day, time.Now().Add(2*day))
+	if err != nil || p.Entries == 0 || p.Entries == 90 {
+		t.Fatalf("pruned %+v, %v", p, err)
+	}
+	want := fmt.Sprintf("%d older changes before %s were pruned (retention 1 days).", p.Entries, p.Before.Local().Format(time.DateOnly))
+	code, out, errb := runWith(t, home, "history", "-n", "0")
+	// The chain of what is left still verifies: no warning.
+	if code != 0 || !strings.HasSuffix(strings.TrimSpace(out), want) || strings.Contains(out, "inv-000 ") || strings.Contains(out, "warning") {
+		t.Fatalf("history (%d, %s): %s", code, errb, out)
+	}
+	if _, out, _ := runWith(t, home, "history", "-n", "3"); strings.Contains(out, "pruned") {
+		t.Fatalf("history -n 3 says what was pruned before the entries it left out: %s", out)
+	}
+	_, out, _ = runWith(t, home, "history", "--json", "-n", "0")
+	var got struct {
+		Pruned  *undo.Pruned `json:"pruned"`
+		Entries []any        `json:"entries"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || got.Pruned == nil || got.Pruned.Entries != p.Entries || len(got.Entries) != 90-p.Entries {
+		t.Fatalf("--json: %s %v", out, err)
+	}
+	_ = dir
 }

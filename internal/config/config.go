@@ -76,6 +76,11 @@ type Config struct {
 	// of days: how long backup blobs are kept. Default
 	// [DefaultHistoryRetention] (also for "0").
 	HistoryRetention time.Duration
+	// JournalRetention is METNOS_JOURNAL_RETENTION_DAYS, a whole number
+	// of days: how long the history journal keeps a change. Default
+	// [DefaultJournalRetention] (also for "0"); never shorter than
+	// HistoryRetention (a shorter one is raised to it, with a warning).
+	JournalRetention time.Duration
 	// SpoolRetention is METNOS_SPOOL_RETENTION_DAYS, a whole number of
 	// days: how long an undelivered result stays in the spool. Default
 	// [DefaultSpoolRetention] (also for "0").
@@ -170,6 +175,7 @@ func (p Paths) Getenv(name string) string {
 // Defaults of the variables whose default is one value everywhere.
 const (
 	DefaultHistoryRetention = 30 * 24 * time.Hour
+	DefaultJournalRetention = 365 * 24 * time.Hour
 	DefaultSpoolRetention   = 14 * 24 * time.Hour
 	DefaultLang             = "C.UTF-8"
 )
@@ -252,6 +258,14 @@ func FromEnv(goos string, getenv func(string) string) (Config, error) {
 	c.ExecMemoryBytes = r.mib("METNOS_EXEC_MEM_MB", false)
 	c.HistoryQuotaBytes = r.mib("METNOS_HISTORY_QUOTA_MB", true)
 	c.HistoryRetention = r.days("METNOS_HISTORY_RETENTION_DAYS", DefaultHistoryRetention)
+	c.JournalRetention = r.days("METNOS_JOURNAL_RETENTION_DAYS", DefaultJournalRetention)
+	if c.JournalRetention < c.HistoryRetention {
+		// The journal is what a local undo, and `history`, know of a
+		// change whose blobs are still kept.
+		r.warn("METNOS_JOURNAL_RETENTION_DAYS=%d is shorter than METNOS_HISTORY_RETENTION_DAYS=%d: the history journal keeps changes %d days, as long as their backup blobs",
+			c.JournalRetention/(24*time.Hour), c.HistoryRetention/(24*time.Hour), c.HistoryRetention/(24*time.Hour))
+		c.JournalRetention = c.HistoryRetention
+	}
 	c.SpoolRetention = r.days("METNOS_SPOOL_RETENTION_DAYS", DefaultSpoolRetention)
 	c.Warnings = r.warnings
 	if len(r.errs) > 0 {

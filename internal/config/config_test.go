@@ -27,7 +27,7 @@ func TestDefaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := Config{LogLevel: slog.LevelInfo, HistoryRetention: 30 * day, SpoolRetention: 14 * day, Lang: "C.UTF-8"}
+		want := Config{LogLevel: slog.LevelInfo, HistoryRetention: 30 * day, JournalRetention: 365 * day, SpoolRetention: 14 * day, Lang: "C.UTF-8"}
 		if fmt.Sprintf("%#v", c) != fmt.Sprintf("%#v", want) {
 			t.Errorf("%s: FromEnv of nothing = %#v\nwant %#v", goos, c, want)
 		}
@@ -97,6 +97,12 @@ func TestVariables(t *testing.T) {
 		{name: "history retention 365", env: map[string]string{"METNOS_HISTORY_RETENTION_DAYS": "365"}, got: func(c Config) any { return c.HistoryRetention }, want: 365 * day},
 		{name: "history retention unit", env: map[string]string{"METNOS_HISTORY_RETENTION_DAYS": "365d"},
 			err: `METNOS_HISTORY_RETENTION_DAYS="365d" is not valid: it takes a whole number of days from 1 to 106751 (0 or unset: 30)`},
+		{name: "journal retention unset", got: func(c Config) any { return c.JournalRetention }, want: 365 * day},
+		{name: "journal retention 800", env: map[string]string{"METNOS_JOURNAL_RETENTION_DAYS": "800"}, got: func(c Config) any { return c.JournalRetention }, want: 800 * day},
+		{name: "journal retention shorter than the blobs'", env: map[string]string{"METNOS_JOURNAL_RETENTION_DAYS": "10", "METNOS_HISTORY_RETENTION_DAYS": "60"},
+			got: func(c Config) any { return c.JournalRetention }, want: 60 * day,
+			warn: "METNOS_JOURNAL_RETENTION_DAYS=10 is shorter than METNOS_HISTORY_RETENTION_DAYS=60: the history journal keeps changes 60 days, as long as their backup blobs"},
+		{name: "journal retention unit", env: map[string]string{"METNOS_JOURNAL_RETENTION_DAYS": "1y"}, err: "METNOS_JOURNAL_RETENTION_DAYS"},
 		{name: "history retention too long", env: map[string]string{"METNOS_HISTORY_RETENTION_DAYS": "106752"}, err: "METNOS_HISTORY_RETENTION_DAYS"},
 		{name: "spool retention unset", got: func(c Config) any { return c.SpoolRetention }, want: 14 * day},
 		{name: "spool retention 1", env: map[string]string{"METNOS_SPOOL_RETENTION_DAYS": "1"}, got: func(c Config) any { return c.SpoolRetention }, want: day},
