@@ -461,6 +461,11 @@ func TestTornTail(t *testing.T) {
 					files[file2] = nil
 				}
 				dir := restore(t, files)
+				// Before the restart, verify calls it a crash, not an
+				// edit.
+				if rep, err := Verify(dir); err != nil || !rep.OK() || !strings.Contains(rep.Note, "cut short by a crash") {
+					t.Fatalf("cut after %d of %d bytes, before the restart: Verify: %v, %v", k, len(line), rep, err)
+				}
 				l, err := Open(dir)
 				if err != nil {
 					t.Fatalf("cut after %d of %d bytes: Open: %v", k, len(line), err)

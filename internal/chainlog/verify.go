@@ -159,6 +159,15 @@ func Verify(dir string) (Report, error) {
 		found    bool
 		at       string
 	}
+	// The file that ends the log: the last, or the last with bytes in
+	// it when later ones are empty (as Open sees it).
+	end := len(names) - 1
+	for end > 0 {
+		if fi, err := os.Stat(filepath.Join(dir, names[end])); err != nil || fi.Size() > 0 {
+			break
+		}
+		end--
+	}
 	for i, name := range names {
 		no := 0
 		stop := errors.New("stop")
@@ -175,11 +184,11 @@ func Verify(dir string) (Report, error) {
 				return nil
 			}
 			if !complete {
-				if i == len(names)-1 && !Torn(line, seq+1, prev) {
+				if i == end && !Torn(line, seq+1, prev) {
 					rep.Problem, rep.File, rep.Line = "edited: the last line has no end and is not the beginning of the line that would come next (a crash while writing leaves only that)", name, no
 					return stop
 				}
-				if i == len(names)-1 {
+				if i == end {
 					rep.Note = "the last line was cut short by a crash while writing; it is dropped when the log is next opened"
 					return nil
 				}
