@@ -365,7 +365,7 @@ func TestTornFiles(t *testing.T) {
 			if kp.torn {
 				how = "half-way through"
 			}
-			t.Logf("killed %s write %d to the append-only files (the %s's %d-th): %d bytes to %s", how, len(tr.writes), kp.file, kp.k, k.n, filepath.Base(k.path))
+			t.Logf("killed %s write %d to the append-only files (write %d to the %s): %d bytes to %s", how, len(tr.writes), kp.k, kp.file, k.n, filepath.Base(k.path))
 		}
 		p := w.start()
 		infos := map[string]refserver.InvocationInfo{}
