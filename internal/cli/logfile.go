@@ -59,7 +59,7 @@ func openLogLimit(path string, limit int64, warn io.Writer) (*logFile, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("creating the folder of the log %s: %w", path, err)
 	}
-	f, size, err := openLogFile(path)
+	f, size, err := openLogFile(path, warn)
 	if err != nil {
 		return nil, err
 	}
@@ -67,16 +67,23 @@ func openLogLimit(path string, limit int64, warn io.Writer) (*logFile, error) {
 }
 
 // openLogFile opens path for appending, mends a torn last line (see
-// openLog) and returns the file and its size.
-func openLogFile(path string) (*os.File, int64, error) {
+// openLog) and returns the file and its size. A tail it cannot mend (a
+// full disk) is said on warn, and the log is opened all the same: the
+// agent runs without its log rather than not at all.
+func openLogFile(path string, warn io.Writer) (*os.File, int64, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, 0, fmt.Errorf("opening the log %s: %w", path, err)
 	}
 	size, err := mendTail(f)
 	if err != nil {
-		f.Close()
-		return nil, 0, fmt.Errorf("mending the last line of the log %s: %w; move the file away", path, err)
+		fmt.Fprintf(warn, "metnos-agent: the log %s ends in a line cut short, which could not be mended (%v): the next line may follow it on the same line\n", path, err)
+		fi, serr := f.Stat()
+		if serr != nil {
+			f.Close()
+			return nil, 0, fmt.Errorf("opening the log %s: %w", path, serr)
+		}
+		size = fi.Size()
 	}
 	return f, size, nil
 }
@@ -131,7 +138,7 @@ func (l *logFile) Write(p []byte) (int, error) {
 	}
 	if l.f == nil {
 		// Reopening after a rotation failed: try again at each line.
-		f, size, err := openLogFile(l.path)
+		f, size, err := openLogFile(l.path, l.warn)
 		if err != nil {
 			return 0, err
 		}
@@ -152,7 +159,7 @@ func (l *logFile) rotate() {
 	name := l.path
 	err := os.Rename(l.path, l.path+".1")
 	if err == nil {
-		f, size, oerr := openLogFile(l.path)
+		f, size, oerr := openLogFile(l.path, l.warn)
 		if oerr == nil {
 			l.f, l.size, l.retry = f, size, 0
 			return
@@ -164,7 +171,7 @@ func (l *logFile) rotate() {
 		l.warned = true
 		fmt.Fprintf(l.warn, "metnos-agent: could not rotate the log %s (%v): it goes on growing in the file it has; check the permissions and free space of its folder\n", l.path, err)
 	}
-	if f, size, err := openLogFile(name); err == nil {
+	if f, size, err := openLogFile(name, l.warn); err == nil {
 		l.f, l.size = f, size
 	}
 }
