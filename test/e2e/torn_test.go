@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -221,6 +222,17 @@ func (tr *traced) trace(pid int, dd string, kp killPoint) error {
 	}
 }
 
+// count is how many writes to file the tracer saw.
+func (tr *traced) count(file string) int {
+	n := 0
+	for _, w := range tr.writes {
+		if w.file == file {
+			n++
+		}
+	}
+	return n
+}
+
 // resultsIn reports whether every one of ids has a result.
 func (w *world) resultsIn(ids ...string) bool {
 	for _, id := range ids {
@@ -244,8 +256,15 @@ func (tr *traced) wait(t *testing.T, within time.Duration) {
 	}
 }
 
-// ledgerID is a line of spool/executed.log: one invocation id.
-var ledgerID = regexp.MustCompile(`^inv-[0-9a-f]{16,64}$`)
+// ledgerID begins a line of spool/executed.log: one invocation id (of
+// the reference server's shape), then whatever else the ledger keeps of
+// it. ledgerFenced is what may be left of one a kill tore, when the
+// ledger ends it with a newline before appending rather than cutting
+// it. Never two ids on one line.
+var (
+	ledgerID     = regexp.MustCompile(`^inv-[0-9a-f]{16,64}\b`)
+	ledgerFenced = regexp.MustCompile(`^(i|in|inv|inv-[0-9a-f]*)$`)
+)
 
 // checkAppendOnly fails unless every line of each append-only file of
 // the data directory dd is whole: every id of the ledger alone on its
@@ -259,10 +278,16 @@ func checkAppendOnly(t *testing.T, w *world) []string {
 			t.Errorf("%s ends in a line cut short, after an append: %.100q", p, b[max(0, len(b)-100):])
 		}
 	}
-	ids := lines(t, filepath.Join(dd, "spool", "executed.log"))
-	for i, l := range ids {
-		if !ledgerID.MatchString(l) {
-			t.Errorf("spool/executed.log line %d is not one invocation id: %q (glued onto a torn one?)", i+1, l)
+	var ids []string
+	for i, l := range lines(t, filepath.Join(dd, "spool", "executed.log")) {
+		id := ledgerID.FindString(l)
+		switch {
+		case strings.Count(l, "inv-") > 1 || (id == "" && !ledgerFenced.MatchString(l)):
+			t.Errorf("spool/executed.log line %d is not one invocation's: %q (glued onto a torn one?)", i+1, l)
+		case id == "":
+			t.Logf("spool/executed.log line %d is what a kill left of an id, fenced: %q", i+1, l)
+		default:
+			ids = append(ids, id)
 		}
 	}
 	for _, name := range []string{"client.log.1", "client.log"} {
@@ -357,6 +382,11 @@ func TestTornFiles(t *testing.T) {
 			break
 		}
 		tr.wait(t, 60*time.Second)
+		if kp.file == fileLog && tr.killed == nil {
+			// How much the agent logs depends on timing (a poll more or
+			// less); the other files' writes do not.
+			t.Skipf("this round wrote %d lines to client.log, fewer than the %d of the first", tr.count(fileLog), kp.k)
+		}
 		if kp.file != "" && tr.killed == nil {
 			t.Fatalf("the agent made only %d writes, none the %d-th to the %s", len(tr.writes), kp.k, kp.file)
 		}
@@ -409,8 +439,8 @@ func TestTornFiles(t *testing.T) {
 		}
 		ledger := checkAppendOnly(t, w)
 		for _, id := range ids {
-			if c := strings.Count("\n"+strings.Join(ledger, "\n")+"\n", "\n"+id+"\n"); c > 1 {
-				t.Errorf("the ledger holds %s %d times: it ran again", id, c)
+			if c := slices.Index(ledger, id); c >= 0 && slices.Index(ledger[c+1:], id) >= 0 {
+				t.Errorf("the ledger holds %s twice: it ran again", id)
 			}
 		}
 		// history lists the change, once, when it was made.
