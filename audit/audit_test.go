@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -355,5 +357,144 @@ func TestTwoWriters(t *testing.T) {
 	}
 	if rep, err := Verify(dir); err != nil || !rep.OK() || rep.Lines != 100 {
 		t.Fatalf("Verify: %v, %v", rep, err)
+	}
+}
+
+// cutNext is the next cut after k in a line of n bytes.
+func cutNext(k, n int) int {
+	switch {
+	case k < 90:
+		return k + 1
+	case k+11 < n-1:
+		return k + 11
+	case k < n-1:
+		return n - 1
+	}
+	return n
+}
+
+// snapshot reads every file of the log in dir.
+func snapshot(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]byte{}
+	for _, e := range ents {
+		if e.Name() == "LOCK" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[e.Name()] = b
+	}
+	return out
+}
+
+// restore writes the files of a snapshot in a new folder.
+func restore(t *testing.T, files map[string][]byte) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestTornTail: a crash while a line is being written leaves any part
+// of it at the end of its day's file, without its newline (and HEAD as
+// it was before). Restarted, the agent writes its next line on a line
+// of its own: the log verifies, every line parses, and only the line
+// never acknowledged is gone. Cut at every byte of the line, in three
+// places: the last line of a day whose file is followed, after the
+// restart, by the next day's (a crash at 23:59:59, a restart the next
+// morning); the first line of a new day's file; and a day file that a
+// later, empty file follows (the new day's file created, nothing in
+// it yet).
+func TestTornTail(t *testing.T) {
+	late := time.Date(2026, 12, 1, 23, 59, 59, 500_000_000, time.UTC)
+	morning := time.Date(2026, 12, 2, 7, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		// torn is the time of the line the crash cuts short; empty
+		// adds an empty file2 after the crash; next is the time of the
+		// line written after the restart.
+		torn, next time.Time
+		empty      bool
+	}{
+		{"day file then next day", late, morning, false},
+		{"first line of a day", morning, morning.Add(time.Hour), false},
+		{"day file before an empty one", late, morning, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := t.TempDir()
+			l, err := Open(base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				if err := l.Write(record(i, day1.Add(time.Duration(i)*time.Minute))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := snapshot(t, base)
+			if err := l.Write(record(3, tc.torn)); err != nil {
+				t.Fatal(err)
+			}
+			l.Close()
+			file := tc.torn.Format(dayFormat) + chainlog.Ext
+			full := snapshot(t, base)[file]
+			line := full[len(before[file]):]
+			// Every byte through the chain's head ({"seq":4,"prev":"<64
+			// hex>"), where what is left is checked byte by byte, then
+			// every 11th and the last (all but the newline): each cut
+			// costs a write with its fsync.
+			for k := 1; k < len(line); k = cutNext(k, len(line)) {
+				files := maps.Clone(before)
+				files[file] = append(slices.Clone(before[file]), line[:k]...)
+				if tc.empty {
+					files[file2] = nil
+				}
+				dir := restore(t, files)
+				// Before the restart, verify calls it a crash, not an
+				// edit.
+				if rep, err := Verify(dir); err != nil || !rep.OK() || !strings.Contains(rep.Note, "cut short by a crash") {
+					t.Fatalf("cut after %d of %d bytes, before the restart: Verify: %v, %v", k, len(line), rep, err)
+				}
+				l, err := Open(dir)
+				if err != nil {
+					t.Fatalf("cut after %d of %d bytes: Open: %v", k, len(line), err)
+				}
+				err = l.Write(record(4, tc.next))
+				l.Close()
+				if err != nil {
+					t.Fatalf("cut after %d of %d bytes: Write: %v", k, len(line), err)
+				}
+				rep, err := Verify(dir)
+				if err != nil || !rep.OK() || rep.Lines != 4 || rep.Note != "" {
+					t.Fatalf("cut after %d of %d bytes: Verify: %v, %v", k, len(line), rep, err)
+				}
+				var ids []string
+				err = chainlog.Read(dir, func(_ string, b []byte) error {
+					var v struct {
+						InvocationID string `json:"invocation_id"`
+					}
+					if err := json.Unmarshal(b, &v); err != nil {
+						return fmt.Errorf("a line that does not parse (%v): %q", err, b)
+					}
+					ids = append(ids, v.InvocationID)
+					return nil
+				})
+				want := []string{record(0, day1).InvocationID, record(1, day1).InvocationID, record(2, day1).InvocationID, record(4, day1).InvocationID}
+				if err != nil || !slices.Equal(ids, want) {
+					t.Fatalf("cut after %d of %d bytes: lines %v (%v), want %v", k, len(line), ids, err, want)
+				}
+			}
+		})
 	}
 }

@@ -161,7 +161,10 @@ func findEnd(dir string) (logEnd, error) {
 		if err != nil {
 			return end, err
 		}
-		if i == len(files)-1 {
+		// The file that ends the log is the last, or the last with
+		// bytes in it when later ones are empty (created, nothing
+		// written yet): a torn tail there is the one to cut.
+		if i == len(files)-1 || (end.size == 0 && size > 0) {
 			end.file, end.size, end.whole = files[i], size, whole
 		}
 		if last != nil {

@@ -286,6 +286,15 @@ func verify(dir string, quick bool) (rep Report, err error) {
 		found    bool
 		at       string
 	}
+	// The file that ends the log: the last, or the last with bytes in
+	// it when later ones are empty (as Open sees it).
+	end := len(names) - 1
+	for end > 0 {
+		if fi, err := os.Stat(filepath.Join(dir, names[end])); err != nil || fi.Size() > 0 {
+			break
+		}
+		end--
+	}
 	var seen verified
 	if quick {
 		seen = readVerified(dir)
@@ -323,12 +332,12 @@ func verify(dir string, quick bool) (rep Report, err error) {
 				return nil
 			}
 			if !complete {
-				if i == len(names)-1 && !Torn(line, seq+1, prev) {
+				if i == end && !Torn(line, seq+1, prev) {
 					rep.Problem, rep.File, rep.Line = "edited: the last line has no end and is not the beginning of the line that would come next (a crash while writing leaves only that)", name, no
 					rep.Good = -1 // the end of the log is not known: nothing is vouched for
 					return stop
 				}
-				if i == len(names)-1 {
+				if i == end {
 					rep.Note = "the last line was cut short by a crash while writing; it is dropped when the log is next opened"
 					return nil
 				}

@@ -122,7 +122,7 @@ func (d *demo) run(ctx context.Context, keep, verbose bool, stderr io.Writer) (e
 	d.say("  ✓ paired            device %s… %q, server key pinned", reg.DeviceID[:12], reg.Name)
 
 	// The agent, in this process.
-	logf, err := openLog(lay.Log())
+	logf, err := openLog(lay.Log(), stderr)
 	if err != nil {
 		return err
 	}

@@ -63,7 +63,7 @@ func runRun(std stdio, args []string) int {
 		return fail(std, err)
 	}
 	defer lock.Release()
-	logf, err := openLog(e.lay.Log())
+	logf, err := openLog(e.lay.Log(), std.err)
 	if err != nil {
 		return fail(std, err)
 	}
