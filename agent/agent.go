@@ -146,6 +146,10 @@ type Agent struct {
 	// runEnded is when the last run ended (only the Run goroutine
 	// touches it).
 	runEnded time.Time
+	// swept is done once the start's sweep of backup blobs and journal
+	// segments has ended: it runs beside the first poll, and the first
+	// run waits for it (see housekeeping).
+	swept chan struct{}
 }
 
 // ErrNotPaired is returned by [New] on a device that has no pairing
@@ -252,9 +256,11 @@ func New(cfg Config) (*Agent, error) {
 	return a, nil
 }
 
-// Close releases the spool and the audit log.
+// Close releases the spool and the audit log, once the start's sweep
+// (see housekeeping) has ended.
 func (a *Agent) Close() error {
 	a.haltCancel()
+	a.waitSwept()
 	a.audit.Close()
 	return a.spool.Close()
 }
@@ -644,16 +650,33 @@ func (a *Agent) load() bool {
 }
 
 // housekeeping applies the retention rules at start: spooled results
-// older than Config.SpoolRetention, backup blobs past
-// Config.HistoryRetention or over the quota, and history journal
-// segments past Config.JournalRetention.
+// older than Config.SpoolRetention at once (before the first flush
+// reads the spool), then, on a goroutine of its own, backup blobs past
+// Config.HistoryRetention or over the quota and history journal
+// segments past Config.JournalRetention. That sweep looks at every blob
+// folder the retention keeps, so it runs beside the first poll rather
+// than before it: a start with months of history claims its first
+// invocation as soon as an empty agent does, and the first run waits
+// for the sweep (waitSwept) so that the two never act at once.
 func (a *Agent) housekeeping() {
 	cut := time.Now().Add(-a.cfg.SpoolRetention)
 	for _, p := range a.spool.Expire(cut) {
 		a.log.Warn("dropped a result older than the spool retention", "file", p)
 	}
-	a.expireBlobs(a.cfg.HistoryRetention)
-	a.pruneJournal()
+	a.swept = make(chan struct{})
+	go func() {
+		defer close(a.swept)
+		a.expireBlobs(a.cfg.HistoryRetention)
+		a.pruneJournal()
+	}()
+}
+
+// waitSwept waits for the start's sweep of blobs and journal segments
+// (see housekeeping) to end.
+func (a *Agent) waitSwept() {
+	if a.swept != nil {
+		<-a.swept
+	}
 }
 
 // expireBlobs removes the backup blobs past retention or over the

@@ -127,6 +127,7 @@ func TestRetention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.waitSwept()
 	defer b.Close()
 	for p, kept := range files {
 		if _, err := os.Stat(p); (err == nil) != kept {
@@ -140,6 +141,7 @@ func TestRetention(t *testing.T) {
 // at the next start, and the files stay.
 func TestHistoryLinkNotFollowed(t *testing.T) {
 	a := testAgent(t, "http://127.0.0.1:1")
+	a.waitSwept()
 	old := time.Now().Add(-40 * 24 * time.Hour)
 	victim := filepath.Join(t.TempDir(), "Photos")
 	os.MkdirAll(filepath.Join(victim, "2019"), 0o700)

@@ -83,7 +83,7 @@ func TestStartPrunesTheJournal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
+	b.Close() // waits for the start's sweep
 	p, ok, err := undo.PrunedFrom(dir)
 	if err != nil || !ok || p.Entries != 40 || p.RetentionDays != 365 || !p.Before.Equal(old) {
 		t.Fatalf("pruned at start: %+v %v %v", p, ok, err)

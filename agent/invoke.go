@@ -165,6 +165,9 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 	if err := a.checkBlobs(inv); err != nil {
 		return result.DeviceError(fmt.Errorf("executor %s not run: %w", inv.ex.Name, err)), true
 	}
+	// The start's sweep of backup blobs and journal segments acts on
+	// what a run writes: it ends before the first run begins.
+	a.waitSwept()
 	// The marker comes after the executor is known: whether it can
 	// write decides what a crash means (docs/protocol.md §17.3).
 	if err := a.spool.Start(inv.ID, inv.Reversibility, inv.ex.Manifest.Facts.Writes()); err != nil {

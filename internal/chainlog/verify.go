@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -345,11 +346,8 @@ func verify(dir string, quick bool) (rep Report, err error) {
 				rep.Good = seq
 				return stop
 			}
-			var v struct {
-				Seq  *int64  `json:"seq"`
-				Prev *string `json:"prev"`
-			}
-			if json.Unmarshal(line, &v) != nil || v.Seq == nil || v.Prev == nil {
+			v, ok := chainHead(line)
+			if !ok {
 				rep.Problem, rep.File, rep.Line = "edited: not a line of this log (not JSON, or no seq and prev)", name, no
 				rep.Good = seq
 				return stop
@@ -541,4 +539,48 @@ func Files(dir string) ([]string, error) {
 func LastLine(dir, name string) ([]byte, error) {
 	line, _, _, err := lastLine(filepath.Join(dir, name))
 	return line, err
+}
+
+// lineHead is the seq and prev of a line.
+type lineHead struct {
+	Seq  *int64  `json:"seq"`
+	Prev *string `json:"prev"`
+}
+
+// chainHead reads the seq and prev a line starts with. Append writes
+// them first, as {"seq":N,"prev":"<64 hex>",: that prefix is read
+// without decoding the rest of the line (its bytes are vouched for by
+// the next line's prev, or HEAD's hash), which keeps a check of a long
+// log cheap; any other line is decoded whole.
+func chainHead(line []byte) (lineHead, bool) {
+	const seqKey, prevKey = `{"seq":`, `,"prev":"`
+	if rest, ok := bytes.CutPrefix(line, []byte(seqKey)); ok {
+		i := 0
+		for i < len(rest) && i < 19 && rest[i] >= '0' && rest[i] <= '9' {
+			i++
+		}
+		if i > 0 && rest[0] != '0' {
+			if after, ok := bytes.CutPrefix(rest[i:], []byte(prevKey)); ok && len(after) > 65 && after[64] == '"' && isHex(after[:64]) {
+				n, err := strconv.ParseInt(string(rest[:i]), 10, 64)
+				if err == nil {
+					p := string(after[:64])
+					return lineHead{Seq: &n, Prev: &p}, true
+				}
+			}
+		}
+	}
+	var v lineHead
+	if json.Unmarshal(line, &v) != nil || v.Seq == nil || v.Prev == nil {
+		return v, false
+	}
+	return v, true
+}
+
+func isHex(b []byte) bool {
+	for _, c := range b {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
