@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"time"
@@ -121,6 +122,20 @@ const (
 // ValidID reports whether id has a shape the server can issue
 // ([A-Za-z0-9._:-]{8,256}), whatever its time.
 func ValidID(id string) bool { return idRule.MatchString(id) }
+
+// IssuedAt is the issue time an id carries (inv-<16 hex ns><8 hex>),
+// and false for an id that carries none (a durable id).
+func IssuedAt(id string) (time.Time, bool) {
+	m := timedID.FindStringSubmatch(id)
+	if m == nil {
+		return time.Time{}, false
+	}
+	ns, err := strconv.ParseUint(m[1], 16, 64)
+	if err != nil || ns > math.MaxInt64 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, int64(ns)), true
+}
 
 // CheckID accepts every id the server can produce ([A-Za-z0-9._:-]{8,256},
 // durable ids included: docs/protocol.md §17.1) and applies the freshness window only to

@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,6 +51,8 @@ type Spool struct {
 	torn bool
 	// cut is the torn last line Open removed from the ledger.
 	cut string
+	// appends counts the ledger's appends since it was last compacted.
+	appends int
 }
 
 // marker is a STARTED marker. CanWrite is this agent's addition: an
@@ -62,8 +65,20 @@ type marker struct {
 	CanWrite       *bool  `json:"can_write,omitempty"`
 }
 
-// maxLedger is how many executed ids are kept in memory.
+// maxLedger is how many executed ids without an issue time (durable
+// ids) are kept.
 const maxLedger = 100000
+
+// ledgerWindow is how long an executed id that carries its issue time
+// is kept in the ledger: past [wire.MaxIDAge] the agent refuses the id
+// before anything else ([wire.CheckID]), so it can never run again
+// whether the ledger names it or not (the server itself stops handing an
+// invocation out after a day). A day more covers a clock put back.
+const ledgerWindow = wire.MaxIDAge + 24*time.Hour
+
+// compactEvery is how many appends a running agent makes between two
+// compactions of the ledger ([Spool.compact]).
+var compactEvery = 1000
 
 var safeName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
@@ -88,16 +103,28 @@ func Open(lay layout.Layout) (*Spool, error) {
 		}
 	}
 	logPath := lay.Ledger()
+	// What a crash during a compaction left beside the ledger.
+	if old, _ := filepath.Glob(filepath.Join(filepath.Dir(logPath), ".ledger-*")); len(old) > 0 {
+		for _, p := range old {
+			os.Remove(p)
+		}
+	}
 	ids, size, cut, err := readLedger(logPath)
 	if err != nil {
 		return nil, err
 	}
 	s.size, s.cut = size, cut
-	if len(ids) > maxLedger {
-		ids = ids[len(ids)-maxLedger:]
-	}
-	for _, id := range ids {
+	kept := keep(ids, time.Now())
+	for _, id := range kept {
 		s.executed[id] = true
+	}
+	if len(kept) < len(ids) {
+		// Best effort: a ledger that cannot be rewritten (a read-only
+		// or full data folder) is used as it is.
+		if f, n, err := rewriteLedger(logPath, kept); err == nil {
+			f.Close()
+			s.size = n
+		}
 	}
 	res, _ := filepath.Glob(filepath.Join(s.results, "*.json"))
 	for _, p := range res {
@@ -251,6 +278,7 @@ func (s *Spool) record(id string) error {
 	case n == len(line):
 		s.size += int64(n)
 		s.torn = false
+		s.appends++
 	case n > 0:
 		s.torn = s.log.Truncate(s.size) != nil
 	}
@@ -261,7 +289,120 @@ func (s *Spool) record(id string) error {
 		return fmt.Errorf("spool: recording %s in the ledger %s: %w", id, s.log.Name(), err)
 	}
 	s.executed[id] = true
+	if s.appends >= compactEvery {
+		s.appends = 0
+		s.compact(time.Now())
+	}
 	return nil
+}
+
+// keep returns the ids of a ledger, oldest first, that are still
+// needed at now: those issued within [ledgerWindow], and the newest
+// [maxLedger] of those that carry no issue time. The window is counted
+// back from now or from the newest issue time in the ledger, whichever
+// is earlier: a device clock that jumps ahead does not drop ids the
+// agent would still run once the clock is put right.
+func keep(ids []string, now time.Time) []string {
+	newest := time.Time{}
+	for _, id := range ids {
+		if at, ok := wire.IssuedAt(id); ok && at.After(newest) {
+			newest = at
+		}
+	}
+	if !newest.IsZero() && newest.Before(now) {
+		now = newest
+	}
+	var out []string
+	durable := 0
+	for i := len(ids) - 1; i >= 0; i-- {
+		id := ids[i]
+		if at, ok := wire.IssuedAt(id); ok {
+			if now.Sub(at) > ledgerWindow {
+				continue
+			}
+		} else if durable++; durable > maxLedger {
+			continue
+		}
+		out = append(out, id)
+	}
+	slices.Reverse(out)
+	return out
+}
+
+// compact drops from the ledger, and from memory, the ids [keep] no
+// longer needs, so that neither grows with how long the agent has run.
+// The ledger is rewritten whole (atomically) and opened again; when
+// that fails, the old one stays in use, whole.
+func (s *Spool) compact(now time.Time) {
+	var ids []string
+	for id := range s.executed {
+		ids = append(ids, id)
+	}
+	kept := keep(ids, now)
+	if len(kept) == len(ids) {
+		return
+	}
+	for _, id := range ids {
+		delete(s.executed, id)
+	}
+	for _, id := range kept {
+		s.executed[id] = true
+	}
+	path := s.log.Name()
+	// The ledger holds only what is recorded; ids in memory only (a
+	// STARTED marker, a result not recorded yet) stay out of it.
+	onDisk, _, _, err := readLedger(path)
+	if err != nil {
+		return
+	}
+	kept = keep(onDisk, now)
+	if len(kept) == len(onDisk) {
+		return
+	}
+	f, n, err := rewriteLedger(path, kept)
+	if err != nil {
+		return
+	}
+	s.log.Close()
+	s.log, s.size, s.torn = f, n, false
+}
+
+// rewriteLedger replaces the ledger at p by ids, durably, and returns
+// it open for appending, with its length. The new ledger is written
+// beside the old one, synced and opened before it is renamed into
+// place, so that no append can go to the file it replaces; on an
+// error the old one is left as it was.
+func rewriteLedger(p string, ids []string) (*os.File, int64, error) {
+	var b strings.Builder
+	for _, id := range ids {
+		b.WriteString(id)
+		b.WriteByte('\n')
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), ".ledger-*")
+	if err != nil {
+		return nil, 0, err
+	}
+	_, err = f.WriteString(b.String())
+	if err == nil {
+		err = f.Sync()
+	}
+	if err == nil {
+		err = f.Chmod(0o600)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), p)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, 0, err
+	}
+	atomicfile.SyncDir(filepath.Dir(p))
+	if g, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
+		f.Close()
+		f = g
+	}
+	return f, int64(b.Len()), nil
 }
 
 // Spooled is a result waiting for delivery.
