@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"regexp"
 	"strconv"
 	"time"
 )
@@ -106,12 +105,7 @@ func (inv Invocation) Verify(server ed25519.PublicKey) error {
 	return nil
 }
 
-var (
-	// idRule is the server's own validator for invocation ids.
-	idRule = regexp.MustCompile(`^[A-Za-z0-9._:-]{8,256}$`)
-	// timedID is the server's usual id: inv-<16 hex ns><8 hex>.
-	timedID = regexp.MustCompile(`^inv-([0-9a-f]{16})[0-9a-f]{8}$`)
-)
+var ()
 
 // Freshness bounds of time-ordered ids (docs/protocol.md §6.4).
 const (
@@ -121,16 +115,45 @@ const (
 
 // ValidID reports whether id has a shape the server can issue
 // ([A-Za-z0-9._:-]{8,256}), whatever its time.
-func ValidID(id string) bool { return idRule.MatchString(id) }
+// (The server's own validator is the pattern ^[A-Za-z0-9._:-]{8,256}$;
+// it is checked by hand, as a ledger of thousands of ids is read at
+// every start.)
+func ValidID(id string) bool {
+	if len(id) < 8 || len(id) > 256 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// timedNS returns the issue time, in hex nanoseconds, of the server's
+// usual id, inv-<16 hex ns><8 hex> (lower-case hex), and false for any
+// other id.
+func timedNS(id string) (string, bool) {
+	if len(id) != 4+16+8 || id[:4] != "inv-" {
+		return "", false
+	}
+	for i := 4; i < len(id); i++ {
+		if c := id[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return "", false
+		}
+	}
+	return id[4:20], true
+}
 
 // IssuedAt is the issue time an id carries (inv-<16 hex ns><8 hex>),
 // and false for an id that carries none (a durable id).
 func IssuedAt(id string) (time.Time, bool) {
-	m := timedID.FindStringSubmatch(id)
-	if m == nil {
+	hex, ok := timedNS(id)
+	if !ok {
 		return time.Time{}, false
 	}
-	ns, err := strconv.ParseUint(m[1], 16, 64)
+	ns, err := strconv.ParseUint(hex, 16, 64)
 	if err != nil || ns > math.MaxInt64 {
 		return time.Time{}, false
 	}
@@ -144,11 +167,11 @@ func CheckID(id string, now time.Time) error {
 	if !ValidID(id) {
 		return fmt.Errorf("wire: invocation id %q is not one the server can issue", id)
 	}
-	m := timedID.FindStringSubmatch(id)
-	if m == nil {
+	hex, ok := timedNS(id)
+	if !ok {
 		return nil
 	}
-	ns, err := strconv.ParseUint(m[1], 16, 64)
+	ns, err := strconv.ParseUint(hex, 16, 64)
 	if err != nil {
 		return fmt.Errorf("wire: invocation id %q: %w", id, err)
 	}
