@@ -169,3 +169,35 @@ func TestPruneThenTamper(t *testing.T) {
 		})
 	}
 }
+
+// TestPruneAfterACrash: a crash after START was written but before the
+// old files were removed leaves them behind; Verify passes over them,
+// and the next prune removes them without counting them twice.
+func TestPruneAfterACrash(t *testing.T) {
+	dir := t.TempDir()
+	l := writeDays(t, dir, time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC), 10, 3)
+	left, err := os.ReadFile(filepath.Join(dir, "2026-11-21.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	if _, err := l.Prune(5*24*time.Hour, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "2026-11-21.jsonl"), left, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := Verify(dir); err != nil || !rep.OK() || rep.Lines != 15 {
+		t.Fatalf("Verify with a file a crash left = %v, %v; want intact, 15 lines", rep, err)
+	}
+	p, err := l.Prune(5*24*time.Hour, now.Add(24*time.Hour))
+	if err != nil || p != (Pruned{Lines: 3, Files: 1, Before: "2026-11-26", RetentionDays: 5}) {
+		t.Errorf("Prune after the crash = %+v, %v; want 3 lines, 1 file", p, err)
+	}
+	if got := dayFiles(t, dir); got[0] != "2026-11-26.jsonl" {
+		t.Errorf("files after pruning = %v: the one a crash left is still there", got)
+	}
+	if pr, _, _ := PrunedFrom(dir); pr != (Pruned{Lines: 18, Files: 6, Before: "2026-11-26", RetentionDays: 5}) {
+		t.Errorf("PrunedFrom = %+v, want 18 lines, 6 files", pr)
+	}
+}
