@@ -64,6 +64,9 @@ type Config struct {
 	// JournalRetention is how long the history journal keeps a change
 	// (0: a year; never shorter than HistoryRetention).
 	JournalRetention time.Duration
+	// AuditRetention is how long the audit log keeps a day's file (0: a
+	// year, [audit.DefaultRetention]).
+	AuditRetention time.Duration
 	// HistoryQuota is the most the backup blobs may take, in bytes: 0
 	// for the default share of the free space (see
 	// [undo.DefaultQuotaPercent]), negative for no quota.
@@ -126,6 +129,8 @@ type Agent struct {
 	shimSHA string
 	journal *undo.Journal
 	audit   *audit.Log
+	// auditPrunedAt is when the audit log was last pruned (UnixNano).
+	auditPrunedAt atomic.Int64
 
 	// halt ends when Config.Halt is closed (see Run): the stop-now
 	// context of the runs and of the last delivery.
@@ -181,6 +186,9 @@ func New(cfg Config) (*Agent, error) {
 		cfg.JournalRetention = undo.DefaultRetention
 	}
 	cfg.JournalRetention = max(cfg.JournalRetention, cfg.HistoryRetention)
+	if cfg.AuditRetention == 0 {
+		cfg.AuditRetention = audit.DefaultRetention
+	}
 	st, err := pairing.LoadState(cfg.Layout)
 	if err != nil {
 		return nil, err
@@ -653,7 +661,8 @@ func (a *Agent) load() bool {
 // older than Config.SpoolRetention at once (before the first flush
 // reads the spool), then, on a goroutine of its own, backup blobs past
 // Config.HistoryRetention or over the quota and history journal
-// segments past Config.JournalRetention. That sweep looks at every blob
+// segments past Config.JournalRetention, and audit log day files past
+// Config.AuditRetention. That sweep looks at every blob
 // folder the retention keeps, so it runs beside the first poll rather
 // than before it: a start with months of history claims its first
 // invocation as soon as an empty agent does, and the first run waits
@@ -668,6 +677,7 @@ func (a *Agent) housekeeping() {
 		defer close(a.swept)
 		a.expireBlobs(a.cfg.HistoryRetention)
 		a.pruneJournal()
+		a.pruneAudit(time.Now())
 	}()
 }
 

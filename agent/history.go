@@ -99,6 +99,7 @@ func (a *Agent) auditRecord(inv *invocation, r result.Result, body []byte) {
 	if err != nil {
 		a.log.Error("could not write the audit record", "invocation", inv.ID, "err", err)
 	}
+	a.pruneAuditDaily()
 }
 
 // auditUnknown writes the audit lines of the invocations a crash cut

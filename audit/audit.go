@@ -23,8 +23,11 @@
 // What is not: the log is tamper-evident, not tamper-proof. The chain
 // has no secret key, so whoever can write the files can rewrite the
 // whole chain consistently, or remove the directory; Verify proves
-// only that the files are as some writer of the chain left them. The
-// agent does not keep the log from growing. Redaction goes by key name
+// only that the files are as some writer of the chain left them.
+// [Log.Prune] removes whole day files past a retention (the agent's is
+// METNOS_AUDIT_RETENTION_DAYS, a year by default): what is kept still
+// verifies, and [PrunedFrom] says how many lines were removed, of the
+// days before which one. Redaction goes by key name
 // and by the shape of values: a secret under an innocent key in an
 // innocent shape (a password in a "note" field) is written as it is. A
 // placeholder is an unsalted hash, so a guessable secret (a short

@@ -20,8 +20,13 @@ exits 0.
 The chain has no secret key: it shows that the files were changed after
 they were written, unless whoever changed them rewrote the whole chain.
 
+The agent removes the day files older than METNOS_AUDIT_RETENTION_DAYS
+(365): what is kept still verifies, and a line says how many lines were
+pruned, of the days before which one.
+
 With --json it prints one object: {"dir", "ok", "files", "lines",
-"problem", "file", "line", "note"}.
+"problem", "file", "line", "note", "pruned"}; "pruned", when the log was
+pruned, is {"lines", "files", "before", "retention_days"}.
 `
 
 // auditReport is what audit verify --json prints.
@@ -34,6 +39,8 @@ type auditReport struct {
 	File    string `json:"file,omitempty"`
 	Line    int    `json:"line,omitempty"`
 	Note    string `json:"note,omitempty"`
+	// Pruned is what the retention removed, when it did.
+	Pruned *audit.Pruned `json:"pruned,omitempty"`
 }
 
 func runAudit(std stdio, args []string) int {
@@ -71,14 +78,22 @@ func runAuditVerify(std stdio, args []string) int {
 	if none {
 		rep = chainlog.Report{Note: "no audit log yet"}
 	}
+	var pruned *audit.Pruned
+	if p, ok, err := audit.PrunedFrom(dir); err != nil {
+		// Verify reports a START file that is not the log's.
+		fmt.Fprintf(std.err, "warning: %v\n", err)
+	} else if ok {
+		pruned = &p
+	}
 	if *asJSON {
 		b, _ := json.MarshalIndent(auditReport{
 			Dir: dir, OK: rep.OK(), Files: rep.Files, Lines: rep.Lines,
 			Problem: rep.Problem, File: rep.File, Line: rep.Line, Note: rep.Note,
+			Pruned: pruned,
 		}, "", "  ")
 		fmt.Fprintln(std.out, string(b))
 	} else {
-		printAuditReport(std, dir, rep, none)
+		printAuditReport(std, dir, rep, none, pruned)
 	}
 	if !rep.OK() {
 		return exitFailure
@@ -86,7 +101,7 @@ func runAuditVerify(std stdio, args []string) int {
 	return exitOK
 }
 
-func printAuditReport(std stdio, dir string, rep chainlog.Report, none bool) {
+func printAuditReport(std stdio, dir string, rep chainlog.Report, none bool, pruned *audit.Pruned) {
 	switch {
 	case none:
 		fmt.Fprintf(std.out, "no audit log yet (%s)\n", dir)
@@ -95,6 +110,9 @@ func printAuditReport(std stdio, dir string, rep chainlog.Report, none bool) {
 		fmt.Fprintf(std.out, "audit log NOT intact: %s%s (%s)\n", where(rep), rep.Problem, dir)
 	default:
 		fmt.Fprintf(std.out, "audit log intact: %d lines in %d files (%s)\n", rep.Lines, rep.Files, dir)
+	}
+	if pruned != nil {
+		fmt.Fprintf(std.out, "pruned: %s; the lines kept follow the last one removed\n", pruned)
 	}
 	if rep.Note != "" {
 		fmt.Fprintf(std.out, "note: %s\n", rep.Note)

@@ -88,6 +88,7 @@ func agentConfig(e environment) (agent.Config, error) {
 		SpoolRetention:   e.cfg.SpoolRetention,
 		HistoryRetention: e.cfg.HistoryRetention,
 		JournalRetention: e.cfg.JournalRetention,
+		AuditRetention:   e.cfg.AuditRetention,
 		HistoryQuota:     e.cfg.HistoryQuotaBytes,
 	}, nil
 }

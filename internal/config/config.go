@@ -81,6 +81,10 @@ type Config struct {
 	// [DefaultJournalRetention] (also for "0"); never shorter than
 	// HistoryRetention (a shorter one is raised to it, with a warning).
 	JournalRetention time.Duration
+	// AuditRetention is METNOS_AUDIT_RETENTION_DAYS, a whole number of
+	// days: how long the audit log keeps a day's file. Default
+	// [DefaultAuditRetention] (also for "0").
+	AuditRetention time.Duration
 	// SpoolRetention is METNOS_SPOOL_RETENTION_DAYS, a whole number of
 	// days: how long an undelivered result stays in the spool. Default
 	// [DefaultSpoolRetention] (also for "0").
@@ -176,6 +180,7 @@ func (p Paths) Getenv(name string) string {
 const (
 	DefaultHistoryRetention = 30 * 24 * time.Hour
 	DefaultJournalRetention = 365 * 24 * time.Hour
+	DefaultAuditRetention   = 365 * 24 * time.Hour
 	DefaultSpoolRetention   = 14 * 24 * time.Hour
 	DefaultLang             = "C.UTF-8"
 )
@@ -266,6 +271,7 @@ func FromEnv(goos string, getenv func(string) string) (Config, error) {
 			c.JournalRetention/(24*time.Hour), c.HistoryRetention/(24*time.Hour), c.HistoryRetention/(24*time.Hour))
 		c.JournalRetention = c.HistoryRetention
 	}
+	c.AuditRetention = r.days("METNOS_AUDIT_RETENTION_DAYS", DefaultAuditRetention)
 	c.SpoolRetention = r.days("METNOS_SPOOL_RETENTION_DAYS", DefaultSpoolRetention)
 	c.Warnings = r.warnings
 	if len(r.errs) > 0 {

@@ -27,7 +27,7 @@ func TestDefaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := Config{LogLevel: slog.LevelInfo, HistoryRetention: 30 * day, JournalRetention: 365 * day, SpoolRetention: 14 * day, Lang: "C.UTF-8"}
+		want := Config{LogLevel: slog.LevelInfo, HistoryRetention: 30 * day, JournalRetention: 365 * day, AuditRetention: 365 * day, SpoolRetention: 14 * day, Lang: "C.UTF-8"}
 		if fmt.Sprintf("%#v", c) != fmt.Sprintf("%#v", want) {
 			t.Errorf("%s: FromEnv of nothing = %#v\nwant %#v", goos, c, want)
 		}
@@ -103,6 +103,11 @@ func TestVariables(t *testing.T) {
 			got: func(c Config) any { return c.JournalRetention }, want: 60 * day,
 			warn: "METNOS_JOURNAL_RETENTION_DAYS=10 is shorter than METNOS_HISTORY_RETENTION_DAYS=60: the history journal keeps changes 60 days, as long as their backup blobs"},
 		{name: "journal retention unit", env: map[string]string{"METNOS_JOURNAL_RETENTION_DAYS": "1y"}, err: "METNOS_JOURNAL_RETENTION_DAYS"},
+		{name: "audit retention unset", got: func(c Config) any { return c.AuditRetention }, want: 365 * day},
+		{name: "audit retention 0", env: map[string]string{"METNOS_AUDIT_RETENTION_DAYS": "0"}, got: func(c Config) any { return c.AuditRetention }, want: 365 * day},
+		{name: "audit retention 90", env: map[string]string{"METNOS_AUDIT_RETENTION_DAYS": "90"}, got: func(c Config) any { return c.AuditRetention }, want: 90 * day},
+		{name: "audit retention unit", env: map[string]string{"METNOS_AUDIT_RETENTION_DAYS": "90d"},
+			err: `METNOS_AUDIT_RETENTION_DAYS="90d" is not valid: it takes a whole number of days from 1 to 106751 (0 or unset: 365)`},
 		{name: "history retention too long", env: map[string]string{"METNOS_HISTORY_RETENTION_DAYS": "106752"}, err: "METNOS_HISTORY_RETENTION_DAYS"},
 		{name: "spool retention unset", got: func(c Config) any { return c.SpoolRetention }, want: 14 * day},
 		{name: "spool retention 1", env: map[string]string{"METNOS_SPOOL_RETENTION_DAYS": "1"}, got: func(c Config) any { return c.SpoolRetention }, want: day},
