@@ -148,6 +148,10 @@ type Agent struct {
 	// unsettled are the invocations whose result could not be spooled
 	// (or recorded in the ledger): see spoolResult and settle.
 	unsettled []string
+	// redo are the journal and audit writes that failed after a run,
+	// retried with the unsettled results (only the Run goroutine
+	// touches it).
+	redo []redo
 	// runEnded is when the last run ended (only the Run goroutine
 	// touches it).
 	runEnded time.Time
@@ -442,6 +446,13 @@ func (a *Agent) deliverBeforeStop(stopAt time.Time) {
 // that could not be, and says what a restart will make of those it
 // still cannot.
 func (a *Agent) settleBeforeStop() {
+	if len(a.redo) > 0 {
+		a.retry()
+		for _, w := range a.redo {
+			a.log.Error("stopping with a write that could not be made (is the data folder full?): the history journal shows the change as interrupted after a restart, and the audit log lacks its line",
+				"to", w.what, "invocation", w.id)
+		}
+	}
 	if len(a.unsettled) == 0 {
 		return
 	}
@@ -605,6 +616,9 @@ func (a *Agent) flush(ctx context.Context) bool {
 	}
 	if len(a.unsettled) > 0 {
 		a.settle()
+	}
+	if len(a.redo) > 0 {
+		a.retry()
 	}
 	empty := true
 	var kept []spool.Spooled

@@ -56,12 +56,23 @@ func (a *Agent) beginJournal(inv *invocation, req sandbox.Request) error {
 // blobs. A failure is logged: the result is already spooled.
 func (a *Agent) finishJournal(inv *invocation, r result.Result) {
 	// The journal reads only the strings of the arguments.
-	f, err := a.journal.Finish(inv.ID, undo.Outcome{OK: r.OK, ErrorClass: r.ErrorClass, Payload: r.Payload, Args: inv.strs})
+	o := undo.Outcome{OK: r.OK, ErrorClass: r.ErrorClass, Payload: r.Payload, Args: inv.strs}
+	f, err := a.journal.Finish(inv.ID, o)
 	if errors.Is(err, undo.ErrNotOpen) {
 		return // not journaled
 	}
 	if err != nil {
-		a.log.Error("could not record the change in the history journal; it cannot be undone from this device's history (undo --offline)", "invocation", inv.ID, "err", err)
+		a.log.Error("could not record the change in the history journal (is the data folder full?); it is retried while the agent runs, and until then the change cannot be undone from this device's history (undo --offline)", "invocation", inv.ID, "err", err)
+		// Recorded later, what the run left is looked at late: a local
+		// undo then keeps both versions (undo.Outcome.Recovered).
+		o.Recovered = true
+		a.redo = append(a.redo, redo{id: inv.ID, what: "history journal", do: func() error {
+			_, err := a.journal.Finish(inv.ID, o)
+			if errors.Is(err, undo.ErrNotOpen) {
+				return nil // finished meanwhile
+			}
+			return err
+		}})
 		return
 	}
 	for _, id := range f.Undid {
@@ -93,11 +104,12 @@ func (a *Agent) pruneJournal() {
 // spooled: its body (what the server is sent) is the output measured.
 // A failure is logged; the result is not held back for it.
 func (a *Agent) auditRecord(inv *invocation, r result.Result, body []byte) {
-	err := a.audit.Write(audit.Record{InvocationID: inv.ID, TurnID: inv.TurnID, Executor: inv.Executor,
+	rec := audit.Record{Time: time.Now(), InvocationID: inv.ID, TurnID: inv.TurnID, Executor: inv.Executor,
 		ManifestSHA256: inv.ManifestSHA256, Args: inv.Args, Output: body, DurationMS: r.ElapsedMS,
-		OK: r.OK, ErrorClass: r.ErrorClass, Sandbox: r.Sandbox, Policy: r.Policy})
-	if err != nil {
-		a.log.Error("could not write the audit record", "invocation", inv.ID, "err", err)
+		OK: r.OK, ErrorClass: r.ErrorClass, Sandbox: r.Sandbox, Policy: r.Policy}
+	if err := a.audit.Write(rec); err != nil {
+		a.log.Error("could not write the audit record (is the data folder full?); it is retried while the agent runs", "invocation", inv.ID, "err", err)
+		a.redo = append(a.redo, redo{id: inv.ID, what: "audit log", do: func() error { return a.audit.Write(rec) }})
 	}
 	a.pruneAuditDaily()
 }
@@ -166,4 +178,27 @@ func (a *Agent) checkBlobs(inv *invocation) error {
 		}
 	}
 	return nil
+}
+
+// redo is a write to the history journal or the audit log that failed
+// after a run (a full data folder), retried at each round of the run
+// loop until it succeeds (see retry).
+type redo struct {
+	id, what string
+	do       func() error
+}
+
+// retry makes the writes that failed after a run again, in order, and
+// keeps those that fail again for the next round.
+func (a *Agent) retry() {
+	kept := a.redo[:0]
+	for _, w := range a.redo {
+		if err := w.do(); err != nil {
+			a.log.Debug("still cannot write", "to", w.what, "invocation", w.id, "err", err)
+			kept = append(kept, w)
+			continue
+		}
+		a.log.Info("written now that there is room", "to", w.what, "invocation", w.id)
+	}
+	a.redo = kept
 }
