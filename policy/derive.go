@@ -33,7 +33,9 @@ type DeriveInput struct {
 	// its capabilities and its minimum sandbox.
 	Manifest Manifest
 	// Args are the invocation arguments as decoded by encoding/json
-	// (map[string]any, []any, string, float64, ...).
+	// (map[string]any, []any, string, float64, ...). The capabilities'
+	// when clauses read them when they are a map[string]any (the
+	// invocation's object); grants read only their strings.
 	Args any
 	// Autonomy is the autonomy level; "" means supervised.
 	Autonomy Autonomy
@@ -47,17 +49,25 @@ type DeriveInput struct {
 }
 
 // Derive builds the [ProfileManifest] Policy of one executor invocation
-// from its manifest capabilities and arguments (docs/protocol.md §12.1):
+// from its manifest capabilities and arguments (docs/protocol.md §12.1).
+// Each capability in force (its when clause, if any, holds for Args)
+// means what the capability table says ([CapabilityTable]):
 //
-//   - a capability of family net or network (the text before the first
-//     ':' or '.' of its name) opens the network;
-//   - a capability of family fs turns each hint into a grant of the
-//     hint's root (the hint cut before its first glob segment), writable
-//     only when the text after the first ':' is exactly "write" (so
-//     "fs.write" is read-only); bare and relative hints are ignored;
-//   - when any fs capability exists, every string in Args that is an
-//     anchored path ("/…", "~", "~/…") adds its deepest existing
-//     directory, with the strongest access of the fs capabilities.
+//   - fs:read and fs:write turn each hint into a grant of the hint's
+//     root (the hint cut before its first glob segment), writable only
+//     for fs:write; and every string in Args that is an anchored path
+//     ("/…", "~", "~/…") adds its deepest existing directory, with the
+//     strongest access of the fs capabilities;
+//   - network:http and network:sites open the network;
+//   - system:read installed_software/package_database grant the package
+//     databases read-only, processes/health set HostPIDs;
+//   - code:exec puts the folders of the programs it names on ExecPath;
+//   - the rest need nothing, or refuse the run.
+//
+// A capability refused on a device, or a capability, hint or when
+// clause the table does not know, fails Derive with a
+// [*CapabilityError] (wrapping [ErrCapabilityRefused]): nothing is ever
+// silently ignored.
 //
 // Every grant path is resolved (symlinks included); missing paths are
 // skipped and paths inside the nucleus or the session IPC are dropped.
@@ -82,29 +92,19 @@ func Derive(in DeriveInput) (Policy, error) {
 	}
 	home := filepath.Clean(h.Home)
 
-	var grants []Grant
-	hasFS, maxAccess := false, Read
-	p.Network = in.Manifest.Network()
+	d := &derivation{h: h, home: home, masks: masks, p: &p, maxAccess: Read}
+	named, _ := in.Args.(map[string]any)
 	for _, c := range in.Manifest.caps {
-		if c.fs() {
-			hasFS = true
-			access := Read
-			if c.writes() {
-				access, maxAccess = Write, Write
-			}
-			for _, hint := range c.Hints {
-				root, ok := hintRoot(hint)
-				if !ok {
-					continue
-				}
-				named := filepath.Clean(expandTilde(root, home))
-				if g, ok := derivedGrant(named, access, c.Name+" hint "+hint, masks); ok {
-					grants = append(grants, g)
-				}
-			}
+		if !in.Manifest.inForce(c, named) {
+			continue
+		}
+		if err := d.apply(c); err != nil {
+			return Policy{}, err
 		}
 	}
-	if hasFS {
+	grants := d.grants
+	if d.hasFS {
+		maxAccess := d.maxAccess
 		wire.WalkStrings(in.Args, func(s string) {
 			named, ok := argPath(s, home)
 			if !ok {

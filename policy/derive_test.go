@@ -3,6 +3,8 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -108,20 +110,30 @@ func TestDeriveFamilyMode(t *testing.T) {
 		grant   bool
 		access  Access
 		network bool
+		refused bool
 	}{
-		{"fs:read", true, Read, false},
-		{"fs:write", true, Write, false},
-		{"fs.write", true, Read, false},
-		{"fs", true, Read, false},
-		{"fs:write:more", true, Read, false},
-		{"network:http", false, 0, true},
-		{"net.fetch", false, 0, true},
-		{"net", false, 0, true},
-		{"code:exec", false, 0, false},
-		{"netx:http", false, 0, false},
-		{"fsx:write", false, 0, false},
+		{"fs:read", true, Read, false, false},
+		{"fs:write", true, Write, false, false},
+		{"network:http", false, 0, true, false},
+		{"network:sites", false, 0, true, false},
+		// A path is prose to code:exec: noted, nothing granted.
+		{"code:exec", false, 0, false, false},
+		// Names outside the table are refused, not read by family.
+		{"fs.write", false, 0, false, true},
+		{"fs", false, 0, false, true},
+		{"fs:write:more", false, 0, false, true},
+		{"net.fetch", false, 0, false, true},
+		{"net", false, 0, false, true},
+		{"netx:http", false, 0, false, true},
+		{"fsx:write", false, 0, false, true},
 	} {
 		p, err := Derive(DeriveInput{Host: h, Manifest: manifestOf("", []Capability{{Name: c.name, Hints: []string{"~/d/**"}}})})
+		if c.refused {
+			if !errors.Is(err, ErrCapabilityRefused) || !strings.Contains(fmt.Sprint(err), c.name) {
+				t.Errorf("%s: err %v, want a refusal naming it", c.name, err)
+			}
+			continue
+		}
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -177,7 +189,7 @@ func TestDeriveArgs(t *testing.T) {
 	})
 
 	// Read-only fs capabilities give read-only argument grants.
-	p, err = Derive(DeriveInput{Host: h, Manifest: manifestOf("", []Capability{{Name: "fs.write"}}), Args: []any{"~"}})
+	p, err = Derive(DeriveInput{Host: h, Manifest: manifestOf("", []Capability{{Name: "fs:read"}}), Args: []any{"~"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -641,7 +653,7 @@ func TestDeriveGolden(t *testing.T) {
 		}},
 		{"manifest_full", func(h Host, root string) DeriveInput {
 			return DeriveInput{
-				Manifest: manifestOf("full", []Capability{{Name: "code:exec"}, {Name: "fs.write", Hints: []string{"~/Pictures"}}}),
+				Manifest: manifestOf("full", []Capability{{Name: "code:exec"}, {Name: "fs:read", Hints: []string{"~/Pictures"}}}),
 				Autonomy: AutonomyFull,
 			}
 		}},

@@ -34,6 +34,15 @@ type Host struct {
 	// exist are mounted read-only. Empty means /usr, /bin, /sbin, /lib,
 	// /lib64, /lib32, /etc, /opt and /var/lib/python3.
 	SystemPaths []string
+	// ProgramDirs are where the programs code:exec names are looked up.
+	// Empty means the system's usual program folders (/usr/local/sbin,
+	// /usr/local/bin, /usr/sbin, /usr/bin, /sbin, /bin; on macOS
+	// /opt/homebrew/bin first); on Windows the caller lists them.
+	ProgramDirs []string
+	// PackageDBs are the candidates system:read installed_software
+	// grants read-only, those that exist. Empty means dpkg's, apt's,
+	// rpm's and pacman's usual places.
+	PackageDBs []string
 }
 
 // defaultSystemPaths are the system paths every run may read (never

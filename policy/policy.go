@@ -230,6 +230,13 @@ type Policy struct {
 	RealDev bool `json:"real_dev,omitempty"`
 	// SharePID keeps the host PID namespace (full-fs-no-net).
 	SharePID bool `json:"share_pid,omitempty"`
+	// HostPIDs: the run shares the host's PID namespace (system:read processes/health): it sees every process, and may read their command lines and status, but never their environment, memory or descriptors, nor signal them.
+	HostPIDs bool `json:"host_pids,omitempty"`
+	// ExecPath are the folders of the programs the manifest's code:exec
+	// names, found on this device: the caller puts them on the
+	// executor's PATH. They are readable in the sandbox (system paths,
+	// or grants).
+	ExecPath []string `json:"exec_path,omitempty"`
 	// Grants open paths beyond System, sorted by path.
 	Grants []Grant `json:"grants,omitempty"`
 	// Masks hide the nucleus and the session IPC, sorted by path.
@@ -242,6 +249,9 @@ type Policy struct {
 	UnixSockets bool `json:"unix_sockets,omitempty"`
 	// MinSandbox is the weakest sandbox this Policy accepts.
 	MinSandbox Level `json:"min_sandbox,omitempty"`
+	// Notes say, for humans and logs, what Derive read and did not act
+	// on: a code:exec hint that is prose, a program this device lacks.
+	Notes []string `json:"notes,omitempty"`
 	// NoFallback refuses any run that would not apply the full set of
 	// layers the profile is defined with (full-fs-no-net).
 	NoFallback bool `json:"no_fallback,omitempty"`
@@ -331,6 +341,7 @@ func (p Policy) Fingerprint() string {
 	for i := range q.Masks {
 		q.Masks[i].Why = ""
 	}
+	q.Notes = nil
 	b, err := json.Marshal(q)
 	if err != nil {
 		panic("sandbox: policy does not encode: " + err.Error())
