@@ -400,8 +400,9 @@ func (a *Agent) request(inv *invocation, shimDir string, limit time.Duration) (s
 	}
 	in := policy.DeriveInput{
 		Manifest: ex.Manifest.Facts,
-		// Derive reads only the strings of the arguments.
-		Args:  inv.strs,
+		// The capabilities' when clauses read the arguments by name;
+		// the grants read their strings.
+		Args:  inv.Args,
 		Extra: extra,
 		Host:  a.host,
 	}
@@ -418,10 +419,13 @@ func (a *Agent) request(inv *invocation, shimDir string, limit time.Duration) (s
 			return sandbox.Request{}, fmt.Errorf("executor %s: %w", ex.Name, err)
 		}
 	}
+	for _, n := range pol.Notes {
+		inv.log.Info("capability noted, nothing added for it", "note", n)
+	}
 	return sandbox.Request{
 		Argv:       []string{a.python.Path, ex.Entry},
 		Stdin:      bytes.NewReader(inv.stdin),
-		Env:        a.env(inv, shimDir),
+		Env:        a.env(inv, shimDir, pol.ExecPath),
 		Dir:        a.cfg.Layout.Workspace(),
 		Policy:     pol,
 		Limits:     sandbox.Limits{Timeout: limit, MemoryBytes: a.cfg.MemoryBytes},
@@ -433,8 +437,10 @@ func (a *Agent) request(inv *invocation, shimDir string, limit time.Duration) (s
 
 // env is the executor's environment (docs/protocol.md §8): a few inherited variables,
 // the Python settings, the server's env_injections, then the agent's
-// own variables, which win.
-func (a *Agent) env(inv *invocation, shimDir string) []string {
+// own variables, which win. execPath are the folders of the programs
+// the manifest's code:exec names (policy.Policy.ExecPath): they join
+// PATH after its own folders.
+func (a *Agent) env(inv *invocation, shimDir string, execPath []string) []string {
 	vars := map[string]string{}
 	var order []string
 	set := func(k, v string) {
@@ -449,7 +455,13 @@ func (a *Agent) env(inv *invocation, shimDir string) []string {
 		}
 		return def
 	}
-	set("PATH", getOr(a.cfg.Path, "/usr/bin:/bin"))
+	path := getOr(a.cfg.Path, "/usr/bin:/bin")
+	for _, d := range execPath {
+		if !slices.Contains(filepath.SplitList(path), d) {
+			path += string(os.PathListSeparator) + d
+		}
+	}
+	set("PATH", path)
 	set("PYTHONPATH", shimDir+string(os.PathListSeparator)+inv.ex.Dir)
 	set("METNOS_RUNTIME", shimDir)
 	set("PYTHONDONTWRITEBYTECODE", "1")

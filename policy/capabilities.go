@@ -90,6 +90,9 @@ type rule struct {
 	// apply derives the row's grant for one hint ("" when the
 	// capability has none); only for MeaningGrant rows.
 	apply func(d *derivation, c capability, hint string)
+	// here says what the row finds on a given device, for
+	// [CapabilityTable]; nil when that does not vary.
+	here func(h Host) string
 }
 
 // derivation is what Derive builds while it reads the capabilities.
@@ -276,12 +279,12 @@ var rules = []rule{
 		Detail: "the host network"}, apply: applyNetwork},
 	{CapabilityRule: CapabilityRule{Capability: "code:exec", Forms: `program names ("ps", "dpkg-query"); prose ("WMI/CIM", "subprocess Python google_api.py …") is ignored and noted`, Meaning: MeaningGrant,
 		Detail: "each program found in the system's program folders: its folder on the executor's PATH, readable and runnable in the sandbox; a program this device lacks adds nothing (the executor finds out)"},
-		apply: applyProgram},
+		apply: applyProgram, here: programDirsHere},
 	{CapabilityRule: CapabilityRule{Capability: "system:read", Hint: "installed_software", Meaning: MeaningGrant,
 		Detail: "the package databases that exist read-only: /var/lib/dpkg, apt's state (/var/lib/apt, /var/cache/apt, /etc/apt), /var/lib/rpm, /usr/lib/sysimage/rpm, /var/lib/pacman"},
-		apply: applyPackageDBs},
+		apply: applyPackageDBs, here: packageDBsHere},
 	{CapabilityRule: CapabilityRule{Capability: "system:read", Hint: "package_database", Meaning: MeaningGrant,
-		Detail: "as installed_software"}, apply: applyPackageDBs},
+		Detail: "as installed_software"}, apply: applyPackageDBs, here: packageDBsHere},
 	{CapabilityRule: CapabilityRule{Capability: "system:read", Hint: "processes", Meaning: MeaningGrant,
 		Detail: "the host's process list: the run shares the host's PID namespace; it sees every process's command line and status, never their environment, memory or descriptors, and cannot signal them (refused where the kernel cannot keep that)"},
 		apply: applyHostPIDs},
@@ -330,14 +333,48 @@ func remoteResource(h string) bool { return strings.HasSuffix(h, ":remote") }
 
 // CapabilityTable returns the capability table: every capability of
 // the Metnos vocabulary this agent knows, and for system:read each
-// hint, with what it means on this device. A capability, a hint or a
-// when clause it does not know is refused by [Derive].
-func CapabilityTable() []CapabilityRule {
+// hint, with what it means on the device h describes (which package
+// databases it has, where it looks programs up). A capability, a hint
+// or a when clause it does not know is refused by [Derive].
+func CapabilityTable(h Host) []CapabilityRule {
 	out := make([]CapabilityRule, len(rules))
 	for i, r := range rules {
 		out[i] = r.CapabilityRule
+		if r.here != nil {
+			out[i].Detail += "; on this device: " + r.here(h)
+		}
 	}
 	return out
+}
+
+// packageDBsHere lists the package databases h has.
+func packageDBsHere(h Host) string {
+	dbs := h.PackageDBs
+	if len(dbs) == 0 {
+		dbs = defaultPackageDBs
+	}
+	var have []string
+	for _, db := range dbs {
+		if _, err := os.Stat(db); err == nil {
+			have = append(have, db)
+		}
+	}
+	if len(have) == 0 {
+		return "none of them exists"
+	}
+	return strings.Join(have, ", ")
+}
+
+// programDirsHere lists where h looks programs up.
+func programDirsHere(h Host) string {
+	dirs := h.ProgramDirs
+	if len(dirs) == 0 {
+		dirs = defaultProgramDirs[runtime.GOOS]
+	}
+	if len(dirs) == 0 {
+		return "no program folder is known (on Windows they come from PATH)"
+	}
+	return "programs are looked up in " + strings.Join(dirs, string(os.PathListSeparator))
 }
 
 // lookup finds the row for one hint of a capability ("" for a

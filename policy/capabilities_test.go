@@ -97,11 +97,15 @@ func TestCapabilityVocabulary(t *testing.T) {
 		}
 	}
 	// The table has a row for each of them, and doctor prints it.
-	table := CapabilityTable()
+	table := CapabilityTable(h)
 	for _, c := range upstreamVocabulary {
 		if !slices.ContainsFunc(table, func(r CapabilityRule) bool { return r.Capability == c.name && r.Detail != "" }) {
 			t.Errorf("%s: no row in the capability table", c.name)
 		}
+	}
+	i := slices.IndexFunc(table, func(r CapabilityRule) bool { return r.Hint == "installed_software" })
+	if i < 0 || !strings.HasSuffix(table[i].Detail, "on this device: "+root+"/db/dpkg") {
+		t.Errorf("installed_software row does not say which databases this device has: %+v", table[i])
 	}
 }
 

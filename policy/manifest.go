@@ -107,6 +107,8 @@ func (w *when) holds(v any) bool {
 			return x
 		case float64:
 			return x != 0
+		case int64:
+			return x != 0
 		}
 		return true
 	default:

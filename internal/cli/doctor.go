@@ -28,6 +28,12 @@ Profiles are built as "metnos-agent exec --profile NAME" would build them
 with no --read or --write; only full has the network.
 
 With --json it prints one JSON object: {"caps": ..., "profiles": {...}}.
+
+With --capabilities it prints instead the capability table: what each
+capability an executor's manifest may declare (and, for system:read,
+each hint) means on this device: what it grants, that it needs nothing,
+or why an executor declaring it is refused here. A capability or hint
+not in the table is refused too. With --json, the table as a JSON list.
 `
 
 // doctorProfiles are the profiles doctor reports, the CLI's default
@@ -98,6 +104,7 @@ type profileReport struct {
 func runDoctor(std stdio, args []string) int {
 	fs := newFlagSet("doctor", std, doctorHelp)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
+	caps := fs.Bool("capabilities", false, "print what each manifest capability means on this device")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -107,6 +114,9 @@ func runDoctor(std stdio, args []string) int {
 	e, err := std.environment()
 	if err != nil {
 		return fail(std, err)
+	}
+	if *caps {
+		return printCapabilities(std, e, *asJSON)
 	}
 	r := doctor(e)
 	if *asJSON {
@@ -121,6 +131,36 @@ func runDoctor(std stdio, args []string) int {
 	printDoctor(std.out, r, e.lay)
 	fmt.Fprintln(std.out)
 	printTailnet(std.out, e.lay)
+	return exitOK
+}
+
+// printCapabilities prints the capability table for this device.
+func printCapabilities(std stdio, e environment, asJSON bool) int {
+	host, err := deviceHost(e, os.Getuid())
+	if err != nil {
+		return fail(std, err)
+	}
+	table := policy.CapabilityTable(host)
+	if asJSON {
+		enc := json.NewEncoder(std.out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(table); err != nil {
+			fmt.Fprintf(std.err, "metnos-agent: %v\n", err)
+			return exitFailure
+		}
+		return exitOK
+	}
+	fmt.Fprintf(std.out, "Capabilities on this device (%s/%s); any other capability or hint is refused:\n\n", runtime.GOOS, runtime.GOARCH)
+	tw := tabwriter.NewWriter(std.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CAPABILITY\tHINT\tMEANING\tWHAT IT MEANS HERE")
+	for _, r := range table {
+		hint := r.Hint
+		if hint == "" {
+			hint = r.Forms
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Capability, hint, r.Meaning, r.Detail)
+	}
+	tw.Flush()
 	return exitOK
 }
 

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"strings"
 
@@ -59,6 +60,16 @@ func deviceHost(e environment, uid int) (policy.Host, error) {
 	if e.lay.Home == "" {
 		return policy.Host{}, errors.New("sandbox: the home folder is not known: set $HOME")
 	}
+	var programs []string
+	if goruntime.GOOS == "windows" {
+		// Windows has no usual program folders to look code:exec's
+		// programs up in: they are where PATH says.
+		for _, d := range filepath.SplitList(e.cfg.Path) {
+			if filepath.IsAbs(d) {
+				programs = append(programs, d)
+			}
+		}
+	}
 	return policy.Host{
 		Home:          e.lay.Home,
 		UID:           uid,
@@ -66,6 +77,7 @@ func deviceHost(e environment, uid int) (policy.Host, error) {
 		DBusSession:   e.cfg.DBusSessionBus,
 		SSHAuthSock:   e.cfg.SSHAuthSock,
 		AgentDataDirs: e.lay.AgentDirs(),
+		ProgramDirs:   programs,
 	}, nil
 }
 

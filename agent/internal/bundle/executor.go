@@ -46,6 +46,14 @@ type Manifest struct {
 		MinSandbox string `toml:"min_sandbox"`
 	} `toml:"placement"`
 	Dependencies []any `toml:"dependencies"`
+	// Args is the arguments' schema, of which the agent reads the
+	// defaults: a capability's when clause reads one when the
+	// invocation leaves its argument out.
+	Args struct {
+		Properties map[string]struct {
+			Default any `toml:"default"`
+		} `toml:"properties"`
+	} `toml:"args"`
 	// ReversePattern is one pattern name or a list of them (docs/protocol.md §10.1);
 	// see [Manifest.Reverse].
 	ReversePattern any `toml:"reverse_pattern"`
@@ -139,7 +147,13 @@ func verify(name, manifestSHA, codeSHA string, manifest, sig []byte, code func(s
 	if err != nil {
 		return Manifest{}, fmt.Errorf("executor %s: [placement] min_sandbox: %w", name, err)
 	}
-	m.Facts = facts
+	defaults := map[string]any{}
+	for k, p := range m.Args.Properties {
+		if p.Default != nil {
+			defaults[k] = p.Default
+		}
+	}
+	m.Facts = facts.WithArgDefaults(defaults)
 	return m, nil
 }
 

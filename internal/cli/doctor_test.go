@@ -1,0 +1,45 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/metnos/agent/policy"
+)
+
+// TestDoctorCapabilities: doctor --capabilities prints what each
+// capability means on this device, system:admin refused with its
+// reason, and --json gives the same table as data.
+func TestDoctorCapabilities(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	var out, errb bytes.Buffer
+	if code := run(stdio{in: os.Stdin, out: &out, err: &errb}, []string{"doctor", "--capabilities"}); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"any other capability or hint is refused", "network_interfaces", "service_status"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("doctor --capabilities lacks %q:\n%s", want, out.String())
+		}
+	}
+	var admin bool
+	for _, l := range strings.Split(out.String(), "\n") {
+		admin = admin || strings.HasPrefix(l, "system:admin") && strings.Contains(l, "refused") && strings.Contains(l, "does not give administrative rights to executors")
+	}
+	if !admin {
+		t.Errorf("no system:admin refused line:\n%s", out.String())
+	}
+	out.Reset()
+	if code := run(stdio{in: os.Stdin, out: &out, err: &errb}, []string{"doctor", "--capabilities", "--json"}); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var table []policy.CapabilityRule
+	if err := json.Unmarshal(out.Bytes(), &table); err != nil {
+		t.Fatalf("--json: %v\n%s", err, out.String())
+	}
+	if len(table) != len(policy.CapabilityTable(policy.Host{Home: "/"})) {
+		t.Errorf("--json has %d rows, want the table's %d", len(table), len(policy.CapabilityTable(policy.Host{Home: "/"})))
+	}
+}
