@@ -336,14 +336,14 @@ func systemPaths(h Host) []string {
 
 // hintRoot cuts a glob-style hint to the directory it is rooted at: the
 // path up to its first segment holding a glob character ('*', '?',
-// '['), so that "~/notes/**" gives "~/notes" and "/a/b*/c" gives "/a".
+// '[') or a template ("<account>"), so that "~/notes/**" gives "~/notes" and "/a/b*/c" gives "/a".
 // Only anchored roots ("/…", "~", "~/…") are returned; "*", "**" and
 // relative hints give ok == false. The root is not expanded.
 func hintRoot(hint string) (root string, ok bool) {
 	hint = strings.TrimSpace(hint)
 	segs := strings.Split(hint, "/")
 	for i, s := range segs {
-		if strings.ContainsAny(s, "*?[") {
+		if strings.ContainsAny(s, "*?[<") {
 			segs = segs[:i]
 			break
 		}

@@ -33,6 +33,7 @@ func TestDeriveHintRoot(t *testing.T) {
 		{"/a/[bc]/d", "/a", true},
 		{"/a/**/c", "/a", true},
 		{"/var/log/*.log", "/var/log", true},
+		{"~/.config/metnos/mail/<account>.env", "~/.config/metnos/mail", true},
 		{"/**", "/", true},
 		{"/", "/", true},
 		{"~user/x", "", false},

@@ -3,8 +3,9 @@
 // ([ForProfile]) into a [Policy], plain data that the sandbox package's
 // backends only translate.
 //
-// It owns the Metnos words for it: capability names and hints
-// ([Capability], read once into a [Manifest] by [ParseManifest]), the
+// It owns the Metnos words for it: capability names, hints and when
+// clauses ([Capability], read once into a [Manifest] by [ParseManifest])
+// and what each means on a device ([CapabilityTable]), the
 // autonomy levels ([Autonomy]), the minimum-sandbox words ([Level],
 // [ParseLevel]) and the profiles ([Profile]). It also owns the device
 // nucleus ([Nucleus]) and the session IPC endpoints ([SessionIPC]): the
@@ -21,6 +22,10 @@
 //     mask (the agent's own Extra grants marked Own aside), never grants
 //     /proc, /sys or /dev, and grants system paths and shared roots
 //     read-only.
+//   - Every capability in force means what the table says: a grant,
+//     nothing, or a refusal ([ErrCapabilityRefused]); one the table does
+//     not know (or a hint or when clause it does not know) is refused,
+//     never ignored.
 //   - Equal policies have equal [Policy.Fingerprint]s.
 //
 // What it does not do: it enforces nothing and starts no process. It

@@ -1,0 +1,121 @@
+//go:build linux
+
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/metnos/agent/refserver"
+)
+
+// capsEntries is the probe's entries: one per program it ran.
+func capsEntries(t *testing.T, r map[string]any) []map[string]any {
+	t.Helper()
+	es, _ := r["entries"].([]any)
+	var out []map[string]any
+	for _, e := range es {
+		m, _ := e.(map[string]any)
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestCapsRefused: an executor declaring a capability the agent does
+// not know, system:admin (upstream install_packages' block), or
+// system:read network_interfaces (upstream get_processes' block) is
+// refused before anything runs, with a device_error that names the
+// executor, the capability and its hint; a conditional provider:access
+// is refused only when its when clause holds.
+func TestCapsRefused(t *testing.T) {
+	w := newWorld(t)
+	w.pair()
+	w.start()
+	for _, c := range []struct {
+		executor string
+		args     map[string]any
+		want     []string
+	}{
+		{"unknown_caps", map[string]any{}, []string{"executor unknown_caps", `capability teleport:now hint ["mars"]`, "does not know the capability"}},
+		{"install_packages", map[string]any{"run": [][]string{{"apt-get", "download", "--print-uris", "bash"}}},
+			[]string{"executor install_packages", `capability system:admin hint ["winget","apt-get"]`, "this device does not give administrative rights to executors"}},
+		{"get_processes", map[string]any{"run": [][]string{{"ps", "-eo", "pid,args"}}},
+			[]string{"executor get_processes", "capability system:read", `(hint "network_interfaces")`, "cannot give a read-only view of the network interfaces"}},
+		{"provider_when", map[string]any{"client": "google_workspace"},
+			[]string{"executor provider_when", `capability provider:access hint ["google-workspace"]`, "provider credentials"}},
+	} {
+		info := w.wait(w.enqueue(c.executor, c.args, refserver.EnqueueOptions{}))
+		r := result(t, info)
+		msg, _ := r["error"].(string)
+		if r["ok"] != false || r["error_class"] != "device_error" || r["sandbox"] != "none" {
+			t.Errorf("%s: ok %v error_class %v sandbox %v, want a device_error refusal; error %q", c.executor, r["ok"], r["error_class"], r["sandbox"], msg)
+		}
+		for _, want := range c.want {
+			if !strings.Contains(msg, want) {
+				t.Errorf("%s: error %q lacks %q", c.executor, msg, want)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(w.dataDir(), "shimdata", "ran-"+c.executor)); err == nil {
+			t.Errorf("%s: the executor ran", c.executor)
+		}
+	}
+}
+
+// TestCapsFindPackages: upstream find_packages' capability block gives
+// the package database to the run: dpkg-query finds libc6 installed
+// (before, it said "no packages found" for it).
+func TestCapsFindPackages(t *testing.T) {
+	if _, err := exec.LookPath("dpkg-query"); err != nil {
+		t.Skip("dpkg-query is not on this machine: no dpkg database to find a package in")
+	}
+	w := newWorld(t)
+	w.pair()
+	w.start()
+	info := w.wait(w.enqueue("find_packages", map[string]any{"run": [][]string{
+		{"dpkg-query", "-W", "-f=${Package}\t${db:Status-Status}\n", "libc6"},
+	}}, refserver.EnqueueOptions{}))
+	r := result(t, info)
+	if r["ok"] != true || r["sandbox"] != bestSandbox() {
+		t.Fatalf("find_packages: ok %v sandbox %v (want %s), error %v", r["ok"], r["sandbox"], bestSandbox(), r["error"])
+	}
+	es := capsEntries(t, r)
+	if len(es) != 1 {
+		t.Fatalf("entries %v", r["entries"])
+	}
+	if out, _ := es[0]["stdout"].(string); es[0]["rc"] != 0.0 || !strings.Contains(out, "libc6\tinstalled") {
+		t.Errorf("dpkg-query -W libc6 in the sandbox: %v", es[0])
+	}
+	if _, err := os.Stat(filepath.Join(w.dataDir(), "shimdata", "ran-find_packages")); err != nil {
+		t.Errorf("the probe did not note its run: %v", err)
+	}
+}
+
+// TestCapsProgramPath: a program code:exec names outside the
+// executor's own PATH (/usr/sbin/ip, with the agent's PATH
+// /usr/bin:/bin) is found and runs in the sandbox; a conditional
+// provider:access whose clause does not hold (client left to its
+// default, local) does not refuse the run.
+func TestCapsProgramPath(t *testing.T) {
+	if fi, err := os.Stat("/usr/sbin/ip"); err != nil || fi.Mode()&0o111 == 0 {
+		t.Skip("this machine has no /usr/sbin/ip to look for")
+	}
+	t.Setenv("PATH", "/usr/bin:/bin")
+	w := newWorld(t)
+	w.pair()
+	w.start()
+	info := w.wait(w.enqueue("provider_when", map[string]any{"run": [][]string{{"ip", "-V"}}}, refserver.EnqueueOptions{}))
+	r := result(t, info)
+	if r["ok"] != true {
+		t.Fatalf("provider_when with client local: ok %v, error %v", r["ok"], r["error"])
+	}
+	es := capsEntries(t, r)
+	if len(es) != 1 {
+		t.Fatalf("entries %v", r["entries"])
+	}
+	if out, _ := es[0]["stdout"].(string); es[0]["which"] != "/usr/sbin/ip" || es[0]["rc"] != 0.0 || !strings.Contains(out, "ip") {
+		t.Errorf("ip -V in the sandbox: %v (PATH %v)", es, r["path"])
+	}
+}
