@@ -168,6 +168,9 @@ func applyPackageDBs(d *derivation, c capability, hint string) {
 		dbs = defaultPackageDBs
 	}
 	for _, db := range dbs {
+		if underAny(db, d.p.System) {
+			continue // /etc/apt, /usr/lib/sysimage/rpm: readable already
+		}
 		if g, ok := derivedGrant(filepath.Clean(db), Read, c.Name+" hint "+hint, d.masks); ok {
 			d.grants = append(d.grants, g)
 		}

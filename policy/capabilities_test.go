@@ -119,7 +119,8 @@ func TestCapabilityGrants(t *testing.T) {
 	writeFile(t, sbin+"/notexec")
 	h.ProgramDirs = []string{local, sbin}
 	h.SystemPaths = []string{sbin}
-	h.PackageDBs = []string{root + "/db/dpkg", root + "/db/apt", root + "/db/pacman"}
+	h.PackageDBs = []string{root + "/db/dpkg", root + "/db/apt", root + "/db/pacman", sbin + "/apt"}
+	mkdirs(t, sbin+"/apt")
 
 	p, err := Derive(DeriveInput{Host: h, Manifest: manifestOf("", []Capability{
 		{Name: "system:read", Hints: []string{"installed_software", "package_database"}},
