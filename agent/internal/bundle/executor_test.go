@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/metnos/agent/internal/layout"
+	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/wire"
 )
 
@@ -151,5 +152,35 @@ func TestMaterializeLeavesNoTemp(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(cache, "executors", "*.tmp")); len(left) != 0 {
 		t.Errorf("left in the cache: %v", left)
+	}
+}
+
+// TestManifestWhenDefaults: a capability's when clause reads the
+// schema's default of an argument the invocation leaves out, as the
+// server does; the clause itself is kept from the signed manifest.
+func TestManifestWhenDefaults(t *testing.T) {
+	for _, c := range []struct {
+		def     string
+		refused bool
+	}{{"local", false}, {"google_workspace", true}} {
+		m := strings.Replace(manifestText, "[placement]", `[args.properties.client]
+type = "string"
+default = "`+c.def+`"
+
+[[capabilities]]
+name = "provider:access"
+hint = ["google-workspace"]
+when = { arg = "client", values = ["google_workspace"] }
+
+[placement]`, 1)
+		b, ms, cs := bundle(t, m, code)
+		ex, err := Materialize(layout.Layout{Cache: t.TempDir()}, b, "echo_args", ms, cs, pub())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = policy.Derive(policy.DeriveInput{Manifest: ex.Manifest.Facts, Args: map[string]any{}, Host: policy.Host{Home: t.TempDir()}})
+		if got := errors.Is(err, policy.ErrCapabilityRefused); got != c.refused {
+			t.Errorf("client defaulting to %s: err %v, want refused %v", c.def, err, c.refused)
+		}
 	}
 }
