@@ -58,7 +58,7 @@ func TestCapsRefused(t *testing.T) {
 				t.Errorf("%s: error %q lacks %q", c.executor, msg, want)
 			}
 		}
-		if _, err := os.Stat(filepath.Join(w.dataDir(), "shimdata", "ran-"+c.executor)); err == nil {
+		if _, err := os.Stat(filepath.Join(w.dataDir(), "shimdata", "ran-"+c.executor)); !os.IsNotExist(err) {
 			t.Errorf("%s: the executor ran", c.executor)
 		}
 	}
@@ -94,19 +94,22 @@ func TestCapsFindPackages(t *testing.T) {
 }
 
 // TestCapsProgramPath: a program code:exec names outside the
-// executor's own PATH (/usr/sbin/ip, with the agent's PATH
-// /usr/bin:/bin) is found and runs in the sandbox; a conditional
+// executor's own PATH (/usr/sbin/bridge, of iproute2, with the agent's
+// PATH /usr/bin:/bin) is found and runs in the sandbox; a conditional
 // provider:access whose clause does not hold (client left to its
 // default, local) does not refuse the run.
 func TestCapsProgramPath(t *testing.T) {
-	if fi, err := os.Stat("/usr/sbin/ip"); err != nil || fi.Mode()&0o111 == 0 {
-		t.Skip("this machine has no /usr/sbin/ip to look for")
+	if fi, err := os.Stat("/usr/sbin/bridge"); err != nil || fi.Mode()&0o111 == 0 {
+		t.Skip("this machine has no /usr/sbin/bridge to look for")
+	}
+	if _, err := os.Stat("/usr/bin/bridge"); err == nil {
+		t.Skip("this machine has bridge in /usr/bin too: the executor's own PATH finds it")
 	}
 	t.Setenv("PATH", "/usr/bin:/bin")
 	w := newWorld(t)
 	w.pair()
 	w.start()
-	info := w.wait(w.enqueue("provider_when", map[string]any{"run": [][]string{{"ip", "-V"}}}, refserver.EnqueueOptions{}))
+	info := w.wait(w.enqueue("provider_when", map[string]any{"run": [][]string{{"bridge", "-V"}}}, refserver.EnqueueOptions{}))
 	r := result(t, info)
 	if r["ok"] != true {
 		t.Fatalf("provider_when with client local: ok %v, error %v", r["ok"], r["error"])
@@ -115,7 +118,7 @@ func TestCapsProgramPath(t *testing.T) {
 	if len(es) != 1 {
 		t.Fatalf("entries %v", r["entries"])
 	}
-	if out, _ := es[0]["stdout"].(string); es[0]["which"] != "/usr/sbin/ip" || es[0]["rc"] != 0.0 || !strings.Contains(out, "ip") {
-		t.Errorf("ip -V in the sandbox: %v (PATH %v)", es, r["path"])
+	if out, _ := es[0]["stdout"].(string); es[0]["which"] != "/usr/sbin/bridge" || es[0]["rc"] != 0.0 || !strings.Contains(out, "bridge utility") {
+		t.Errorf("bridge -V in the sandbox: %v", es)
 	}
 }

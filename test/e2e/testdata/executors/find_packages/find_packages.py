@@ -11,7 +11,9 @@ import sys
 args = json.loads(sys.stdin.read() or "{}")
 data = os.environ.get("METNOS_USER_DATA", "")
 try:
-    with open(os.path.join(data, "ran-" + os.path.basename(os.path.dirname(os.path.abspath(__file__)))), "w") as f:
+    # The cache folder is NAME-<sha16>.
+    name = os.path.basename(os.path.dirname(os.path.abspath(__file__))).rsplit("-", 1)[0]
+    with open(os.path.join(data, "ran-" + name), "w") as f:
         f.write("ran")
 except OSError:
     pass
