@@ -66,27 +66,41 @@ func TestCapsRefused(t *testing.T) {
 
 // TestCapsFindPackages: upstream find_packages' capability block gives
 // the package database to the run: dpkg-query finds libc6 installed
-// (before, it said "no packages found" for it).
+// (before, it said "no packages found" for it), and where the host's
+// apt answers `apt-get download --print-uris bash` (what upstream
+// install_packages' approval card is made of), so does the run.
 func TestCapsFindPackages(t *testing.T) {
 	if _, err := exec.LookPath("dpkg-query"); err != nil {
 		t.Skip("dpkg-query is not on this machine: no dpkg database to find a package in")
 	}
+	runs := [][]string{{"dpkg-query", "-W", "-f=${Package}\t${db:Status-Status}\n", "libc6"}}
+	apt := exec.Command("apt-get", "download", "--print-uris", "bash")
+	apt.Env = []string{"PATH=/usr/bin:/bin"}
+	hostURI, _ := apt.Output()
+	if strings.Contains(string(hostURI), "SHA256:") {
+		runs = append(runs, []string{"apt-get", "download", "--print-uris", "bash"})
+	} else {
+		t.Log("apt-get download --print-uris bash gives no URI on the host: not checked in the sandbox")
+	}
 	w := newWorld(t)
 	w.pair()
 	w.start()
-	info := w.wait(w.enqueue("find_packages", map[string]any{"run": [][]string{
-		{"dpkg-query", "-W", "-f=${Package}\t${db:Status-Status}\n", "libc6"},
-	}}, refserver.EnqueueOptions{}))
+	info := w.wait(w.enqueue("find_packages", map[string]any{"run": runs}, refserver.EnqueueOptions{}))
 	r := result(t, info)
 	if r["ok"] != true || r["sandbox"] != bestSandbox() {
 		t.Fatalf("find_packages: ok %v sandbox %v (want %s), error %v", r["ok"], r["sandbox"], bestSandbox(), r["error"])
 	}
 	es := capsEntries(t, r)
-	if len(es) != 1 {
+	if len(es) != len(runs) {
 		t.Fatalf("entries %v", r["entries"])
 	}
 	if out, _ := es[0]["stdout"].(string); es[0]["rc"] != 0.0 || !strings.Contains(out, "libc6\tinstalled") {
 		t.Errorf("dpkg-query -W libc6 in the sandbox: %v", es[0])
+	}
+	if len(es) > 1 {
+		if out, _ := es[1]["stdout"].(string); es[1]["rc"] != 0.0 || out != string(hostURI) {
+			t.Errorf("apt-get download --print-uris bash in the sandbox: %v\nthe host's: %s", es[1], hostURI)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(w.dataDir(), "shimdata", "ran-find_packages")); err != nil {
 		t.Errorf("the probe did not note its run: %v", err)
