@@ -230,6 +230,8 @@ type Policy struct {
 	RealDev bool `json:"real_dev,omitempty"`
 	// SharePID keeps the host PID namespace (full-fs-no-net).
 	SharePID bool `json:"share_pid,omitempty"`
+	// HostPIDs: the run shares the host's PID namespace (system:read processes/health): it sees every process, and may read their command lines and status, but never their environment, memory or descriptors, nor signal them.
+	HostPIDs bool `json:"host_pids,omitempty"`
 	// Grants open paths beyond System, sorted by path.
 	Grants []Grant `json:"grants,omitempty"`
 	// Masks hide the nucleus and the session IPC, sorted by path.
