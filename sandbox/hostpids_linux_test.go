@@ -1,11 +1,16 @@
 package sandbox
 
 import (
+	"errors"
+	"io"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/metnos/agent/policy"
+	"github.com/metnos/agent/sandbox/shim"
 )
 
 // TestHostPIDsPlan checks how a run that shares the host's PID namespace
@@ -76,6 +81,38 @@ func TestHostPIDsLaunch(t *testing.T) {
 		}
 		if spec.HostPIDs != host {
 			t.Errorf("HostPIDs %v: the shim's spec says %v", host, spec.HostPIDs)
+		}
+	}
+}
+
+// TestShimRefusesHostPIDsWithoutScope: the shim itself does not start a
+// command that shares the host's PID namespace when Landlock or seccomp
+// was not applied (a plan the kernel did not honour), and says why.
+func TestShimRefusesHostPIDsWithoutScope(t *testing.T) {
+	for _, spec := range []shim.Spec{
+		{HostPIDs: true, Seccomp: false, Landlock: false},
+		{HostPIDs: true, Landlock: true},
+	} {
+		args, err := shim.EncodeArgs(spec, []string{"/bin/echo", "RAN"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(os.Args[0], args...)
+		cmd.ExtraFiles = []*os.File{w}
+		out, err := cmd.Output()
+		w.Close()
+		status, _ := io.ReadAll(r)
+		r.Close()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != shim.ExitShimFailed || strings.Contains(string(out), "RAN") {
+			t.Errorf("spec %+v: the command ran (err %v, stdout %q)", spec, err, out)
+		}
+		if !strings.Contains(string(status), "shares the host's PID namespace and needs Landlock ABI 6") {
+			t.Errorf("spec %+v: the shim's status %q does not say why it refused", spec, status)
 		}
 	}
 }
