@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
@@ -250,4 +251,36 @@ func procState(pid int) string {
 		return ""
 	}
 	return f[0]
+}
+
+// TestHostPIDsDaemonKilled: without a PID namespace to die with bwrap, a
+// daemonized grandchild of a HostPIDs run still dies with the run, at
+// the deadline and when the command exits at once (the supervising
+// shim). TestDaemonKilled shows that such a daemon survives outside.
+func TestHostPIDsDaemonKilled(t *testing.T) {
+	forModes(t, func(t *testing.T, m mode) {
+		fx := newFixture(t)
+		for _, c := range []struct {
+			name    string
+			tail    string
+			timeout time.Duration
+		}{
+			{"killed-at-deadline", "sleep 100\n", time.Second},
+			{"command-exits-at-once", "exit 0\n", 10 * time.Second},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				fx.reset(t)
+				pol := hostPIDs(supervised(nil, []string{"{{WORK}}"}))(t, fx)
+				r := runInside(t, fx, m, pol, shArgv(fx.expand(beatDaemon+c.tail)), sandbox.Limits{Timeout: c.timeout})
+				t.Cleanup(func() { killDaemon(t, fx) })
+				if fileSize(fx.Work+"/beat") <= 0 {
+					t.Fatalf("the daemon never ran inside the sandbox, so this test proves nothing\n%s", r)
+				}
+				time.Sleep(100 * time.Millisecond) // let a kill in flight land
+				if grows, a, b := beating(fx); grows {
+					t.Errorf("a daemon started inside a HostPIDs run outlived it: %s/beat grew %d -> %d bytes after Run returned\n%s", fx.Work, a, b, r)
+				}
+			})
+		}
+	})
 }
