@@ -30,7 +30,12 @@ type placeholder struct {
 // binds that very directory, whatever the path has become since.
 func bwrapArgs(p layout, shimExe, dir string, grantFDs map[string]int) ([]string, []placeholder, error) {
 	a := []string{"--unshare-user", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"}
-	if !p.SharePID {
+	// Without a PID namespace (HostPIDs) bwrap's --proc binds the host's
+	// /proc: every process is listed; the user namespace, Landlock's
+	// ptrace check and signal scope, and seccomp keep the command from
+	// their environment, memory and descriptors and from signalling them
+	// (planFor refuses the run where they are missing).
+	if !p.SharePID && !p.HostPIDs {
 		a = append(a, "--unshare-pid")
 	}
 	if !p.Network {

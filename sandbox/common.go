@@ -66,3 +66,17 @@ func stdinFor(r io.Reader) io.Reader {
 	}
 	return struct{ io.Reader }{f}
 }
+
+// hostPIDsShared is what a run of a Policy with HostPIDs says in its
+// Reason on Linux (and so in the result's sandbox_downgrade_reason): the
+// sandbox word stays that of its layers, and this says what it shares.
+const hostPIDsShared = "shares the host's PID namespace (system:read processes): sees every process's command line and status; " +
+	"cannot read their environment or memory, nor signal them"
+
+// joinReason appends more to a Reason, "; "-separated.
+func joinReason(reason, more string) string {
+	if reason == "" {
+		return more
+	}
+	return reason + "; " + more
+}

@@ -89,6 +89,23 @@
 // forbids fallback (full-fs-no-net) or a minimum the machine cannot meet
 // makes Run refuse with a [*RefusedError] rather than run weaker.
 //
+// A Policy with HostPIDs (system:read processes or health) runs without a
+// PID namespace of its own: bwrap binds the host's /proc, so the command
+// lists every process with its command line, owner and status, and (as
+// with every /proc reader) the host network namespace's /proc/<pid>/net
+// tables. It runs only where Landlock scopes signals (ABI 6, Linux 6.12)
+// and seccomp filters, with or without bwrap, and is refused otherwise
+// with what is missing (the shim checks it again): the user namespace and
+// Landlock's ptrace check keep other processes' environment, memory,
+// maps, descriptors, working directory and root unreadable; Landlock's
+// signal scope refuses every signal to a process outside the run
+// (kill, tgkill, sigqueue, pidfd_send_signal, SIGIO); seccomp refuses
+// ptrace, process_vm_*, pidfd_open, pidfd_getfd, kcmp and the NUMA page
+// moves; a supervising shim kills the tree. Output.Reason says the run
+// shares the host's PID namespace. macOS refuses such a Policy (seatbelt
+// cannot show a command line without the environment); on Windows every
+// run sees every process, and Output.Reason says so.
+//
 // Nothing of a run outlives Run: the process calling it becomes a child
 // subreaper at its first run, and bwrap's child (the sandbox's pid 1,
 // which bwrap's outer process does not wait for) is reaped, or killed and

@@ -19,8 +19,9 @@ type Plan struct {
 	Best string `json:"best"`
 	// Reason says why Sandbox is weaker than the full Linux sandbox
 	// (bwrap+landlock+seccomp): what the machine lacks, what the backend
-	// does not isolate, or what told the agent not to use a layer. On
-	// Windows and macOS it is always set.
+	// does not isolate, or what told the agent not to use a layer, and
+	// what the run would share with the host (HostPIDs). On Windows and
+	// macOS it is always set.
 	Reason string `json:"reason,omitempty"`
 	// Refused is set when Run would refuse this Policy here.
 	Refused string `json:"refused,omitempty"`

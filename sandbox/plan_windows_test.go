@@ -58,6 +58,12 @@ func TestWindowsDowngradeReason(t *testing.T) {
 	if r := downgradeReason(Caps{}, policy.Policy{Network: true, RootWritable: true}); strings.Contains(r, "not enforced") {
 		t.Errorf("a full policy: reason %q names something not enforced", r)
 	}
+	if r := downgradeReason(Caps{}, policy.Policy{Network: true, RootWritable: true}); strings.Contains(r, "every process") {
+		t.Errorf("without HostPIDs: reason %q speaks of every process", r)
+	}
+	if r := downgradeReason(Caps{}, policy.Policy{Network: true, RootWritable: true, HostPIDs: true}); !strings.Contains(r, "sees every process on the machine") || !strings.Contains(r, "not kept from reading or ending") {
+		t.Errorf("HostPIDs: reason %q does not say the run sees every process and is not kept from them", r)
+	}
 	if r := downgradeReason(Caps{Disabled: "disabled by METNOS_SANDBOX=0"}, policy.Policy{}); !strings.HasPrefix(r, "disabled by METNOS_SANDBOX=0") {
 		t.Errorf("disabled: reason %q", r)
 	}

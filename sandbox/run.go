@@ -83,7 +83,9 @@ type Output struct {
 	Sandbox string `json:"sandbox"`
 	// Reason says why Sandbox is weaker than every layer
 	// ("bwrap+landlock+seccomp"): what this machine lacks, or what
-	// turned a layer off. Empty when all were applied.
+	// turned a layer off; and what the run shares with the host (the
+	// host's PID namespace, for a Policy with HostPIDs). Empty when all
+	// were applied and nothing is shared.
 	Reason string `json:"reason,omitempty"`
 	// Limits says how the limits were enforced: "cgroup" or "rlimit".
 	LimitsBy string `json:"limits_by,omitempty"`

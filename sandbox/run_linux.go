@@ -50,11 +50,16 @@ func planFor(c Caps, p policy.Policy, min policy.Level) Plan {
 	if use != (layers{true, true, true}) {
 		pl.Reason = strings.Join(why, "; ")
 	}
+	if p.HostPIDs {
+		pl.Reason = joinReason(pl.Reason, hostPIDsShared)
+	}
 	need := p.MinSandbox
 	if min > need {
 		need = min
 	}
 	switch {
+	case p.HostPIDs && (!use.landlock || c.LandlockABI < 6 || !use.seccomp):
+		pl.Refused = hostPIDsRefusal(c, use)
 	case p.NoFallback && !use.bwrap:
 		pl.Refused = fmt.Sprintf("profile %s needs bubblewrap's namespaces and will not fall back: %s", p.Profile, pl.Reason)
 	case p.UnixSockets && !use.bwrap && len(p.Masks) > 0:
@@ -68,6 +73,29 @@ func planFor(c Caps, p policy.Policy, min policy.Level) Plan {
 		pl.Refused = fmt.Sprintf("minimum sandbox %q not met: %s", need, pl.Reason)
 	}
 	return pl
+}
+
+// hostPIDsRefusal says why a run sharing the host's PID namespace is
+// refused with the layers use: without a user namespace or Landlock,
+// nothing keeps it from the other processes' environment and memory
+// (Landlock's ptrace check); without Landlock ABI 6 (signal scoping) and
+// seccomp (ptrace, process_vm_*, pidfd_*, kcmp), nothing keeps it from
+// signalling or tracing them.
+func hostPIDsRefusal(c Caps, use layers) string {
+	var missing []string
+	switch {
+	case c.Disabled != "":
+		missing = append(missing, c.Disabled)
+	case !use.landlock:
+		missing = append(missing, "this kernel has no Landlock (needs ABI 6, Linux 6.12, which scopes signals)")
+	case c.LandlockABI < 6:
+		missing = append(missing, fmt.Sprintf("this kernel's Landlock ABI %d cannot keep the command from signalling host processes (needs ABI 6, Linux 6.12)", c.LandlockABI))
+	}
+	if !use.seccomp && c.Disabled == "" {
+		missing = append(missing, "seccomp filters are not available, so ptrace, process_vm_readv and pidfd_getfd would reach host processes")
+	}
+	return "system:read processes needs the host's process list, and this sandbox cannot show it without letting the command signal or read other processes: " +
+		strings.Join(missing, "; ")
 }
 
 func run(ctx context.Context, req Request) (Output, error) {
@@ -150,6 +178,7 @@ func shimSpec(l layout, use layers, lim Limits) (shim.Spec, error) {
 		Seccomp:  use.seccomp,
 		NetCut:   !l.Network,
 		Unix:     l.UnixSockets,
+		HostPIDs: l.HostPIDs,
 		Rlimits: map[string]uint64{
 			"as":    uint64(lim.MemoryBytes),
 			"fsize": uint64(lim.FileBytes),
@@ -162,7 +191,7 @@ func shimSpec(l layout, use layers, lim Limits) (shim.Spec, error) {
 		// they are when the parent of a removable grant is mounted
 		// writable, for its other entries.
 		var err error
-		if spec.Filters, err = filter.Programs(spec.NetCut, spec.Unix, use.bwrap && len(l.parentOf) == 0); err != nil {
+		if spec.Filters, err = filter.Programs(filter.Options{NetCut: spec.NetCut, Unix: spec.Unix, Metadata: use.bwrap && len(l.parentOf) == 0, HostPIDs: l.HostPIDs}); err != nil {
 			return spec, err
 		}
 	}
@@ -280,7 +309,9 @@ func (ln *launch) viaBwrap(spec *shim.Spec, c Caps, l layout, exe, dir string, l
 		spec.Rlimits["nproc"] = uint64(lim.MaxProcs)
 	}
 	spec.Rules = landlockRules(l, true, "")
-	spec.Supervise = l.SharePID
+	// Without a PID namespace of its own, nothing ends the tree with
+	// bwrap: the supervisor does.
+	spec.Supervise = l.SharePID || l.HostPIDs
 	locks, err := placeholderLocks(l.Policy, ln.lockDir)
 	if err != nil {
 		return err
@@ -449,11 +480,11 @@ func outcome(out Output, pl Plan, ln *launch, ex executed, name string) (Output,
 		return out, ln.bwrap, fmt.Errorf("sandbox: the sandbox for %s failed before the command started: %s", name, firstLine(ex.stderr.buf, ex.werr))
 	}
 	out.Sandbox = layers{bwrap: ln.bwrap, landlock: ready.Landlock, seccomp: ready.Seccomp}.word()
-	if out.Sandbox != (layers{true, true, true}).word() {
-		out.Reason = pl.Reason
-		if want := pl.lay.word(); out.Sandbox != want {
-			out.Reason = strings.TrimPrefix(out.Reason+fmt.Sprintf("; the shim applied %q where %q was planned", out.Sandbox, want), "; ")
-		}
+	// pl.Reason is empty unless the plan was weaker than every layer or
+	// the run shares the host's PID namespace.
+	out.Reason = pl.Reason
+	if want := pl.lay.word(); out.Sandbox != want {
+		out.Reason = joinReason(out.Reason, fmt.Sprintf("the shim applied %q where %q was planned", out.Sandbox, want))
 	}
 	if execFailed != "" && !out.TimedOut && ex.ctxErr == nil {
 		return out, false, fmt.Errorf("sandbox: could not start %s: %s", name, execFailed)

@@ -100,6 +100,13 @@ func planFor(c Caps, p policy.Policy, min policy.Level) Plan {
 	return pl
 }
 
+// jobHostPIDs is what a job-object run of a Policy with HostPIDs
+// (system:read processes) says: Windows has no PID namespace, so the
+// process list is the host's in every run, and a run as the agent's
+// user is not kept from that user's other processes either.
+const jobHostPIDs = "sees every process on the machine (system:read processes; Windows has no PID namespace), " +
+	"and, running as this user, is not kept from reading or ending this user's other processes"
+
 // downgradeReason says what a run on this machine does not isolate. It
 // becomes the result's sandbox_downgrade_reason.
 func downgradeReason(c Caps, p policy.Policy) string {
@@ -116,6 +123,9 @@ func downgradeReason(c Caps, p policy.Policy) string {
 	}
 	if len(not) > 0 {
 		r += "; not enforced: " + strings.Join(not, ", ")
+	}
+	if p.HostPIDs {
+		r += "; " + jobHostPIDs
 	}
 	return r
 }

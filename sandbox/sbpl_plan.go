@@ -17,6 +17,15 @@ const seatbeltWeaker = "seatbelt (sandbox-exec) confines files, network and IPC,
 	"by RLIMIT_NPROC (counted per user), file size by RLIMIT_FSIZE; the deadline kills the process group, and a " +
 	"process that leaves the group outlives it"
 
+// seatbeltHostPIDs is why a Policy with HostPIDs (system:read
+// processes) is refused on macOS: the profile lets process-info reach
+// only the sandbox's own processes, and opening it to the others would
+// open their environments too (sysctl KERN_PROCARGS2 returns a process's
+// arguments and its environment in one answer), which seatbelt cannot
+// split.
+const seatbeltHostPIDs = "system:read processes needs the host's process list, and seatbelt cannot show other processes' command lines " +
+	"without their environment (macOS returns both in one sysctl, KERN_PROCARGS2); refusing rather than exposing them"
+
 // seatbeltPlan decides how the macOS backend runs p with the agent-wide
 // minimum min: with sandbox-exec when have is true and the sandbox is not
 // disabled (disabled says by what, or is empty), or refused. It is the
@@ -49,6 +58,8 @@ func seatbeltPlan(have bool, disabled string, p policy.Policy, min policy.Level)
 		sandbox, reason = seatbeltWord, seatbeltWeaker
 	}
 	switch {
+	case p.HostPIDs:
+		refused = seatbeltHostPIDs
 	case p.NoFallback:
 		refused = fmt.Sprintf("profile %s needs Linux namespaces (bubblewrap) and will not fall back to %s", p.Profile, sandbox)
 	case need > policy.LevelIsolated:

@@ -24,6 +24,8 @@ func TestSeatbeltPlan(t *testing.T) {
 		{"full minimum", true, "", policy.Policy{MinSandbox: policy.LevelFull}, policy.LevelNone, "seatbelt", `minimum sandbox "full"`},
 		{"agent full minimum", true, "", policy.Policy{Network: true}, policy.LevelFull, "seatbelt", `minimum sandbox "full"`},
 		{"full-fs-no-net", true, "", policy.Policy{Profile: policy.ProfileFullFSNoNet, NoFallback: true, MinSandbox: policy.LevelFull}, policy.LevelNone, "seatbelt", "will not fall back"},
+		{"host pids", true, "", policy.Policy{Network: true, HostPIDs: true}, policy.LevelNone, "seatbelt", "cannot show other processes' command lines without their environment"},
+		{"host pids, disabled", true, "disabled by METNOS_SANDBOX=off", policy.Policy{Network: true, HostPIDs: true}, policy.LevelNone, "none", "system:read processes"},
 		{"no sandbox-exec", false, "", policy.Policy{Network: true, RootWritable: true}, policy.LevelNone, "none", "/usr/bin/sandbox-exec is missing"},
 		{"no sandbox-exec, manifest", false, "", policy.Policy{Masks: masked}, policy.LevelNone, "none", "/usr/bin/sandbox-exec is missing"},
 		{"disabled, network", true, "disabled by METNOS_SANDBOX=off", policy.Policy{Network: true, Masks: masked}, policy.LevelNone, "none", ""},

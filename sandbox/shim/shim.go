@@ -68,6 +68,10 @@ type Spec struct {
 	NetCut bool `json:"net_cut,omitempty"`
 	// Unix allows AF_UNIX sockets (socketpair is always allowed).
 	Unix bool `json:"unix,omitempty"`
+	// HostPIDs marks a run that shares the host's PID namespace: the
+	// shim refuses to start the command unless Landlock with signal
+	// scoping (ABI 6) and seccomp are both in force.
+	HostPIDs bool `json:"host_pids,omitempty"`
 	// Rlimits to set, by name: "as", "nproc", "fsize", "nofile", "core".
 	Rlimits map[string]uint64 `json:"rlimits,omitempty"`
 	// CgroupFDs are open cgroup.procs files (inherited descriptors) the

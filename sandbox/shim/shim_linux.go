@@ -110,6 +110,13 @@ func run(status *os.File, spec Spec, argv []string) int {
 		}
 		st.Seccomp = true
 	}
+	// Every host process is a pid away: only Landlock's signal scope
+	// (ABI 6) and ptrace check, and the seccomp filter, keep the command
+	// from them. The agent planned them; a kernel that gave less is not
+	// run on.
+	if spec.HostPIDs && (!st.Landlock || st.LandlockABI < 6 || !st.Seccomp) {
+		return fail(status, fmt.Errorf("the run shares the host's PID namespace and needs Landlock ABI 6 (signal scoping) and seccomp; this kernel gave Landlock ABI %d (applied: %t), seccomp applied: %t", st.LandlockABI, st.Landlock, st.Seccomp))
+	}
 	// Descriptors the agent itself inherited without close-on-exec
 	// must not reach the command: only 0, 1 and 2 do.
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {

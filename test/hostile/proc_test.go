@@ -44,6 +44,8 @@ func TestHostProcesses(t *testing.T) {
 		}
 		stopVictim := func(t *testing.T, fx *fixture) { victim.stop() }
 		pols := []readPolicy{{name: "supervised", policy: supervised(nil, []string{"{{WORK}}"})}}
+		// system:read processes: the host's PID namespace (sysread_test.go).
+		pols = append(pols, readPolicy{name: "host-pids", policy: hostPIDs(supervised(nil, []string{"{{WORK}}"}))})
 		if m.bwrap {
 			// The one profile that shares the host's PID namespace.
 			pols = append(pols, readPolicy{name: "full-fs-no-net", policy: profileOnly(policy.ProfileFullFSNoNet)})

@@ -66,19 +66,33 @@ var metadataCalls = []string{
 	"setxattr", "lsetxattr", "removexattr", "lremovexattr", "setxattrat", "removexattrat",
 }
 
+// hostPIDsCalls lists the calls that take another process's pid or
+// pidfd and that deniedCalls allows, denied to a run that shares the
+// host's PID namespace, where every process is a pid away: pidfd_open
+// (a handle on any host process), process_mrelease, and the NUMA calls
+// that move another process's pages. Landlock's ptrace check and the
+// user namespace already refuse most of them; this refuses them by
+// name. Signals are Landlock's signal scope (ABI 6), which seccomp
+// could not tell apart from the command signalling its own children.
+// Unexported, like deniedCalls.
+var hostPIDsCalls = []string{"pidfd_open", "process_mrelease", "migrate_pages", "move_pages", "get_robust_list"}
+
 // namePolicy returns the name-based filter: a default-allow policy
-// denying deniedCalls (and, with metadata false, metadataCalls) with EPERM and
-// clone3 with ENOSYS (so that libc falls back to clone, whose flags
-// argFilter inspects).
-func namePolicy(metadata bool) (seccomp.Policy, error) {
+// denying deniedCalls (and, with o.Metadata false, metadataCalls; with
+// o.HostPIDs, hostPIDsCalls) with EPERM and clone3 with ENOSYS (so that
+// libc falls back to clone, whose flags argFilter inspects).
+func namePolicy(o Options) (seccomp.Policy, error) {
 	info, err := arch.GetInfo("")
 	if err != nil {
 		return seccomp.Policy{}, fmt.Errorf("seccomp: %w (refusing to run unfiltered)", err)
 	}
 	var names []string
-	deny := deniedCalls
-	if !metadata {
-		deny = append(append([]string(nil), deniedCalls...), metadataCalls...)
+	deny := append([]string(nil), deniedCalls...)
+	if !o.Metadata {
+		deny = append(deny, metadataCalls...)
+	}
+	if o.HostPIDs {
+		deny = append(deny, hostPIDsCalls...)
 	}
 	for _, n := range deny {
 		if _, ok := info.SyscallNames[n]; ok {
@@ -252,23 +266,34 @@ var (
 	retDeny  = bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)}
 )
 
-var cache sync.Map // [3]bool -> [][]byte
+var cache sync.Map // Options -> [][]byte
+
+// Options chooses a run's variant of the filters.
+type Options struct {
+	// NetCut denies every socket family but AF_UNIX.
+	NetCut bool
+	// Unix allows AF_UNIX sockets.
+	Unix bool
+	// Metadata allows the metadataCalls; false denies them (runs without
+	// bwrap's mount view).
+	Metadata bool
+	// HostPIDs denies the hostPIDsCalls too (a run that shares the
+	// host's PID namespace).
+	HostPIDs bool
+}
 
 // Programs returns the three filters for a run, each as raw struct
-// sock_filter bytes in native byte order, ready for seccomp(2). netCut
-// denies every socket family but AF_UNIX; unixOK allows AF_UNIX;
-// metadata false denies the metadataCalls calls (for runs without bwrap).
+// sock_filter bytes in native byte order, ready for seccomp(2).
 // Results are cached: a long-running agent assembles each variant once.
-func Programs(netCut, unixOK, metadata bool) ([][]byte, error) {
-	key := [3]bool{netCut, unixOK, metadata}
-	if v, ok := cache.Load(key); ok {
+func Programs(o Options) ([][]byte, error) {
+	if v, ok := cache.Load(o); ok {
 		return v.([][]byte), nil
 	}
 	info, err := arch.GetInfo("")
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: %w (refusing to run unfiltered)", err)
 	}
-	pol, err := namePolicy(metadata)
+	pol, err := namePolicy(o)
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +302,7 @@ func Programs(netCut, unixOK, metadata bool) ([][]byte, error) {
 		return nil, fmt.Errorf("seccomp: assembling the filter: %w", err)
 	}
 	var out [][]byte
-	for _, prog := range [][]bpf.Instruction{archFilter(info), argFilter(netCut, unixOK, metadata), names} {
+	for _, prog := range [][]bpf.Instruction{archFilter(info), argFilter(o.NetCut, o.Unix, o.Metadata), names} {
 		raw, err := bpf.Assemble(prog)
 		if err != nil {
 			return nil, fmt.Errorf("seccomp: assembling: %w", err)
@@ -290,6 +315,6 @@ func Programs(netCut, unixOK, metadata bool) ([][]byte, error) {
 		}
 		out = append(out, b)
 	}
-	cache.Store(key, out)
+	cache.Store(o, out)
 	return out, nil
 }

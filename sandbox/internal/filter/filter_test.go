@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/elastic/go-seccomp-bpf/arch"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
@@ -107,7 +108,7 @@ func TestArgFilter(t *testing.T) {
 }
 
 func TestFilterPolicyGolden(t *testing.T) {
-	pol, err := namePolicy(true)
+	pol, err := namePolicy(Options{Metadata: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,8 +133,8 @@ func TestFilterPolicyGolden(t *testing.T) {
 }
 
 func TestProgramsAssemble(t *testing.T) {
-	for _, k := range [][3]bool{{true, false, true}, {true, true, true}, {false, false, true}, {false, true, false}} {
-		progs, err := Programs(k[0], k[1], k[2])
+	for _, o := range []Options{{NetCut: true, Metadata: true}, {NetCut: true, Unix: true, Metadata: true}, {Metadata: true}, {Unix: true}, {NetCut: true, Metadata: true, HostPIDs: true}} {
+		progs, err := Programs(o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,5 +146,61 @@ func TestProgramsAssemble(t *testing.T) {
 				t.Errorf("program %d is %d bytes, not whole sock_filters", i, len(p))
 			}
 		}
+	}
+}
+
+// TestHostPIDsCalls checks the name filter of a run that shares the
+// host's PID namespace: pidfd_open and the other calls that take a host
+// pid are refused there and only there, and kill stays allowed (the
+// command may signal its own children; Landlock's scope keeps it from
+// the others).
+func TestHostPIDsCalls(t *testing.T) {
+	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
+		t.Skip("the test lays out seccomp_data little-endian")
+	}
+	info, err := arch.GetInfo("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const deny = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+	for _, c := range []struct {
+		name     string
+		nr       int
+		hostPIDs bool
+		want     uint32
+	}{
+		{"pidfd_open, host pids", unix.SYS_PIDFD_OPEN, true, deny},
+		{"pidfd_open, own pid namespace", unix.SYS_PIDFD_OPEN, false, unix.SECCOMP_RET_ALLOW},
+		{"move_pages, host pids", unix.SYS_MOVE_PAGES, true, deny},
+		{"migrate_pages, host pids", unix.SYS_MIGRATE_PAGES, true, deny},
+		{"ptrace, host pids", unix.SYS_PTRACE, true, deny},
+		{"process_vm_readv, host pids", unix.SYS_PROCESS_VM_READV, true, deny},
+		{"pidfd_getfd, host pids", unix.SYS_PIDFD_GETFD, true, deny},
+		{"kcmp, host pids", unix.SYS_KCMP, true, deny},
+		{"kill, host pids", unix.SYS_KILL, true, unix.SECCOMP_RET_ALLOW},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pol, err := namePolicy(Options{Metadata: true, HostPIDs: c.hostPIDs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			prog, err := pol.Assemble()
+			if err != nil {
+				t.Fatal(err)
+			}
+			vm, err := bpf.NewVM(prog)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data := seccompData(c.nr)
+			binary.BigEndian.PutUint32(data[4:], uint32(info.ID))
+			got, err := vm.Run(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if uint32(got) != c.want {
+				t.Errorf("filter returned %#x, want %#x", got, c.want)
+			}
+		})
 	}
 }
