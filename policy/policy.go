@@ -232,6 +232,12 @@ type Policy struct {
 	SharePID bool `json:"share_pid,omitempty"`
 	// HostPIDs: the run shares the host's PID namespace (system:read processes/health): it sees every process, and may read their command lines and status, but never their environment, memory or descriptors, nor signal them.
 	HostPIDs bool `json:"host_pids,omitempty"`
+	// HostNetView: a run with the network cut (Network false) stays in
+	// the host's network namespace to read its interfaces and addresses
+	// (system:read network_interfaces), and sends nothing: its sockets
+	// are AF_UNIX (when UnixSockets) and AF_NETLINK NETLINK_ROUTE only,
+	// and TCP bind/connect are denied. Ignored when Network is true.
+	HostNetView bool `json:"host_net_view,omitempty"`
 	// ExecPath are the folders of the programs the manifest's code:exec
 	// names, found on this device: the caller puts them on the
 	// executor's PATH. They are readable in the sandbox (system paths,

@@ -38,7 +38,12 @@ func bwrapArgs(p layout, shimExe, dir string, grantFDs map[string]int) ([]string
 	if !p.SharePID && !p.HostPIDs {
 		a = append(a, "--unshare-pid")
 	}
-	if !p.Network {
+	// With HostNetView the run keeps the host's network namespace, to
+	// read its interfaces; the seccomp filter (AF_NETLINK
+	// NETLINK_ROUTE and AF_UNIX only) and Landlock (no TCP
+	// bind/connect) cut the network instead (planFor refuses the run
+	// without them).
+	if !p.Network && !p.HostNetView {
 		a = append(a, "--unshare-net")
 	}
 	a = append(a, "--die-with-parent", "--new-session", "--cap-drop", "ALL")

@@ -73,6 +73,11 @@ func stdinFor(r io.Reader) io.Reader {
 const hostPIDsShared = "shares the host's PID namespace (system:read processes): sees every process's command line and status; " +
 	"cannot read their environment or memory, nor signal them"
 
+// hostNetViewShared is what a run of a Policy with HostNetView (and the
+// network cut) says in its Reason on Linux.
+const hostNetViewShared = "shares the host's network namespace read-only (system:read network_interfaces): sees its interfaces, addresses and routes; " +
+	"cannot open an internet or packet socket, nor connect or bind"
+
 // joinReason appends more to a Reason, "; "-separated.
 func joinReason(reason, more string) string {
 	if reason == "" {

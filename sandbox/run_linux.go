@@ -53,6 +53,10 @@ func planFor(c Caps, p policy.Policy, min policy.Level) Plan {
 	if p.HostPIDs {
 		pl.Reason = joinReason(pl.Reason, hostPIDsShared)
 	}
+	netView := p.HostNetView && !p.Network
+	if netView {
+		pl.Reason = joinReason(pl.Reason, hostNetViewShared)
+	}
 	need := p.MinSandbox
 	if min > need {
 		need = min
@@ -60,6 +64,8 @@ func planFor(c Caps, p policy.Policy, min policy.Level) Plan {
 	switch {
 	case p.HostPIDs && (!use.landlock || c.LandlockABI < 6 || !use.seccomp):
 		pl.Refused = hostPIDsRefusal(c, use)
+	case netView && (!use.seccomp || (p.UnixSockets && (!use.landlock || c.LandlockABI < 6))):
+		pl.Refused = hostNetViewRefusal(c, use)
 	case p.NoFallback && !use.bwrap:
 		pl.Refused = fmt.Sprintf("profile %s needs bubblewrap's namespaces and will not fall back: %s", p.Profile, pl.Reason)
 	case p.UnixSockets && !use.bwrap && len(p.Masks) > 0:
@@ -96,6 +102,23 @@ func hostPIDsRefusal(c Caps, use layers) string {
 	}
 	return "system:read processes needs the host's process list, and this sandbox cannot show it without letting the command signal or read other processes: " +
 		strings.Join(missing, "; ")
+}
+
+// hostNetViewRefusal says why a run that reads the host's network
+// interfaces with the network cut is refused: in the host's network
+// namespace only the seccomp filter keeps it from AF_INET, AF_INET6
+// and AF_PACKET sockets (Landlock has no UDP rules); and where unix
+// sockets are allowed, only Landlock's scope (ABI 6) keeps it from the
+// host's abstract sockets, which live in the network namespace.
+func hostNetViewRefusal(c Caps, use layers) string {
+	why := "unix sockets are allowed, and without Landlock ABI 6 (Linux 6.12) nothing keeps the command from the host's abstract unix sockets"
+	switch {
+	case c.Disabled != "":
+		why = c.Disabled
+	case !use.seccomp:
+		why = "seccomp filters are not available"
+	}
+	return "system:read network_interfaces needs the host's network namespace, and without seccomp nothing here keeps the command from sending traffic there: " + why
 }
 
 func run(ctx context.Context, req Request) (Output, error) {
@@ -179,6 +202,7 @@ func shimSpec(l layout, use layers, lim Limits) (shim.Spec, error) {
 		NetCut:   !l.Network,
 		Unix:     l.UnixSockets,
 		HostPIDs: l.HostPIDs,
+		NetView:  l.HostNetView && !l.Network,
 		Rlimits: map[string]uint64{
 			"as":    uint64(lim.MemoryBytes),
 			"fsize": uint64(lim.FileBytes),
@@ -191,7 +215,7 @@ func shimSpec(l layout, use layers, lim Limits) (shim.Spec, error) {
 		// they are when the parent of a removable grant is mounted
 		// writable, for its other entries.
 		var err error
-		if spec.Filters, err = filter.Programs(filter.Options{NetCut: spec.NetCut, Unix: spec.Unix, Metadata: use.bwrap && len(l.parentOf) == 0, HostPIDs: l.HostPIDs}); err != nil {
+		if spec.Filters, err = filter.Programs(filter.Options{NetCut: spec.NetCut, Unix: spec.Unix, Metadata: use.bwrap && len(l.parentOf) == 0, HostPIDs: l.HostPIDs, NetView: spec.NetView}); err != nil {
 			return spec, err
 		}
 	}

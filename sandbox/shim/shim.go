@@ -72,6 +72,11 @@ type Spec struct {
 	// shim refuses to start the command unless Landlock with signal
 	// scoping (ABI 6) and seccomp are both in force.
 	HostPIDs bool `json:"host_pids,omitempty"`
+	// NetView marks a run with the network cut in the host's network
+	// namespace (Policy.HostNetView): the shim refuses to start the
+	// command unless the seccomp filter (which is all that keeps it
+	// from AF_INET, AF_INET6 and AF_PACKET) is in force.
+	NetView bool `json:"net_view,omitempty"`
 	// Rlimits to set, by name: "as", "nproc", "fsize", "nofile", "core".
 	Rlimits map[string]uint64 `json:"rlimits,omitempty"`
 	// CgroupFDs are open cgroup.procs files (inherited descriptors) the

@@ -117,6 +117,11 @@ func run(status *os.File, spec Spec, argv []string) int {
 	if spec.HostPIDs && (!st.Landlock || st.LandlockABI < 6 || !st.Seccomp) {
 		return fail(status, fmt.Errorf("the run shares the host's PID namespace and needs Landlock ABI 6 (signal scoping) and seccomp; this kernel gave Landlock ABI %d (applied: %t), seccomp applied: %t", st.LandlockABI, st.Landlock, st.Seccomp))
 	}
+	// In the host's network namespace only the seccomp filter keeps
+	// the command from sending anything.
+	if spec.NetView && spec.NetCut && !st.Seccomp {
+		return fail(status, fmt.Errorf("the run reads the host's network interfaces with the network cut and needs seccomp, which was not applied"))
+	}
 	// Descriptors the agent itself inherited without close-on-exec
 	// must not reach the command: only 0, 1 and 2 do.
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {

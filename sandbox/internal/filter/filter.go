@@ -140,7 +140,7 @@ func argLo(i uint32) bpf.LoadAbsolute { return bpf.LoadAbsolute{Off: 16 + 8*i, S
 // it open, AF_INET, AF_INET6 and AF_NETLINK (which getaddrinfo uses),
 // plus AF_UNIX when allowed. socketpair(2) stays allowed: it reaches
 // nothing outside.
-func argFilter(netCut, unixOK, metadata bool) []bpf.Instruction {
+func argFilter(netCut, unixOK, metadata, netView bool) []bpf.Instruction {
 	var families []uint32
 	if !netCut {
 		families = append(families, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK)
@@ -150,6 +150,23 @@ func argFilter(netCut, unixOK, metadata bool) []bpf.Instruction {
 	}
 	var sock []bpf.Instruction
 	sock = append(sock, argLo(0))
+	if netCut && netView {
+		// AF_NETLINK with protocol NETLINK_ROUTE only: the interfaces,
+		// addresses and routes, read from the kernel. Without
+		// CAP_NET_ADMIN over the host's network namespace (which a run
+		// in a user namespace of its own, or with its capabilities
+		// dropped, does not have) rtnetlink changes nothing and
+		// reaches no other socket (a unicast to a port id or a
+		// multicast send needs that capability); other protocols
+		// (NETLINK_USERSOCK, sock_diag, audit, ...) stay denied.
+		sock = append(sock,
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_NETLINK, SkipFalse: 3},
+			argLo(2),
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.NETLINK_ROUTE, SkipFalse: 1},
+			retAllow,
+			argLo(0),
+		)
+	}
 	for i, f := range families {
 		// Jump to the final "allow" (len(families)-i) instructions ahead.
 		sock = append(sock, bpf.JumpIf{Cond: bpf.JumpEqual, Val: f, SkipTrue: uint8(len(families) - i)})
@@ -280,6 +297,11 @@ type Options struct {
 	// HostPIDs denies the hostPIDsCalls too (a run that shares the
 	// host's PID namespace).
 	HostPIDs bool
+	// NetView, with NetCut, also allows AF_NETLINK sockets of protocol
+	// NETLINK_ROUTE: a run in the host's network namespace that reads
+	// its interfaces and addresses and sends nothing
+	// (system:read network_interfaces).
+	NetView bool
 }
 
 // Programs returns the three filters for a run, each as raw struct
@@ -302,7 +324,7 @@ func Programs(o Options) ([][]byte, error) {
 		return nil, fmt.Errorf("seccomp: assembling the filter: %w", err)
 	}
 	var out [][]byte
-	for _, prog := range [][]bpf.Instruction{archFilter(info), argFilter(o.NetCut, o.Unix, o.Metadata), names} {
+	for _, prog := range [][]bpf.Instruction{archFilter(info), argFilter(o.NetCut, o.Unix, o.Metadata, o.NetView), names} {
 		raw, err := bpf.Assemble(prog)
 		if err != nil {
 			return nil, fmt.Errorf("seccomp: assembling: %w", err)

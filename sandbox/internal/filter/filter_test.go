@@ -41,7 +41,7 @@ func TestArgFilter(t *testing.T) {
 		deny  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
 	)
 	hi := uint64(1) << 32 // high bits the kernel ignores for 32-bit arguments
-	type Spec struct{ NetCut, Unix, NoMeta bool }
+	type Spec struct{ NetCut, Unix, NoMeta, NetView bool }
 	cases := []struct {
 		name string
 		spec Spec
@@ -89,10 +89,23 @@ func TestArgFilter(t *testing.T) {
 		{"ioprio_set self", Spec{}, unix.SYS_IOPRIO_SET, []uint64{1, 0, 0}, allow},
 		{"ioprio_set user", Spec{}, unix.SYS_IOPRIO_SET, []uint64{3, 0, 0}, deny},
 		{"socketpair", Spec{NetCut: true}, unix.SYS_SOCKETPAIR, []uint64{unix.AF_UNIX}, allow},
+		{"netcut netlink route denied", Spec{NetCut: true}, unix.SYS_SOCKET, []uint64{unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE}, deny},
+		{"netview netlink route", Spec{NetCut: true, NetView: true}, unix.SYS_SOCKET, []uint64{unix.AF_NETLINK, unix.SOCK_RAW | unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE}, allow},
+		{"netview netlink route, high bits", Spec{NetCut: true, NetView: true}, unix.SYS_SOCKET, []uint64{hi | unix.AF_NETLINK, unix.SOCK_DGRAM, hi | unix.NETLINK_ROUTE}, allow},
+		{"netview netlink usersock", Spec{NetCut: true, NetView: true}, unix.SYS_SOCKET, []uint64{unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_USERSOCK}, deny},
+		{"netview netlink sock_diag", Spec{NetCut: true, NetView: true}, unix.SYS_SOCKET, []uint64{unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_SOCK_DIAG}, deny},
+		{"netview netlink uevent", Spec{NetCut: true, NetView: true}, unix.SYS_SOCKET, []uint64{unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_KOBJECT_UEVENT}, deny},
+		{"netview netlink generic", Spec{NetCut: true, NetView: true}, unix.SYS_SOCKET, []uint64{unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_GENERIC}, deny},
+		{"netview inet", Spec{NetCut: true, NetView: true}, unix.SYS_SOCKET, []uint64{unix.AF_INET, unix.SOCK_DGRAM, 0}, deny},
+		{"netview inet6", Spec{NetCut: true, NetView: true}, unix.SYS_SOCKET, []uint64{unix.AF_INET6, unix.SOCK_DGRAM, 0}, deny},
+		{"netview packet", Spec{NetCut: true, NetView: true}, unix.SYS_SOCKET, []uint64{unix.AF_PACKET, unix.SOCK_RAW, 0}, deny},
+		{"netview unix denied", Spec{NetCut: true, NetView: true}, unix.SYS_SOCKET, []uint64{unix.AF_UNIX, unix.SOCK_STREAM, 0}, deny},
+		{"netview unix allowed", Spec{NetCut: true, NetView: true, Unix: true}, unix.SYS_SOCKET, []uint64{unix.AF_UNIX, unix.SOCK_STREAM, 0}, allow},
+		{"netview unix allowed, usersock denied", Spec{NetCut: true, NetView: true, Unix: true}, unix.SYS_SOCKET, []uint64{unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_USERSOCK}, deny},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			vm, err := bpf.NewVM(argFilter(c.spec.NetCut, c.spec.Unix, !c.spec.NoMeta))
+			vm, err := bpf.NewVM(argFilter(c.spec.NetCut, c.spec.Unix, !c.spec.NoMeta, c.spec.NetView))
 			if err != nil {
 				t.Fatalf("filter does not load: %v", err)
 			}
@@ -133,7 +146,7 @@ func TestFilterPolicyGolden(t *testing.T) {
 }
 
 func TestProgramsAssemble(t *testing.T) {
-	for _, o := range []Options{{NetCut: true, Metadata: true}, {NetCut: true, Unix: true, Metadata: true}, {Metadata: true}, {Unix: true}, {NetCut: true, Metadata: true, HostPIDs: true}} {
+	for _, o := range []Options{{NetCut: true, Metadata: true}, {NetCut: true, Unix: true, Metadata: true}, {Metadata: true}, {Unix: true}, {NetCut: true, Metadata: true, HostPIDs: true}, {NetCut: true, Metadata: true, HostPIDs: true, NetView: true}} {
 		progs, err := Programs(o)
 		if err != nil {
 			t.Fatal(err)
