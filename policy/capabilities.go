@@ -179,6 +179,10 @@ func applyPackageDBs(d *derivation, c capability, hint string) {
 
 func applyHostPIDs(d *derivation, _ capability, _ string) { d.p.HostPIDs = true }
 
+// applyHostNetView gives the run the host's network interfaces to read
+// (system:read network_interfaces): Policy.HostNetView.
+func applyHostNetView(d *derivation, _ capability, _ string) { d.p.HostNetView = true }
+
 // defaultProgramDirs are where code:exec programs are looked up when
 // Host.ProgramDirs is empty: the usual system PATH, wider than the
 // executor's own /usr/bin:/bin (ip lives in /usr/sbin).
@@ -260,7 +264,6 @@ const (
 	whyProvider    = "the run would need the server's provider credentials (Google Workspace, GitHub...), which never leave the server: run it on the server"
 	whyAdmin       = "this device does not give administrative rights to executors"
 	whyServerData  = "the run would need data only the Metnos server holds: run it on the server"
-	whyNetIfaces   = "this device cannot give a read-only view of the network interfaces: the code reads them through the host's network (a UDP connect, the interfaces' ioctls), and no sandbox layer here lets a run do that without letting it send traffic; refused rather than answer \"no interfaces\""
 	whyDialog      = "a run on a device cannot ask the user anything while it runs"
 	whyMail        = "mail accounts and their passwords are the server's: run it on the server"
 	whyLLM         = "this device gives executors no language model"
@@ -294,7 +297,9 @@ var rules = []rule{
 	{CapabilityRule: CapabilityRule{Capability: "system:read", Hint: "health", Meaning: MeaningGrant,
 		Detail: "as processes (load, memory, uptime and mounts come from the host's /proc); /sys is not shown, so sensors, GPUs, USB and block devices come back empty"},
 		apply: applyHostPIDs},
-	{CapabilityRule: CapabilityRule{Capability: "system:read", Hint: "network_interfaces", Meaning: MeaningRefused, Detail: whyNetIfaces}},
+	{CapabilityRule: CapabilityRule{Capability: "system:read", Hint: "network_interfaces", Meaning: MeaningGrant,
+		Detail: "the run shares the host's network namespace read-only: it lists interfaces, addresses and routes through route netlink, can open no internet or packet socket and so sends no traffic; an executor that reads interfaces through a UDP socket gets a permission error (refused where the kernel cannot keep that)"},
+		apply: applyHostNetView},
 	{CapabilityRule: CapabilityRule{Capability: "system:read", Hint: "service_status", Meaning: MeaningNothing,
 		Detail: "no system bus in the sandbox (it is an IPC the session masks close; as root it would also start and stop units): systemctl answers nothing and unit states come back unknown"}},
 	{CapabilityRule: CapabilityRule{Capability: "system:admin", Forms: "any", Meaning: MeaningRefused, Detail: whyAdmin}},

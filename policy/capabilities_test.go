@@ -46,8 +46,8 @@ var upstreamVocabulary = []struct {
 	{"system:read", []string{"installed_software", "package_database"}, MeaningGrant},
 	{"system:read", []string{"processes", "health"}, MeaningGrant},
 	{"system:read", []string{"service_status"}, MeaningNothing},
-	{"system:read", []string{"network_interfaces"}, MeaningRefused},
-	{"system:read", []string{"processes", "health", "network_interfaces", "service_status"}, MeaningRefused},
+	{"system:read", []string{"network_interfaces"}, MeaningGrant},
+	{"system:read", []string{"processes", "health", "network_interfaces", "service_status"}, MeaningGrant},
 	{"system:undo", []string{"latest_owned_turn"}, MeaningRefused},
 	{"time:read", []string{}, MeaningNothing},
 }
@@ -153,8 +153,25 @@ func TestCapabilityGrants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !p.HostPIDs || len(p.Grants) != 0 || p.Network {
+	if !p.HostPIDs || p.HostNetView || len(p.Grants) != 0 || p.Network {
 		t.Errorf("processes/health: %+v, want HostPIDs only", p)
+	}
+
+	// network_interfaces: the host's interfaces to read, and still no
+	// network; upstream get_processes' whole block gives both views.
+	p, err = Derive(DeriveInput{Host: h, Manifest: manifestOf("", []Capability{{Name: "system:read", Hints: []string{"network_interfaces"}}})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.HostNetView || p.HostPIDs || len(p.Grants) != 0 || p.Network {
+		t.Errorf("network_interfaces: %+v, want HostNetView only", p)
+	}
+	p, err = Derive(DeriveInput{Host: h, Manifest: manifestOf("", []Capability{{Name: "system:read", Hints: []string{"processes", "health", "network_interfaces", "service_status"}}})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.HostNetView || !p.HostPIDs || p.Network {
+		t.Errorf("get_processes' block: %+v, want HostPIDs and HostNetView, no network", p)
 	}
 }
 
@@ -248,7 +265,6 @@ func TestCapabilityRefusalMessages(t *testing.T) {
 	}{
 		{Capability{Name: "system:admin", Hints: []string{"winget", "apt-get"}}, `capability system:admin hint ["winget","apt-get"]: refused on this device: this device does not give administrative rights to executors`},
 		{Capability{Name: "provider:access", Hints: []string{"google-workspace"}}, "provider credentials"},
-		{Capability{Name: "system:read", Hints: []string{"processes", "network_interfaces"}}, `(hint "network_interfaces"): refused on this device: this device cannot give a read-only view of the network interfaces`},
 	} {
 		_, err := Derive(DeriveInput{Host: h, Manifest: manifestOf("", []Capability{c.cap})})
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -24,12 +24,16 @@ func TestDoctorCapabilities(t *testing.T) {
 			t.Errorf("doctor --capabilities lacks %q:\n%s", want, out.String())
 		}
 	}
-	var admin bool
+	var admin, netif bool
 	for _, l := range strings.Split(out.String(), "\n") {
 		admin = admin || strings.HasPrefix(l, "system:admin") && strings.Contains(l, "refused") && strings.Contains(l, "does not give administrative rights to executors")
+		netif = netif || strings.HasPrefix(l, "system:read") && strings.Contains(l, "network_interfaces") && strings.Contains(l, " grant ") && strings.Contains(l, "sends no traffic")
 	}
 	if !admin {
 		t.Errorf("no system:admin refused line:\n%s", out.String())
+	}
+	if !netif {
+		t.Errorf("no system:read network_interfaces grant line saying it sends no traffic:\n%s", out.String())
 	}
 	out.Reset()
 	if code := run(stdio{in: os.Stdin, out: &out, err: &errb}, []string{"doctor", "--capabilities", "--json"}); code != 0 {

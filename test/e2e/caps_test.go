@@ -25,8 +25,7 @@ func capsEntries(t *testing.T, r map[string]any) []map[string]any {
 }
 
 // TestCapsRefused: an executor declaring a capability the agent does
-// not know, system:admin (upstream install_packages' block), or
-// system:read network_interfaces (upstream get_processes' block) is
+// not know or system:admin (upstream install_packages' block) is
 // refused before anything runs, with a device_error that names the
 // executor, the capability and its hint; a conditional provider:access
 // is refused only when its when clause holds.
@@ -42,8 +41,6 @@ func TestCapsRefused(t *testing.T) {
 		{"unknown_caps", map[string]any{}, []string{"executor unknown_caps", `capability teleport:now hint ["mars"]`, "does not know the capability"}},
 		{"install_packages", map[string]any{"run": [][]string{{"apt-get", "download", "--print-uris", "bash"}}},
 			[]string{"executor install_packages", `capability system:admin hint ["winget","apt-get"]`, "this device does not give administrative rights to executors"}},
-		{"get_processes", map[string]any{"run": [][]string{{"ps", "-eo", "pid,args"}}},
-			[]string{"executor get_processes", "capability system:read", `(hint "network_interfaces")`, "cannot give a read-only view of the network interfaces"}},
 		{"provider_when", map[string]any{"client": "google_workspace"},
 			[]string{"executor provider_when", `capability provider:access hint ["google-workspace"]`, "provider credentials"}},
 	} {
