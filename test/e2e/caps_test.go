@@ -3,9 +3,12 @@
 package e2e
 
 import (
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -131,5 +134,91 @@ func TestCapsProgramPath(t *testing.T) {
 	}
 	if out, _ := es[0]["stdout"].(string); es[0]["which"] != "/usr/sbin/bridge" || es[0]["rc"] != 0.0 || !strings.Contains(out, "bridge utility") {
 		t.Errorf("bridge -V in the sandbox: %v", es)
+	}
+}
+
+// TestCapsGetProcessesHostView: upstream get_processes' capability
+// block (system:read processes, health, network_interfaces,
+// service_status) runs, through the agent and the server, in the
+// host's PID namespace and the host's network view: the probe finds,
+// by its argv in `ps -eo pid,args`, a process the test started (before,
+// the run had a PID namespace of its own, and the block was refused
+// for network_interfaces), cannot read its environment nor stop it
+// (checked from outside: it is still alive and not stopped), and lists
+// the host's interfaces; sandbox_downgrade_reason says what it shares.
+func TestCapsGetProcessesHostView(t *testing.T) {
+	argv := []string{"sleep", "4242.5"}
+	target := exec.Command(argv[0], argv[1:]...)
+	target.Env = append(os.Environ(), "METNOS_E2E_SECRET=host-view-secret")
+	if err := target.Start(); err != nil {
+		t.Fatalf("starting %q: %v", argv, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- target.Wait() }()
+	t.Cleanup(func() {
+		target.Process.Kill()
+		<-exited
+	})
+	var host [][2]any
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range ifs {
+		host = append(host, [2]any{float64(i.Index), i.Name})
+	}
+
+	w := newWorld(t)
+	w.pair()
+	w.start()
+	info := w.wait(w.enqueue("get_processes", map[string]any{"find": argv, "ifaces": true}, refserver.EnqueueOptions{}))
+	r := result(t, info)
+	if r["ok"] != true || r["sandbox"] != bestSandbox() {
+		t.Fatalf("get_processes: ok %v sandbox %v (want %s), error %v", r["ok"], r["sandbox"], bestSandbox(), r["error"])
+	}
+	// What the probe printed beyond the result's own fields.
+	p, _ := r["payload"].(map[string]any)
+	reason, _ := r["sandbox_downgrade_reason"].(string)
+	for _, want := range []string{"shares the host's PID namespace", "shares the host's network namespace read-only"} {
+		if !strings.Contains(reason, want) {
+			t.Errorf("sandbox_downgrade_reason %q lacks %q", reason, want)
+		}
+	}
+	if found, _ := p["found"].([]any); len(found) != 1 || found[0] != float64(target.Process.Pid) {
+		t.Errorf("ps -eo pid,args in the sandbox found %q at %v, want pid %d (ps: %v)", argv, p["found"], target.Process.Pid, p["ps"])
+	}
+	if env, ok := p["environ"].(string); ok {
+		t.Errorf("the sandbox read /proc/%d/environ: %q", target.Process.Pid, env)
+	} else if e, _ := p["environ_error"].(string); e == "" {
+		t.Errorf("no attempt to read /proc/%d/environ: %v", target.Process.Pid, p)
+	}
+	if p["stop"] != nil {
+		t.Errorf("the sandbox sent SIGSTOP to pid %d: %v", target.Process.Pid, p["stop"])
+	} else if e, _ := p["stop_error"].(string); e == "" {
+		t.Errorf("no attempt to stop pid %d: %v", target.Process.Pid, p)
+	}
+	// From outside: the process still runs and is not stopped.
+	select {
+	case err := <-exited:
+		exited <- err
+		t.Errorf("%q exited during the run: %v", argv, err)
+	default:
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", target.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, after, _ := strings.Cut(string(stat), ") "); !strings.HasPrefix(after, "S ") && !strings.HasPrefix(after, "R ") {
+		t.Errorf("%q is in state %.1s after the run, want running or sleeping", argv, after)
+	}
+	got, _ := p["ifaces"].([]any)
+	var inside [][2]any
+	for _, g := range got {
+		if p, _ := g.([]any); len(p) == 2 {
+			inside = append(inside, [2]any{p[0], p[1]})
+		}
+	}
+	if !slices.Equal(inside, host) {
+		t.Errorf("socket.if_nameindex() in the sandbox: %v (error %v), the host's: %v", p["ifaces"], p["ifaces_error"], host)
 	}
 }
