@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync"
@@ -497,12 +496,11 @@ func (a *Agent) outboxIDs() []string {
 // sleep waits backoff × a jitter in [0.75, 1.25), then doubles backoff
 // up to 10 s (docs/protocol.md §16).
 func (a *Agent) sleep(ctx context.Context, backoff *time.Duration) {
-	wait := time.Duration(float64(*backoff) * (0.75 + rand.Float64()*0.5))
 	select {
 	case <-ctx.Done():
-	case <-time.After(wait):
+	case <-time.After(client.Jitter(*backoff)):
 	}
-	*backoff = min(2**backoff, 10*time.Second)
+	*backoff = client.NextBackoff(*backoff)
 }
 
 // heartbeats sends the profile at once and then every HeartbeatEvery.

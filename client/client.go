@@ -552,7 +552,7 @@ func (c *Client) ExecutorUntil(ctx context.Context, name string, until time.Time
 		if err == nil || ctx.Err() != nil || !transient(err) {
 			return b, err
 		}
-		wait := time.Duration(float64(backoff) * (0.75 + rand.Float64()*0.5))
+		wait := Jitter(backoff)
 		if time.Now().Add(wait).After(until) {
 			if attempt > 1 {
 				err = fmt.Errorf("%w (%d attempts, until the invocation's deadline)", err, attempt)
@@ -564,9 +564,19 @@ func (c *Client) ExecutorUntil(ctx context.Context, name string, until time.Time
 			return b, err
 		case <-time.After(wait):
 		}
-		backoff = min(2*backoff, 10*time.Second)
+		backoff = NextBackoff(backoff)
 	}
 }
+
+// Jitter is how long to wait after a failure, for the backoff reached:
+// backoff × a factor in [0.75, 1.25) (docs/protocol.md §16).
+func Jitter(backoff time.Duration) time.Duration {
+	return time.Duration(float64(backoff) * (0.75 + rand.Float64()*0.5))
+}
+
+// NextBackoff is the backoff after one more failure: doubled, up to
+// 10 s (docs/protocol.md §16). The first is 1 s.
+func NextBackoff(backoff time.Duration) time.Duration { return min(2*backoff, 10*time.Second) }
 
 // transient reports whether a fetch that failed with err may succeed if
 // tried again: no answer or a cut answer (a transport error), or the
