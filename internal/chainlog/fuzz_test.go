@@ -37,6 +37,13 @@ func FuzzVerify(f *testing.F) {
 		f.Fatal(err)
 	}
 	second := bytes.IndexByte(log, '\n') + 1
+	// Past the line HEAD vouches for, nothing checks a line's bytes but
+	// Verify itself: the last line, valid up to its prev, with a stray
+	// byte at the end and HEAD one line behind (found by this fuzzer).
+	third := second + bytes.IndexByte(log[second:], '\n') + 1
+	fourth := third + bytes.IndexByte(log[third:], '\n') + 1
+	lagging := fmt.Appendf(nil, `{"seq":3,"hash":%q,"file":"b.jsonl"}`, Hash(log[third:fourth-1]))
+	stray := append(bytes.Clone(log[:len(log)-1]), "}\n"...)
 	f.Add(log, uint(0), head, true)
 	f.Add(log, uint(second), head, true)
 	f.Add(log, uint(second), head, false)
@@ -48,6 +55,7 @@ func FuzzVerify(f *testing.F) {
 	f.Add([]byte(`{"seq":1,"prev":"`+zero+`"}`+"\n"), uint(0), []byte{}, false)
 	f.Add([]byte("\n\n{}\n"), uint(1), []byte("{}"), true)
 	f.Add([]byte{}, uint(0), []byte{}, false)
+	f.Add(stray, uint(0), lagging, true)
 
 	f.Fuzz(func(t *testing.T, log []byte, split uint, head []byte, withHead bool) {
 		dir := t.TempDir()

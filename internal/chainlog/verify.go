@@ -549,12 +549,13 @@ type lineHead struct {
 
 // chainHead reads the seq and prev a line starts with. Append writes
 // them first, as {"seq":N,"prev":"<64 hex>",: that prefix is read
-// without decoding the rest of the line (its bytes are vouched for by
-// the next line's prev, or HEAD's hash), which keeps a check of a long
-// log cheap; any other line is decoded whole.
+// without decoding the rest of the line into values, which keeps a
+// check of a long log cheap; any other line is decoded whole. The rest
+// is still checked to be JSON: past the line HEAD records, nothing else
+// vouches for a line's bytes.
 func chainHead(line []byte) (lineHead, bool) {
 	const seqKey, prevKey = `{"seq":`, `,"prev":"`
-	if rest, ok := bytes.CutPrefix(line, []byte(seqKey)); ok {
+	if rest, ok := bytes.CutPrefix(line, []byte(seqKey)); ok && json.Valid(line) {
 		i := 0
 		for i < len(rest) && i < 19 && rest[i] >= '0' && rest[i] <= '9' {
 			i++
