@@ -258,6 +258,10 @@ type Policy struct {
 	// Notes say, for humans and logs, what Derive read and did not act
 	// on: a code:exec hint that is prose, a program this device lacks.
 	Notes []string `json:"notes,omitempty"`
+	// Egress, when set and Network is false, gives the run the network
+	// through the agent's per-run proxy only, to the destinations it
+	// lists (network:* capabilities).
+	Egress *Egress `json:"egress,omitempty"`
 	// NoFallback refuses any run that would not apply the full set of
 	// layers the profile is defined with (full-fs-no-net).
 	NoFallback bool `json:"no_fallback,omitempty"`
