@@ -1,5 +1,7 @@
 package sandbox
 
+import "net"
+
 // Options are what the caller tells the sandbox about this machine and
 // its own configuration: which bubblewrap and shim to use, where the
 // placeholder locks go, and whether the sandbox is turned off. The
@@ -28,4 +30,13 @@ type Options struct {
 	// missing and must be a private folder of this user. "": a folder
 	// named after this uid in the temporary folder.
 	LockDir string
+	// EgressResolver resolves the names a run's egress proxy connects
+	// to. nil: the system's resolver. Tests point it at a DNS server of
+	// their own.
+	EgressResolver *net.Resolver
+	// StrictEgress refuses a run whose network is narrowed to named
+	// hosts where the sandbox cannot keep the command from going around
+	// the proxy (Windows' job object), instead of running it with the
+	// narrowing binding only the programs that use the proxy variables.
+	StrictEgress bool
 }

@@ -91,6 +91,9 @@ type Output struct {
 	LimitsBy string `json:"limits_by,omitempty"`
 	// Policy is the fingerprint of the Policy that was applied.
 	Policy string `json:"policy"`
+	// Network is what the run's egress proxy saw, for a Policy with
+	// Egress (and Network false); nil otherwise.
+	Network *NetReport `json:"network,omitempty"`
 }
 
 // ErrRefused is wrapped by every error that refuses a run because the

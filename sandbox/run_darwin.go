@@ -17,6 +17,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,8 +89,23 @@ func run(ctx context.Context, req Request) (Output, error) {
 
 	var argv []string
 	seatbelt := pl.Sandbox == seatbeltWord
+	proxyPort := 0
+	var rp *runProxy
+	if e := egressOf(p); e != nil {
+		// The proxy listens on the host's loopback; the profile lets
+		// the command reach that port alone.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return out, fmt.Errorf("sandbox: the egress proxy's listener: %w", err)
+		}
+		proxyPort = l.Addr().(*net.TCPAddr).Port
+		rp = newRunProxy(*e, req.Options, l.Addr().String(), seatbelt)
+		go rp.serve(l)
+		defer rp.stop(true)
+		env = proxyEnv(env, rp.addr)
+	}
 	if seatbelt {
-		prof, params, err := seatbeltProfile(seatbeltInput{Policy: p, Scratch: scratch})
+		prof, params, err := seatbeltProfile(seatbeltInput{Policy: p, Scratch: scratch, ProxyPort: proxyPort})
 		if err != nil {
 			return out, err
 		}
@@ -161,6 +177,9 @@ func run(ctx context.Context, req Request) (Output, error) {
 	// Whatever the command left running in its group dies with it.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	out.Wall = time.Since(start)
+	if rp != nil {
+		out.Network = rp.stop(true)
+	}
 	// A process that left the group may still hold the pipes: read what
 	// comes for a moment, then stop.
 	done := make(chan struct{})

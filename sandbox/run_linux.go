@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,7 +62,12 @@ func planFor(c Caps, p policy.Policy, min policy.Level) Plan {
 	if min > need {
 		need = min
 	}
+	proxied := egressOf(p) != nil
 	switch {
+	case proxied && netView:
+		pl.Refused = "the run asks for the host's network interfaces (system:read network_interfaces) and for a network narrowed to named hosts (network:*): the first needs the host's network namespace, the second a namespace with nothing in it but the run's proxy"
+	case proxied && !use.bwrap:
+		pl.Refused = "the run's network is narrowed to the hosts its manifest names, which needs a network namespace of its own (bubblewrap): in the host's, Landlock's TCP rules go by port alone and would let the command reach any address on the proxy's port: " + pl.Reason
 	case p.HostPIDs && (!use.landlock || c.LandlockABI < 6 || !use.seccomp):
 		pl.Refused = hostPIDsRefusal(c, use)
 	case netView && (!use.seccomp || (p.UnixSockets && (!use.landlock || c.LandlockABI < 6))):
@@ -162,6 +168,11 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 	}
 	out.LimitsBy = ln.cg.by()
 	ex, err := ln.execute(ctx, req.Stdin, req.Limits)
+	if ln.proxy != nil {
+		// The tree is gone: what it left open through the proxy ends
+		// with it.
+		out.Network = ln.proxy.stop(true)
+	}
 	if err != nil {
 		return out, false, err
 	}
@@ -203,6 +214,7 @@ func shimSpec(l layout, use layers, lim Limits) (shim.Spec, error) {
 		Unix:     l.UnixSockets,
 		HostPIDs: l.HostPIDs,
 		NetView:  l.HostNetView && !l.Network,
+		Proxy:    proxyPortOf(l.Policy),
 		Rlimits: map[string]uint64{
 			"as":    uint64(lim.MemoryBytes),
 			"fsize": uint64(lim.FileBytes),
@@ -215,7 +227,7 @@ func shimSpec(l layout, use layers, lim Limits) (shim.Spec, error) {
 		// they are when the parent of a removable grant is mounted
 		// writable, for its other entries.
 		var err error
-		if spec.Filters, err = filter.Programs(filter.Options{NetCut: spec.NetCut, Unix: spec.Unix, Metadata: use.bwrap && len(l.parentOf) == 0, HostPIDs: l.HostPIDs, NetView: spec.NetView}); err != nil {
+		if spec.Filters, err = filter.Programs(filter.Options{NetCut: spec.NetCut, Unix: spec.Unix, Metadata: use.bwrap && len(l.parentOf) == 0, HostPIDs: l.HostPIDs, NetView: spec.NetView, Proxied: spec.Proxy > 0}); err != nil {
 			return spec, err
 		}
 	}
@@ -252,6 +264,11 @@ type launch struct {
 	undo         []func()
 	// lockDir is Options.LockDir.
 	lockDir string
+	// proxy is the run's egress proxy, and proxyChild the end of the
+	// socket pair over which the shim hands it its listener (closed
+	// here once the child has it).
+	proxy      *runProxy
+	proxyChild *os.File
 }
 
 // cleanup undoes, last first, what the launch set up.
@@ -306,6 +323,11 @@ func newLaunch(req Request, c Caps, use layers, l layout, spec shim.Spec, exe st
 		return ln, err
 	}
 	ln.supervise = spec.Supervise
+	if e := egressOf(l.Policy); e != nil {
+		if err := ln.startProxy(req, &spec, *e); err != nil {
+			return ln, err
+		}
+	}
 	// The command's environment goes to the shim in a sealed memfd;
 	// bwrap (a host program, not confined) and the shim start with none,
 	// and it is in no command line.
@@ -395,6 +417,85 @@ func (ln *launch) alone(spec *shim.Spec, l layout, exe, dir string, lim Limits) 
 	return nil
 }
 
+// proxyPortOf is the egress proxy's port for a run of p, 0 for none.
+func proxyPortOf(p policy.Policy) int {
+	if egressOf(p) == nil {
+		return 0
+	}
+	return ProxyPort
+}
+
+// startProxy sets up the run's egress proxy: a socket pair whose child
+// end the shim gets (spec.ProxyFD) to hand back the listener it makes
+// in the run's network namespace, a goroutine that serves it, and the
+// proxy variables in the command's environment.
+func (ln *launch) startProxy(req Request, spec *shim.Spec, e policy.Egress) error {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("sandbox: the egress proxy's socket pair: %w", err)
+	}
+	parent := os.NewFile(uintptr(fds[0]), "egress-parent")
+	ln.proxyChild = os.NewFile(uintptr(fds[1]), "egress-child")
+	spec.ProxyFD = ln.fds.add(ln.proxyChild)
+	addr := hostPort("127.0.0.1", ProxyPort)
+	rp := newRunProxy(e, req.Options, addr, true)
+	ln.proxy = rp
+	ln.env = proxyEnv(ln.env, addr)
+	got := make(chan bool, 1)
+	go func() {
+		l, err := receiveListener(parent)
+		got <- err == nil
+		if err != nil {
+			close(rp.done)
+			if !errors.Is(err, io.EOF) {
+				ln.log.Warn("sandbox: the egress proxy got no listener", "err", err)
+			}
+			return
+		}
+		rp.serve(l)
+	}()
+	ln.undo = append(ln.undo, func() {
+		// Wakes the receive if the shim never sent (it failed first).
+		unix.Shutdown(int(parent.Fd()), unix.SHUT_RDWR)
+		<-got
+		rp.stop(true)
+		parent.Close()
+		ln.proxyChild.Close()
+	})
+	return nil
+}
+
+// receiveListener reads the listener the shim sends on c.
+func receiveListener(c *os.File) (net.Listener, error) {
+	buf := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := unix.Recvmsg(int(c.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("receiving the egress listener: %w", err)
+	case n == 0 && oobn == 0:
+		return nil, io.EOF
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return nil, fmt.Errorf("receiving the egress listener: no descriptor in the message (%v)", err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, fmt.Errorf("receiving the egress listener: want one descriptor, got %d (%v)", len(fds), err)
+	}
+	f := os.NewFile(uintptr(fds[0]), "egress-listener")
+	defer f.Close()
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("the egress listener: %w", err)
+	}
+	return l, nil
+}
+
 // executed is how the launched process ended.
 type executed struct {
 	stdout, stderr *capped
@@ -425,6 +526,9 @@ func (ln *launch) execute(ctx context.Context, stdin io.Reader, lim Limits) (exe
 	start := time.Now()
 	err := cmd.Start()
 	ln.statusW.Close()
+	if ln.proxyChild != nil {
+		ln.proxyChild.Close()
+	}
 	var childc chan bwrapChild
 	if ln.infoW != nil {
 		ln.infoW.Close()

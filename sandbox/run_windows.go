@@ -63,6 +63,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -118,7 +119,10 @@ func downgradeReason(c Caps, p policy.Policy) string {
 	if len(p.Grants) > 0 || len(p.Masks) > 0 || !p.RootWritable {
 		not = append(not, "the file grants and masks")
 	}
-	if !p.Network {
+	switch {
+	case egressOf(p) != nil:
+		not = append(not, "the network narrowed to the hosts the manifest names (the proxy binds only programs that use the proxy variables; any other reaches every host)")
+	case !p.Network:
 		not = append(not, "the network cut")
 	}
 	if len(not) > 0 {
@@ -134,6 +138,9 @@ func run(ctx context.Context, req Request) (Output, error) {
 	c := Probe(req.Options)
 	pl := planFor(c, req.Policy, req.MinSandbox)
 	out := Output{Policy: req.Policy.Fingerprint(), Sandbox: "none"}
+	if pl.Refused == "" && egressOf(req.Policy) != nil && req.Options.StrictEgress {
+		pl.Refused = "the run's network is narrowed to the hosts its manifest names, a job object cannot keep a program from going around the proxy, and this device refuses such runs (network strict)"
+	}
 	if pl.Refused != "" {
 		return out, &RefusedError{Have: pl.Sandbox, Why: pl.Refused}
 	}
@@ -163,6 +170,17 @@ func run(ctx context.Context, req Request) (Output, error) {
 		}
 	}()
 	env := withEnv(withEnv(req.Env, "TEMP", scratch), "TMP", scratch)
+	var rp *runProxy
+	if e := egressOf(req.Policy); e != nil {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return out, fmt.Errorf("sandbox: the egress proxy's listener: %w", err)
+		}
+		rp = newRunProxy(*e, req.Options, l.Addr().String(), false)
+		go rp.serve(l)
+		defer rp.stop(true)
+		env = proxyEnv(env, rp.addr)
+	}
 	dir := req.Dir
 	if dir == "" {
 		dir = scratch
@@ -195,6 +213,9 @@ func run(ctx context.Context, req Request) (Output, error) {
 	}
 	out.Sandbox, out.Reason = pl.Sandbox, pl.Reason
 	res := supervise(ctx, ch, j, req)
+	if rp != nil {
+		out.Network = rp.stop(true)
+	}
 	out.Wall = time.Since(start)
 	out.Stdout, out.StdoutTruncated = res.stdout.buf, res.stdout.dropped
 	out.Stderr, out.StderrTruncated = res.stderr.buf, res.stderr.dropped

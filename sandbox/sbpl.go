@@ -57,6 +57,9 @@ type seatbeltInput struct {
 	// Scratch is the run's private temporary folder (TMPDIR), canonical;
 	// empty for none.
 	Scratch string
+	// ProxyPort is the port of the run's egress proxy on the host's
+	// loopback, for a Policy with Egress; 0 for none.
+	ProxyPort int
 }
 
 // seatbeltParam is one -D NAME=value pair.
@@ -230,6 +233,10 @@ func seatbeltRules(in seatbeltInput) (string, []seatbeltParam, error) {
 		g.line("; Host name resolution goes through mDNSResponder's socket.")
 		mdns := g.param("MDNS", seatbeltMDNS)
 		g.line("(allow network-outbound (remote unix-socket (path-literal (param " + strconv.Quote(mdns) + "))))")
+	} else if in.ProxyPort > 0 && in.ProxyPort < 65536 {
+		g.line("; The network narrowed to named hosts: only the run's egress proxy, on")
+		g.line("; the loopback, which resolves names and connects for the command.")
+		g.line(fmt.Sprintf("(allow network-outbound (remote tcp \"localhost:%d\"))", in.ProxyPort))
 	} else {
 		g.line("; No network: deny default refuses every IP socket operation.")
 	}

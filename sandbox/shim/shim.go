@@ -77,6 +77,17 @@ type Spec struct {
 	// command unless the seccomp filter (which is all that keeps it
 	// from AF_INET, AF_INET6 and AF_PACKET) is in force.
 	NetView bool `json:"net_view,omitempty"`
+	// Proxy, with NetCut, is the port of the run's egress proxy inside
+	// its network namespace (which has nothing but a loopback): the shim
+	// listens on 127.0.0.1:Proxy, hands the listening socket to the agent
+	// over ProxyFD (an inherited unix socket, SCM_RIGHTS) before anything
+	// else, and Landlock then lets the command connect to that port
+	// alone, bind none, and seccomp lets it open TCP sockets only. The
+	// agent accepts on that socket and proxies each connection; nothing
+	// of the proxy runs in the sandbox, so the command can neither kill
+	// it nor take its place.
+	Proxy   int `json:"proxy,omitempty"`
+	ProxyFD int `json:"proxy_fd,omitempty"`
 	// Rlimits to set, by name: "as", "nproc", "fsize", "nofile", "core".
 	Rlimits map[string]uint64 `json:"rlimits,omitempty"`
 	// CgroupFDs are open cgroup.procs files (inherited descriptors) the

@@ -33,6 +33,14 @@ import (
 var landlockConfig = landlock.V7
 
 func run(status *os.File, spec Spec, argv []string) int {
+	if spec.ProxyFD > 0 {
+		err := proxyListen(spec.Proxy, spec.ProxyFD)
+		unix.Close(spec.ProxyFD)
+		spec.ProxyFD = 0 // a supervisor's child does not listen again
+		if err != nil {
+			return fail(status, err)
+		}
+	}
 	if spec.Supervise {
 		return supervise(status, spec, argv)
 	}
@@ -295,6 +303,9 @@ func applyLandlock(spec Spec) error {
 		cfg.HandledAccessNet = 0
 	}
 	var rules []landlock.Rule
+	if spec.NetCut && spec.Proxy > 0 {
+		rules = append(rules, landlock.ConnectTCP(uint16(spec.Proxy)))
+	}
 	for _, r := range spec.Rules {
 		// Rule paths are canonical: open each without following any
 		// symbolic link, and give Landlock the descriptor's own path,
@@ -564,4 +575,29 @@ func lookPath(name string, env []string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("not found in the PATH %s", path)
+}
+
+// proxyListen makes the run's egress proxy socket: a TCP listener on
+// 127.0.0.1:port in the run's own network namespace, sent to the agent
+// over the unix socket fd, which accepts on it. This process keeps no
+// copy: the listener is closed here once sent.
+func proxyListen(port, fd int) error {
+	if port <= 0 || port > 65535 {
+		return fmt.Errorf("egress proxy port %d is not a port", port)
+	}
+	l, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("egress proxy socket: %w", err)
+	}
+	defer unix.Close(l)
+	if err := unix.Bind(l, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return fmt.Errorf("egress proxy: binding 127.0.0.1:%d in the run's network namespace: %w", port, err)
+	}
+	if err := unix.Listen(l, 128); err != nil {
+		return fmt.Errorf("egress proxy: listening on 127.0.0.1:%d: %w", port, err)
+	}
+	if err := unix.Sendmsg(fd, []byte{0}, unix.UnixRights(l), nil, 0); err != nil {
+		return fmt.Errorf("egress proxy: handing the listener to the agent: %w", err)
+	}
+	return nil
 }

@@ -140,7 +140,7 @@ func argLo(i uint32) bpf.LoadAbsolute { return bpf.LoadAbsolute{Off: 16 + 8*i, S
 // it open, AF_INET, AF_INET6 and AF_NETLINK (which getaddrinfo uses),
 // plus AF_UNIX when allowed. socketpair(2) stays allowed: it reaches
 // nothing outside.
-func argFilter(netCut, unixOK, metadata, netView bool) []bpf.Instruction {
+func argFilter(netCut, unixOK, metadata, netView, proxied bool) []bpf.Instruction {
 	var families []uint32
 	if !netCut {
 		families = append(families, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK)
@@ -150,6 +150,25 @@ func argFilter(netCut, unixOK, metadata, netView bool) []bpf.Instruction {
 	}
 	var sock []bpf.Instruction
 	sock = append(sock, argLo(0))
+	if netCut && proxied {
+		// AF_INET and AF_INET6 stream sockets of protocol 0 or TCP only,
+		// to reach the run's egress proxy: no UDP, no raw or packet
+		// socket, no SCTP or MPTCP (which Landlock's TCP rules do not
+		// cover). The type's low 4 bits are the type; the rest are
+		// SOCK_NONBLOCK and SOCK_CLOEXEC.
+		sock = append(sock,
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_INET, SkipTrue: 1},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_INET6, SkipFalse: 7},
+			argLo(1),
+			bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: 0xf},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SOCK_STREAM, SkipFalse: 4},
+			argLo(2),
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 1},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.IPPROTO_TCP, SkipFalse: 1},
+			retAllow,
+			argLo(0),
+		)
+	}
 	if netCut && netView {
 		// AF_NETLINK with protocol NETLINK_ROUTE only: the interfaces,
 		// addresses and routes, read from the kernel. Without
@@ -302,6 +321,10 @@ type Options struct {
 	// its interfaces and addresses and sends nothing
 	// (system:read network_interfaces).
 	NetView bool
+	// Proxied, with NetCut, also allows AF_INET and AF_INET6 stream
+	// sockets (protocol 0 or TCP): a run whose network namespace holds
+	// nothing but its egress proxy's listener.
+	Proxied bool
 }
 
 // Programs returns the three filters for a run, each as raw struct
@@ -324,7 +347,7 @@ func Programs(o Options) ([][]byte, error) {
 		return nil, fmt.Errorf("seccomp: assembling the filter: %w", err)
 	}
 	var out [][]byte
-	for _, prog := range [][]bpf.Instruction{archFilter(info), argFilter(o.NetCut, o.Unix, o.Metadata, o.NetView), names} {
+	for _, prog := range [][]bpf.Instruction{archFilter(info), argFilter(o.NetCut, o.Unix, o.Metadata, o.NetView, o.Proxied), names} {
 		raw, err := bpf.Assemble(prog)
 		if err != nil {
 			return nil, fmt.Errorf("seccomp: assembling: %w", err)

@@ -41,7 +41,7 @@ func TestArgFilter(t *testing.T) {
 		deny  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
 	)
 	hi := uint64(1) << 32 // high bits the kernel ignores for 32-bit arguments
-	type Spec struct{ NetCut, Unix, NoMeta, NetView bool }
+	type Spec struct{ NetCut, Unix, NoMeta, NetView, Proxied bool }
 	cases := []struct {
 		name string
 		spec Spec
@@ -102,10 +102,24 @@ func TestArgFilter(t *testing.T) {
 		{"netview unix denied", Spec{NetCut: true, NetView: true}, unix.SYS_SOCKET, []uint64{unix.AF_UNIX, unix.SOCK_STREAM, 0}, deny},
 		{"netview unix allowed", Spec{NetCut: true, NetView: true, Unix: true}, unix.SYS_SOCKET, []uint64{unix.AF_UNIX, unix.SOCK_STREAM, 0}, allow},
 		{"netview unix allowed, usersock denied", Spec{NetCut: true, NetView: true, Unix: true}, unix.SYS_SOCKET, []uint64{unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_USERSOCK}, deny},
+		{"proxied tcp", Spec{NetCut: true, Proxied: true}, unix.SYS_SOCKET, []uint64{unix.AF_INET, unix.SOCK_STREAM | unix.SOCK_CLOEXEC, 0}, allow},
+		{"proxied tcp6 ipproto_tcp", Spec{NetCut: true, Proxied: true}, unix.SYS_SOCKET, []uint64{unix.AF_INET6, unix.SOCK_STREAM | unix.SOCK_NONBLOCK, unix.IPPROTO_TCP}, allow},
+		{"proxied tcp, high bits", Spec{NetCut: true, Proxied: true}, unix.SYS_SOCKET, []uint64{hi | unix.AF_INET, hi | unix.SOCK_STREAM, hi}, allow},
+		{"proxied udp", Spec{NetCut: true, Proxied: true}, unix.SYS_SOCKET, []uint64{unix.AF_INET, unix.SOCK_DGRAM, 0}, deny},
+		{"proxied udp6", Spec{NetCut: true, Proxied: true}, unix.SYS_SOCKET, []uint64{unix.AF_INET6, unix.SOCK_DGRAM | unix.SOCK_CLOEXEC, 0}, deny},
+		{"proxied raw", Spec{NetCut: true, Proxied: true}, unix.SYS_SOCKET, []uint64{unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_ICMP}, deny},
+		{"proxied sctp stream", Spec{NetCut: true, Proxied: true}, unix.SYS_SOCKET, []uint64{unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_SCTP}, deny},
+		{"proxied mptcp", Spec{NetCut: true, Proxied: true}, unix.SYS_SOCKET, []uint64{unix.AF_INET, unix.SOCK_STREAM, 262}, deny},
+		{"proxied seqpacket", Spec{NetCut: true, Proxied: true}, unix.SYS_SOCKET, []uint64{unix.AF_INET, unix.SOCK_SEQPACKET, 0}, deny},
+		{"proxied packet", Spec{NetCut: true, Proxied: true}, unix.SYS_SOCKET, []uint64{unix.AF_PACKET, unix.SOCK_RAW, 0}, deny},
+		{"proxied netlink", Spec{NetCut: true, Proxied: true}, unix.SYS_SOCKET, []uint64{unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE}, deny},
+		{"proxied unix denied", Spec{NetCut: true, Proxied: true}, unix.SYS_SOCKET, []uint64{unix.AF_UNIX, unix.SOCK_STREAM, 0}, deny},
+		{"proxied unix allowed", Spec{NetCut: true, Proxied: true, Unix: true}, unix.SYS_SOCKET, []uint64{unix.AF_UNIX, unix.SOCK_STREAM, 0}, allow},
+		{"netcut tcp denied", Spec{NetCut: true}, unix.SYS_SOCKET, []uint64{unix.AF_INET, unix.SOCK_STREAM, 0}, deny},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			vm, err := bpf.NewVM(argFilter(c.spec.NetCut, c.spec.Unix, !c.spec.NoMeta, c.spec.NetView))
+			vm, err := bpf.NewVM(argFilter(c.spec.NetCut, c.spec.Unix, !c.spec.NoMeta, c.spec.NetView, c.spec.Proxied))
 			if err != nil {
 				t.Fatalf("filter does not load: %v", err)
 			}
