@@ -46,5 +46,5 @@ func (p *Proxy) Close() error {
 	}
 	return nil
 }
-func (p *Proxy) Records() []Record                { return nil }
+func (p *Proxy) Records() []Record              { return nil }
 func (p *Proxy) Refused() (n int, first string) { return 0, "" }
