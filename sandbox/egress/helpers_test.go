@@ -74,6 +74,12 @@ func (s *server) lastRequest() *http.Request {
 func start(t *testing.T, rules policy.Egress, opt Options) (*Proxy, string) {
 	t.Helper()
 	p := New(rules, opt)
+	return p, serve(t, p)
+}
+
+// serve runs p on a loopback listener until the test ends.
+func serve(t *testing.T, p *Proxy) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +92,7 @@ func start(t *testing.T, rules policy.Egress, opt Options) (*Proxy, string) {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return p, l.Addr().String()
+	return l.Addr().String()
 }
 
 // dials records every address the proxy dials and sends each to target
