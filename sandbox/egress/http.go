@@ -15,8 +15,8 @@ import (
 // serveHTTP serves one HTTP request: CONNECT, or a forwarded http://
 // absolute URI. One request per connection.
 func (p *Proxy) serveHTTP(c net.Conn, br *bufio.Reader) {
-	r := Record{Proto: "http", Verdict: "refused"}
-	defer func() { p.record(r) }()
+	r := &pending{p: p, Record: Record{Proto: "http", Verdict: "refused"}}
+	defer r.finish()
 	head, err := readHead(br)
 	if err != nil {
 		r.Reason = err.Error()
@@ -25,7 +25,7 @@ func (p *Proxy) serveHTTP(c net.Conn, br *bufio.Reader) {
 		if errors.As(err, &ne) && ne.Timeout() {
 			code = http.StatusRequestTimeout
 		}
-		httpError(c, code, "bad-request", r.Reason)
+		r.answer(c, code, "bad-request")
 		return
 	}
 	hostHeaders := rawHostHeaders(head)
@@ -33,25 +33,25 @@ func (p *Proxy) serveHTTP(c net.Conn, br *bufio.Reader) {
 	req, err := http.ReadRequest(cr)
 	if err != nil {
 		r.Reason = "malformed request: " + err.Error()
-		httpError(c, http.StatusBadRequest, "bad-request", r.Reason)
+		r.answer(c, http.StatusBadRequest, "bad-request")
 		return
 	}
 	c.SetReadDeadline(time.Time{})
 	if req.Method == http.MethodConnect {
 		r.Proto = "connect"
-		p.serveConnect(c, cr, req, hostHeaders, &r)
+		p.serveConnect(c, cr, req, hostHeaders, r)
 		return
 	}
-	p.forward(c, req, hostHeaders, &r)
+	p.forward(c, req, hostHeaders, r)
 }
 
 // bad answers 400 and records the refusal.
-func bad(c net.Conn, r *Record, format string, args ...any) {
+func bad(c net.Conn, r *pending, format string, args ...any) {
 	r.Reason = fmt.Sprintf(format, args...)
-	httpError(c, http.StatusBadRequest, "bad-request", r.Reason)
+	r.answer(c, http.StatusBadRequest, "bad-request")
 }
 
-func (p *Proxy) serveConnect(c net.Conn, cr *bufio.Reader, req *http.Request, hostHeaders []string, r *Record) {
+func (p *Proxy) serveConnect(c net.Conn, cr *bufio.Reader, req *http.Request, hostHeaders []string, r *pending) {
 	host, port, err := splitAuthority(req.RequestURI, 0)
 	if err != nil {
 		bad(c, r, "CONNECT wants host:port: %v", err)
@@ -80,7 +80,7 @@ func (p *Proxy) serveConnect(c net.Conn, cr *bufio.Reader, req *http.Request, ho
 // forward sends one request for an absolute http:// URI in origin form,
 // hop-by-hop and Proxy-* headers removed, and its response back, both
 // with "Connection: close".
-func (p *Proxy) forward(c net.Conn, req *http.Request, hostHeaders []string, r *Record) {
+func (p *Proxy) forward(c net.Conn, req *http.Request, hostHeaders []string, r *pending) {
 	uri := req.RequestURI
 	switch lower := strings.ToLower(uri); {
 	case strings.HasPrefix(lower, "https://"):
@@ -126,7 +126,7 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, hostHeaders []string, r *
 	req.Close = true
 	if err := req.Write(up); err != nil {
 		r.Reason = fmt.Sprintf("sending the request to %s: %v", hostPort(host, port), err)
-		httpError(c, http.StatusBadGateway, "", r.Reason)
+		r.answer(c, http.StatusBadGateway, "")
 		return
 	}
 	upr := bufio.NewReader(up)
@@ -134,7 +134,7 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, hostHeaders []string, r *
 		resp, err := http.ReadResponse(upr, req)
 		if err != nil {
 			r.Reason = fmt.Sprintf("reading the response of %s: %v", hostPort(host, port), err)
-			httpError(c, http.StatusBadGateway, "", r.Reason)
+			r.answer(c, http.StatusBadGateway, "")
 			return
 		}
 		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
@@ -153,16 +153,16 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, hostHeaders []string, r *
 
 // dialFor connects to r's destination, answering the client a 403 (with
 // X-Proxy-Error) or 502 and recording why when it cannot.
-func (p *Proxy) dialFor(c net.Conn, r *Record) (*countConn, bool) {
+func (p *Proxy) dialFor(c net.Conn, r *pending) (*countConn, bool) {
 	up, addr, err := p.connect(r.Host, r.Port)
 	r.Addr = addr
 	if err != nil {
 		r.Reason = err.Error()
 		if rf := refusalOf(err); rf != nil {
-			httpError(c, http.StatusForbidden, "blocked-by-"+rf.List, r.Reason)
+			r.answer(c, http.StatusForbidden, "blocked-by-"+rf.List)
 		} else {
 			r.Verdict = "allowed"
-			httpError(c, http.StatusBadGateway, "", r.Reason)
+			r.answer(c, http.StatusBadGateway, "")
 		}
 		return nil, false
 	}
@@ -237,6 +237,14 @@ func removeHopByHop(h http.Header) {
 			delete(h, k)
 		}
 	}
+}
+
+// answer records r, then answers the client code with r.Reason as the
+// body: recorded first, so that Records is in the order the clients
+// were answered.
+func (r *pending) answer(c net.Conn, code int, xerr string) {
+	r.finish()
+	httpError(c, code, xerr, r.Reason)
 }
 
 // httpError answers a one-line text body, with X-Proxy-Error when xerr

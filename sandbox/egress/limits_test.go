@@ -49,9 +49,14 @@ func TestMaxConns(t *testing.T) {
 	_, other := start(t, rules, Options{MaxConns: 2})
 	get := "GET http://" + hp + "/ HTTP/1.1\r\nHost: " + hp + "\r\n\r\n"
 
-	if status, _, _ := raw(t, pa, get); status != 200 {
-		t.Fatalf("before the limit: %d", status)
+	// With room for one more, the same client is served.
+	_, roomy := start(t, rules, Options{MaxConns: 3})
+	connect(t, roomy, hp)
+	connect(t, roomy, hp)
+	if status, _, body := raw(t, roomy, get); status != 200 {
+		t.Fatalf("below MaxConns: %d %q", status, body)
 	}
+
 	connect(t, pa, hp)
 	connect(t, pa, hp)
 	status, xerr, body := raw(t, pa, get)

@@ -144,11 +144,22 @@ func (p *Proxy) Serve(l net.Listener) error {
 	}
 	p.listeners[l] = struct{}{}
 	p.mu.Unlock()
+	var backoff time.Duration
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			p.mu.Lock()
 			closed := p.closed
+			p.mu.Unlock()
+			if !closed && outOfFiles(err) {
+				// Out of descriptors: wait for connections to end,
+				// as net/http does, rather than end the run's network.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				p.log.Warn("egress: accept", "err", err, "retry", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			p.mu.Lock()
 			delete(p.listeners, l)
 			p.mu.Unlock()
 			if closed {
@@ -156,6 +167,7 @@ func (p *Proxy) Serve(l net.Listener) error {
 			}
 			return fmt.Errorf("egress: accepting on %s: %w", l.Addr(), err)
 		}
+		backoff = 0
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
@@ -217,8 +229,10 @@ func (p *Proxy) Close() error {
 	return nil
 }
 
-// Records returns every connection so far, in the order they ended (a
-// copy); past 1000 only their number is kept ([Proxy.Overflow]).
+// Records returns every connection so far (a copy), in the order they
+// were refused or, allowed, ended; past 1000 only their number is kept
+// ([Proxy.Overflow]). A connection that closed without sending a byte
+// asked for nothing and is not recorded.
 func (p *Proxy) Records() []Record {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -261,6 +275,21 @@ func (p *Proxy) record(r Record) {
 	}
 	p.log.Log(context.Background(), level, "egress", "proto", r.Proto, "host", r.Host, "port", r.Port,
 		"addr", r.Addr, "up", r.Up, "down", r.Down, "verdict", r.Verdict, "reason", r.Reason)
+}
+
+// pending is the Record of a connection being served, recorded once:
+// before a refusal is answered, or when the connection ends.
+type pending struct {
+	Record
+	p    *Proxy
+	done bool
+}
+
+func (r *pending) finish() {
+	if !r.done {
+		r.done = true
+		r.p.record(r.Record)
+	}
 }
 
 // track adds an upstream connection to those Close closes; false when the
@@ -311,8 +340,8 @@ func (p *Proxy) handle(c net.Conn) {
 func (p *Proxy) answerFull(c net.Conn) {
 	c.SetDeadline(time.Now().Add(busyTimeout))
 	br := bufio.NewReader(c)
-	r := Record{Proto: "http", Verdict: "refused", Reason: p.fullReason()}
-	defer func() { p.record(r) }()
+	r := &pending{p: p, Record: Record{Proto: "http", Verdict: "refused", Reason: p.fullReason()}}
+	defer r.finish()
 	b, err := br.Peek(1)
 	if err != nil {
 		return
@@ -323,7 +352,7 @@ func (p *Proxy) answerFull(c net.Conn) {
 			return
 		}
 		_, r.Host, r.Port, _ = readSOCKSRequest(br)
-		socksReply(c, socksGeneralFailure)
+		r.reply(c, socksGeneralFailure)
 		return
 	}
 	head, err := readHead(br)
@@ -337,7 +366,7 @@ func (p *Proxy) answerFull(c net.Conn) {
 			}
 		}
 	}
-	httpError(c, http.StatusServiceUnavailable, "too-many-connections", r.Reason)
+	r.answer(c, http.StatusServiceUnavailable, "too-many-connections")
 }
 
 // connect decides host:port and dials it: CheckName, then resolution by
@@ -511,6 +540,12 @@ func hostPort(h string, p uint16) string {
 	return net.JoinHostPort(h, strconv.Itoa(int(p)))
 }
 
-// dialFailure says whether a dial error was the destination refusing
+// outOfFiles reports an accept error that passes once connections end.
+func outOfFiles(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ENOBUFS)
+}
+
+// dialRefused says whether a dial error was the destination refusing
 // the connection (as opposed to unreachable or timed out).
 func dialRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }

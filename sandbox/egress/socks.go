@@ -36,8 +36,8 @@ const (
 
 // serveSOCKS serves one SOCKS5 CONNECT.
 func (p *Proxy) serveSOCKS(c net.Conn, br *bufio.Reader) {
-	r := Record{Proto: "socks5", Verdict: "refused"}
-	defer func() { p.record(r) }()
+	r := &pending{p: p, Record: Record{Proto: "socks5", Verdict: "refused"}}
+	defer r.finish()
 	if !socksGreet(c, br) {
 		r.Reason = "SOCKS5 greeting without the no-authentication method"
 		return
@@ -50,12 +50,12 @@ func (p *Proxy) serveSOCKS(c net.Conn, br *bufio.Reader) {
 		if _, ok := err.(atypError); ok {
 			code = socksATypNotSupported
 		}
-		socksReply(c, code)
+		r.reply(c, code)
 		return
 	}
 	if cmd != socksCmdConnect {
 		r.Reason = fmt.Sprintf("SOCKS5 command %d is not supported (CONNECT only: no BIND, no UDP)", cmd)
-		socksReply(c, socksCmdNotSupported)
+		r.reply(c, socksCmdNotSupported)
 		return
 	}
 	c.SetReadDeadline(time.Time{})
@@ -65,13 +65,13 @@ func (p *Proxy) serveSOCKS(c net.Conn, br *bufio.Reader) {
 		r.Reason = err.Error()
 		switch {
 		case refusalOf(err) != nil:
-			socksReply(c, socksNotAllowed)
+			r.reply(c, socksNotAllowed)
 		case dialRefused(err):
 			r.Verdict = "allowed"
-			socksReply(c, socksConnRefused)
+			r.reply(c, socksConnRefused)
 		default:
 			r.Verdict = "allowed"
-			socksReply(c, socksHostUnreachable)
+			r.reply(c, socksHostUnreachable)
 		}
 		return
 	}
@@ -88,6 +88,12 @@ func (p *Proxy) serveSOCKS(c net.Conn, br *bufio.Reader) {
 	}
 	pipe(c, br, cu)
 	r.Up, r.Down = cu.up.Load(), cu.down.Load()
+}
+
+// reply records r, then sends the SOCKS5 reply rep (a failure).
+func (r *pending) reply(c net.Conn, rep byte) {
+	r.finish()
+	socksReply(c, rep)
 }
 
 // socksGreet reads the method selection and answers no authentication,
