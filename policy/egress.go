@@ -217,6 +217,9 @@ func parsePort(s string) (uint16, error) {
 // checks its form: "*", "*.name", an IP literal, "localhost", or a DNS
 // name with a dot.
 func normalizePattern(h string) (string, error) {
+	if strings.HasSuffix(h, "*.") {
+		return "", fmt.Errorf("%q is not a host pattern", h)
+	}
 	h = strings.TrimSuffix(strings.ToLower(h), ".")
 	if h == "*" {
 		return h, nil
@@ -403,9 +406,11 @@ func (r *Refusal) Error() string {
 }
 
 // CheckName decides a destination before its name is resolved: it
-// returns the first Allow pattern matching (host, port), or a
-// [*Refusal]. Deny is checked first and wins, ports included; a
-// wildcard deny ("*:25") matches names and IP literals alike.
+// returns the Allow pattern matching (host, port), or a
+// [*Refusal]: the first naming the host itself (exact name, IP literal,
+// CIDR), else the first wildcard ("*.x", "*"). Deny is checked first and
+// wins, ports included; a wildcard deny ("*:25") matches names and IP
+// literals alike.
 //
 // In Allow, "*" and "*.x" match names only; an IP literal matches only
 // a pattern naming that literal or a CIDR containing it, and a public
@@ -423,16 +428,22 @@ func (e *Egress) CheckName(host string, port uint16) (Dest, error) {
 			return Dest{}, &Refusal{Host: host, Port: port, Reason: why(d, "owner deny"), List: "denylist"}
 		}
 	}
-	for _, d := range e.Allow {
-		if d.Port != 0 && d.Port != port {
-			continue
-		}
-		if isIP {
-			if d.containsAddr(addr) || (d.Host == "*" && NonPublic(addr) == "") {
+	// Two passes: the patterns naming the host itself (a name, a
+	// literal, a CIDR) before the wildcards, so that with "*" and
+	// "localhost" both allowed, localhost is allowed by "localhost",
+	// which CheckAddr lets reach loopback.
+	for _, wild := range []bool{false, true} {
+		for _, d := range e.Allow {
+			if d.Port != 0 && d.Port != port || strings.HasPrefix(d.Host, "*") != wild {
+				continue
+			}
+			if isIP {
+				if d.containsAddr(addr) || (d.Host == "*" && NonPublic(addr) == "") {
+					return d, nil
+				}
+			} else if d.Host == "*" || d.matchesName(host) {
 				return d, nil
 			}
-		} else if d.Host == "*" || d.matchesName(host) {
-			return d, nil
 		}
 	}
 	r := &Refusal{Host: host, Port: port, Reason: "not allowed", List: "allowlist"}

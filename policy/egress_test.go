@@ -41,6 +41,8 @@ func TestParseHint(t *testing.T) {
 		{"*:443", Dest{Host: "*", Port: 443}, true},
 		{"127.0.0.1:*", Dest{Host: "127.0.0.1"}, true},
 		{"github", Dest{}, false},
+		{"*.", Dest{}, false},
+		{"https://*./", Dest{}, false},
 		{"", Dest{}, false},
 		{"host.example:0", Dest{}, false},
 		{"host.example:70000", Dest{}, false},
@@ -259,6 +261,31 @@ func TestCheckAddr(t *testing.T) {
 			if r := refusal(t, err); r.List != tc.list {
 				t.Errorf("CheckAddr(%s:%d → %s) refused by %s; want %s", tc.host, tc.port, tc.addr, r.List, tc.list)
 			}
+		}
+	}
+}
+
+// TestCheckNamePrefersTheHostItself: with "*" listed before
+// "localhost", localhost is allowed by "localhost", so it reaches
+// loopback; a wildcard alone does not.
+func TestCheckNamePrefersTheHostItself(t *testing.T) {
+	lo := netip.MustParseAddr("127.0.0.1")
+	for _, tc := range []struct {
+		allow []Dest
+		ok    bool
+	}{
+		{[]Dest{{Host: "*"}, {Host: "localhost"}}, true},
+		{[]Dest{{Host: "localhost"}, {Host: "*"}}, true},
+		{[]Dest{{Host: "*"}}, false},
+		{[]Dest{{Host: "*"}, {Host: "localhost", Port: 80}}, false},
+	} {
+		e := &Egress{Allow: tc.allow}
+		by, err := e.CheckName("localhost", 631)
+		if err == nil {
+			err = e.CheckAddr("localhost", 631, lo, by)
+		}
+		if (err == nil) != tc.ok {
+			t.Errorf("allow %v: localhost:631 → 127.0.0.1: %v; want allowed %v", tc.allow, err, tc.ok)
 		}
 	}
 }

@@ -49,11 +49,15 @@
 //     its response carry "Connection: close" (clients open a new
 //     connection for the next request); Upgrade (WebSocket over http://)
 //     is not forwarded, though wss:// through CONNECT works.
-//   - Programs that ignore the proxy variables cannot connect at all: in
-//     the run's network namespace, with Landlock's TCP rules and the
-//     seccomp filter, a direct connect fails with "connection refused"
-//     (ECONNREFUSED) or "network is unreachable" (ENETUNREACH), and a
-//     name lookup fails because there is no resolver to ask.
+//   - Programs that ignore the proxy variables cannot connect at all: the
+//     run's network namespace has only a loopback, so a direct connect to
+//     any outside address fails with "network is unreachable"
+//     (ENETUNREACH), one to a loopback port nothing listens on with
+//     "connection refused" (ECONNREFUSED) or, where Landlock's TCP rules
+//     allow only the proxy's port, "permission denied" (EACCES); a name
+//     lookup of their own fails ("Temporary failure in name resolution"
+//     in Python) since no resolver is reachable. The proxy is not
+//     transparent: a program must use HTTP_PROXY/HTTPS_PROXY/ALL_PROXY.
 //   - No UDP (SOCKS5 UDP ASSOCIATE is refused), so no QUIC or DNS of the
 //     executor's own.
 package egress
