@@ -332,3 +332,70 @@ func TestSOCKS5NoAuthOnly(t *testing.T) {
 		t.Errorf("Refused() = %d; want 1", n)
 	}
 }
+
+// TestRebindingDisguised: loopback and private answers in IPv6 clothing
+// (IPv4-mapped, NAT64, 6to4) are refused without a dial; a name with a
+// private and a public answer is dialed at the public one only.
+func TestRebindingDisguised(t *testing.T) {
+	srv := newServer(t, false)
+	res := dnsServer(t, map[string][]netip.Addr{
+		"mapped.test": {netip.MustParseAddr("::ffff:127.0.0.1")},
+		"nat64.test":  {netip.MustParseAddr("64:ff9b::a00:1")},
+		"6to4.test":   {netip.MustParseAddr("2002:a9fe:a9fe::1")},
+		"mixed.test":  {netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("203.0.113.8")},
+	})
+	p, pa := start(t, policy.Egress{Allow: []policy.Dest{{Host: "*"}}}, Options{Resolver: res})
+	var d dials
+	d.hook(p, srv.Listener.Addr().String())
+	for _, name := range []string{"mapped.test", "nat64.test", "6to4.test"} {
+		status, xerr, body := raw(t, pa, "GET http://"+name+"/ HTTP/1.1\r\nHost: "+name+"\r\n\r\n")
+		if status != 403 || xerr != "blocked-by-address" {
+			t.Errorf("%s: %d %q %q; want 403 blocked-by-address", name, status, xerr, body)
+		}
+	}
+	if got := d.list(); len(got) != 0 {
+		t.Errorf("dialed %v; want nothing", got)
+	}
+	// The same proxy serves a name whose answers include a public one.
+	if status, _, body := raw(t, pa, "GET http://mixed.test/ HTTP/1.1\r\nHost: mixed.test\r\n\r\n"); status != 200 {
+		t.Errorf("mixed.test: %d %q; want 200", status, body)
+	}
+	if got := d.list(); len(got) != 1 || got[0] != "203.0.113.8:80" {
+		t.Errorf("dialed %v; want only 203.0.113.8:80", got)
+	}
+}
+
+func TestSplitAuthority(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		defPort uint16
+		host    string
+		port    uint16
+	}{
+		{"api.github.com:443", 0, "api.github.com", 443},
+		{"API.GitHub.com.:443", 0, "api.github.com", 443},
+		{"127.0.0.1:8080", 0, "127.0.0.1", 8080},
+		{"[::1]:8080", 0, "::1", 8080},
+		{"[::ffff:10.0.0.1]:80", 0, "10.0.0.1", 80},
+		{"example.org", 80, "example.org", 80},
+		{"[2001:db8::1]", 80, "2001:db8::1", 80},
+		{"example.org", 0, "", 0},
+		{"example.org:", 80, "", 0},
+		{"example.org:0", 0, "", 0},
+		{"example.org:65536", 0, "", 0},
+		{"example.org:+443", 0, "", 0},
+		{"a@b.example:443", 0, "", 0},
+		{"b.example:443@a.example", 0, "", 0},
+		{"b.example:443/x", 0, "", 0},
+		{"b example:443", 0, "", 0},
+		{"[fe80::1%25eth0]:80", 0, "", 0},
+		{"::1:443", 0, "", 0},
+		{"[127.0.0.1]:443", 0, "", 0},
+		{"*:443", 0, "", 0},
+	} {
+		host, port, err := splitAuthority(tc.in, tc.defPort)
+		if host != tc.host || port != tc.port || (err == nil) != (tc.host != "") {
+			t.Errorf("splitAuthority(%q, %d) = %q, %d, %v; want %q, %d", tc.in, tc.defPort, host, port, err, tc.host, tc.port)
+		}
+	}
+}

@@ -156,7 +156,8 @@ func readSOCKSRequest(br *bufio.Reader) (cmd byte, host string, port uint16, err
 			return cmd, "", 0, fmt.Errorf("reading the SOCKS5 name: %w", err)
 		}
 		host = string(name)
-		if !validHost(host) {
+		// An IP literal sent as a name is judged as the literal.
+		if a, err := netip.ParseAddr(host); (err != nil || a.Zone() != "") && !validHost(host) {
 			var pb [2]byte
 			io.ReadFull(br, pb[:])
 			return cmd, fmt.Sprintf("%q", host), binary.BigEndian.Uint16(pb[:]), fmt.Errorf("SOCKS5 name %q is not a host name", host)
