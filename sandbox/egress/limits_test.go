@@ -16,7 +16,7 @@ import (
 
 // connect opens a CONNECT tunnel to hp through the proxy and returns it
 // once the proxy answered 200.
-func connect(t *testing.T, proxyAddr, hp string) net.Conn {
+func connect(t testing.TB, proxyAddr, hp string) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", proxyAddr)
 	if err != nil {

@@ -446,13 +446,19 @@ func (c *countConn) Write(b []byte) (int, error) {
 func pipe(client net.Conn, cr io.Reader, up net.Conn) {
 	done := make(chan struct{})
 	go func() {
-		io.Copy(up, cr)
+		copyBuf(up, cr)
 		closeWrite(up)
 		close(done)
 	}()
-	io.Copy(client, up)
+	copyBuf(client, up)
 	closeWrite(client)
 	<-done
+}
+
+// copyBuf copies through a 64 KiB buffer, hiding WriterTo and ReaderFrom:
+// a bufio.Reader's WriteTo would copy 4 KiB at a time.
+func copyBuf(dst io.Writer, src io.Reader) {
+	io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, make([]byte, 64<<10))
 }
 
 func closeWrite(c net.Conn) {
