@@ -158,16 +158,9 @@ func applyNetwork(d *derivation, c capability, hint string) {
 	if d.p.Egress == nil {
 		d.p.Egress = &Egress{}
 	}
-	if hint == "" {
-		return
+	if hint != "" {
+		d.p.Egress.AddHint(c.Name, hint)
 	}
-	dest, ok := ParseHint(hint)
-	if !ok {
-		d.p.Egress.Ignored = append(d.p.Egress.Ignored, hint)
-		return
-	}
-	dest.Why = c.Name + " hint " + hint
-	d.p.Egress.Allow = append(d.p.Egress.Allow, dest)
 }
 
 // finishEgress adds the owner's lists and the default deny list to a

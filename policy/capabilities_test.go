@@ -245,8 +245,8 @@ func TestCapabilityWhen(t *testing.T) {
 		if got := len(p.Grants) == 1 && p.Grants[0].Access == Write; got != c.write {
 			t.Errorf("%v: grants %v, want fs:write in force %v", c.args, p.Grants, c.write)
 		}
-		if p.Network != c.network {
-			t.Errorf("%v: network %v, want %v", c.args, p.Network, c.network)
+		if p.Network || (p.Egress != nil) != c.network {
+			t.Errorf("%v: network %v, egress %v, want the network narrowed: %v", c.args, p.Network, p.Egress, c.network)
 		}
 	}
 	// Without the schema's default, an absent argument matches no value.

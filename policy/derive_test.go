@@ -138,8 +138,8 @@ func TestDeriveFamilyMode(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		if p.Network != c.network {
-			t.Errorf("%s: Network = %v, want %v", c.name, p.Network, c.network)
+		if p.Network || (p.Egress != nil) != c.network {
+			t.Errorf("%s: Network = %v, Egress = %v, want the network narrowed: %v", c.name, p.Network, p.Egress, c.network)
 		}
 		if !c.grant {
 			if len(p.Grants) != 0 {

@@ -109,7 +109,11 @@ func TestSeatbeltGolden(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			p := c.p(t)
 			seen[p.Profile] = true
-			prof, args, err := seatbeltProfile(seatbeltInput{Policy: p, Scratch: sbplScratch})
+			in := seatbeltInput{Policy: p, Scratch: sbplScratch}
+			if egressOf(p) != nil {
+				in.ProxyPort = 49152 // as the system would pick it
+			}
+			prof, args, err := seatbeltProfile(in)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -71,7 +72,17 @@ func deviceHost(e environment, uid int) (policy.Host, error) {
 			}
 		}
 	}
+	allow, err := ownerDests("METNOS_NET_ALLOW", e.cfg.NetAllow)
+	if err != nil {
+		return policy.Host{}, err
+	}
+	deny, err := ownerDests("METNOS_NET_DENY", e.cfg.NetDeny)
+	if err != nil {
+		return policy.Host{}, err
+	}
 	return policy.Host{
+		NetAllow:      allow,
+		NetDeny:       deny,
 		Home:          e.lay.Home,
 		UID:           uid,
 		RuntimeDir:    e.cfg.Paths.XDGRuntimeDir,
@@ -80,6 +91,21 @@ func deviceHost(e environment, uid int) (policy.Host, error) {
 		AgentDataDirs: e.lay.AgentDirs(),
 		ProgramDirs:   programs,
 	}, nil
+}
+
+// ownerDests reads the entries of the owner's network list in the
+// variable name.
+func ownerDests(name string, entries []string) ([]policy.Dest, error) {
+	var out []policy.Dest
+	for _, s := range entries {
+		d, err := policy.ParseOwnerDest(s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		d.Why = "owner " + name
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 // agentConfig is the agent's configuration from e: its layout, the Host

@@ -61,6 +61,7 @@ sandbox refused to run it or it could not be started.
 type execFlags struct {
 	read, write stringList
 	net         bool
+	allowNet    stringList
 	profile     string
 	timeout     durationFlag
 	memory      byteSize
@@ -78,7 +79,8 @@ func runExec(std stdio, args []string) int {
 	var f execFlags
 	fs.Var(&f.read, "read", "grant read access beneath `PATH` (repeatable)")
 	fs.Var(&f.write, "write", "grant write access beneath `PATH` (repeatable)")
-	fs.BoolVar(&f.net, "net", false, "let the command use the network")
+	fs.BoolVar(&f.net, "net", false, "let the command use the whole network")
+	fs.Var(&f.allowNet, "allow-net", "let the command reach `HOST[:PORT],...` only, through a proxy of the agent's (repeatable; *.domain, * for any public host, an address or CIDR)")
 	fs.StringVar(&f.profile, "profile", string(policy.ProfileSupervised), "policy `NAME`: supervised, readonly, full or full-fs-no-net")
 	f.timeout = durationFlag(sandbox.DefaultLimits().Timeout)
 	fs.Var(&f.timeout, "timeout", "kill the command after `DUR` (with a unit: 90s, 5m, 1h)")
@@ -104,6 +106,13 @@ func runExec(std stdio, args []string) int {
 	}
 	if prof == policy.ProfileFullFSNoNet && f.net {
 		return usageError(std.err, "exec", "--net contradicts --profile full-fs-no-net, which cuts the network")
+	}
+	allowNet, err := allowNetDests(f.allowNet)
+	if err != nil {
+		return usageError(std.err, "exec", "%v", err)
+	}
+	if len(allowNet) > 0 && (f.net || prof == policy.ProfileFull || prof == policy.ProfileFullFSNoNet) {
+		return usageError(std.err, "exec", "--allow-net narrows the network to the hosts named; it contradicts --net and the profiles full and full-fs-no-net")
 	}
 	if f.timeout <= 0 {
 		return usageError(std.err, "exec", "--timeout %s: give a positive duration, e.g. 30s", time.Duration(f.timeout))
@@ -236,6 +245,9 @@ func execute(ctx context.Context, std stdio, e environment, f execFlags, argv []
 		}
 		std.out.Write(out.Stdout)
 		std.err.Write(out.Stderr)
+		if n := out.Network; n != nil && n.Refused > 0 {
+			fmt.Fprintf(std.err, "metnos-agent: the network proxy refused %d connection(s), the first to %s: allow it with --allow-net\n", n.Refused, term.Sanitize(n.FirstRefused))
+		}
 	}
 	if truncated {
 		more := byteSize(4 * int64(out.Limits.OutputBytes))
@@ -295,12 +307,39 @@ func truncatedStreams(out sandbox.Output) string {
 // execInput is the policy input of exec's flags on host.
 func execInput(f execFlags, host policy.Host) policy.ProfileInput {
 	return policy.ProfileInput{
-		Profile: policy.Profile(f.profile),
-		Read:    f.read,
-		Write:   f.write,
-		Network: f.net,
-		Host:    host,
+		Profile:  policy.Profile(f.profile),
+		Read:     f.read,
+		Write:    f.write,
+		Network:  f.net,
+		AllowNet: mustAllowNet(f.allowNet),
+		Host:     host,
 	}
+}
+
+// allowNetDests reads --allow-net's entries: each flag may hold several,
+// separated by commas.
+func allowNetDests(flags []string) ([]policy.Dest, error) {
+	var out []policy.Dest
+	for _, f := range flags {
+		for _, s := range strings.Split(f, ",") {
+			if s = strings.TrimSpace(s); s == "" {
+				continue
+			}
+			d, err := policy.ParseOwnerDest(s)
+			if err != nil {
+				return nil, fmt.Errorf("--allow-net: %w", err)
+			}
+			d.Why = "--allow-net " + s
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// mustAllowNet is allowNetDests of flags runExec has already checked.
+func mustAllowNet(flags []string) []policy.Dest {
+	d, _ := allowNetDests(flags)
+	return d
 }
 
 // execResult is what exec --json prints when the command ran: the
