@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -25,7 +26,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,18 +48,21 @@ import (
 // web is an HTTP or HTTPS test server on the host that counts the
 // connections it accepts and answers every request with its own token.
 type web struct {
-	srv   *httptest.Server
-	body  string
-	conns atomic.Int64
-	mu    sync.Mutex
-	marks map[string]chan struct{}
+	srv  *httptest.Server
+	body string
+	mu   sync.Mutex
+	// conns counts the connections accepted since the last hits; seen
+	// holds their client addresses; changed is closed at each one.
+	conns   int64
+	seen    map[string]bool
+	changed chan struct{}
 }
 
 // startWeb starts a web on addr ("" for 127.0.0.1 on a free port); a
 // nil cert with tls uses httptest's own.
 func startWeb(t *testing.T, addr string, useTLS bool, cert *tls.Certificate) *web {
 	t.Helper()
-	w := &web{body: token("METNOS-EGRESS-BODY"), marks: map[string]chan struct{}{}}
+	w := &web{body: token("METNOS-EGRESS-BODY"), seen: map[string]bool{}, changed: make(chan struct{})}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		io.WriteString(rw, w.body)
 	}))
@@ -71,18 +74,18 @@ func startWeb(t *testing.T, addr string, useTLS bool, cert *tls.Certificate) *we
 		srv.Listener.Close()
 		srv.Listener = l
 	}
+	// The mark connections of hits end no TLS handshake.
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
 		if s != http.StateNew {
 			return
 		}
 		w.mu.Lock()
-		mark, ok := w.marks[c.RemoteAddr().String()]
-		w.mu.Unlock()
-		if ok {
-			close(mark)
-			return
-		}
-		w.conns.Add(1)
+		defer w.mu.Unlock()
+		w.conns++
+		w.seen[c.RemoteAddr().String()] = true
+		close(w.changed)
+		w.changed = make(chan struct{})
 	}
 	if useTLS {
 		if cert != nil {
@@ -120,16 +123,25 @@ func (w *web) hits(t *testing.T) int64 {
 		t.Fatalf("the mark connection to %s: %v", w.addr(), err)
 	}
 	defer c.Close()
-	mark := make(chan struct{})
-	w.mu.Lock()
-	w.marks[c.LocalAddr().String()] = mark
-	w.mu.Unlock()
-	select {
-	case <-mark:
-	case <-time.After(10 * time.Second): // a safety net
-		t.Fatalf("the server at %s never accepted the mark connection", w.addr())
+	mark := c.LocalAddr().String()
+	safety := time.After(10 * time.Second)
+	for {
+		w.mu.Lock()
+		if w.seen[mark] {
+			n := w.conns - 1
+			w.conns = 0
+			clear(w.seen)
+			w.mu.Unlock()
+			return n
+		}
+		changed := w.changed
+		w.mu.Unlock()
+		select {
+		case <-changed:
+		case <-safety:
+			t.Fatalf("the server at %s never accepted the mark connection", w.addr())
+		}
 	}
-	return w.conns.Swap(0)
 }
 
 // caFile writes the server's certificate where the sandbox may read it.
@@ -166,6 +178,10 @@ func defaultDeny() []policy.Dest {
 	return d
 }
 
+// lockDir, when set, is the runs' Options.LockDir: in a user namespace
+// that maps this user to root, the default is root's, in /run.
+var lockDir string
+
 // runEgress runs argv in bwrap mode under pol, whose proxy resolves
 // names with res (nil: the system's), and checks that the run had every
 // layer, got to its script and went through a proxy.
@@ -173,6 +189,9 @@ func runEgress(t *testing.T, fx *fixture, pol policy.Policy, argv []string, res 
 	t.Helper()
 	opt := testbin.SandboxOptions()
 	opt.EgressResolver = res
+	if lockDir != "" {
+		opt.LockDir = lockDir
+	}
 	out, err := sandbox.Run(context.Background(), sandbox.Request{
 		Argv:    argv,
 		Env:     fx.env(),
@@ -614,6 +633,7 @@ for name, port in (("BIND3128", 3128), ("BINDOTHER", 0)):
     try:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         s.bind(("127.0.0.1", port))
         s.listen(8)
         print(name, "LISTENING", s.getsockname()[1], flush=True)
@@ -652,7 +672,7 @@ func TestEgressRelay(t *testing.T) {
 	if !strings.Contains(r.stdout, "KILLED ") {
 		t.Fatalf("the script never got to the kill\n%s", r)
 	}
-	t.Logf("kill attempts: %s", lineOf(r.stdout, "KILLED "))
+	t.Logf("kill attempts: %s; %s; %s", lineOf(r.stdout, "KILLED "), lineOf(r.stdout, "BIND3128"), lineOf(r.stdout, "BINDOTHER"))
 	if !strings.Contains(r.stdout, "FETCH2 "+srv.body) {
 		t.Errorf("after the kill and the binds the proxy no longer served the run (%s)\n%s", lineOf(r.stdout, "FETCH2"), r)
 	}
@@ -847,6 +867,9 @@ func TestEgressPythonClients(t *testing.T) {
 // in a network namespace of its own.
 const netnsChild = "METNOS_HOSTILE_EGRESS_NETNS"
 
+// netnsBwrap passes the child the bwrap the parent's probe found.
+const netnsBwrap = "METNOS_HOSTILE_EGRESS_BWRAP"
+
 // TestEgressPublicHost: with Allow "*" (a manifest's https://*), a name
 // that resolves to a public address is reached over HTTPS, while names
 // that resolve to loopback, metadata or private addresses are refused
@@ -865,7 +888,16 @@ func TestEgressPublicHost(t *testing.T) {
 			t.Fatalf("ip addr add %s dev lo: %v %s", a, err, out)
 		}
 	}
-	modeBwrap.use(t)
+	// The bwrap the parent's probe found root-owned: in a user namespace
+	// that maps this user to root, the host's root is unmapped, its files
+	// are owned by the overflow uid, and the probe would refuse every
+	// bwrap on PATH; naming it is what an owner's configuration does.
+	t.Setenv("METNOS_SANDBOX", "")
+	t.Setenv("METNOS_BWRAP", os.Getenv(netnsBwrap))
+	requireSandbox(t, true)
+	lockDir = filepath.Join(t.TempDir(), "locks")
+	mkdir(t, lockDir, 0o700)
+	defer func() { lockDir = "" }()
 	fx := newFixture(t)
 	cert, ca := selfSigned(t, "public.test")
 	pub := startWeb(t, "192.0.2.10:0", true, cert)
@@ -935,7 +967,11 @@ func reexecInNetns(t *testing.T, run string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), netnsChild+"=1")
+	bw := sandbox.Probe(testbin.SandboxOptions()).Bwrap
+	if bw == "" {
+		t.Fatal("the probe found bwrap usable but names none")
+	}
+	cmd.Env = append(os.Environ(), netnsChild+"=1", netnsBwrap+"="+bw)
 	out, err := cmd.CombinedOutput()
 	t.Logf("in a network namespace of its own (%s):\n%s", strings.Join(un, " "), out)
 	if strings.Contains(string(out), "unshare: ") {
