@@ -479,6 +479,12 @@ func TestEgressDenyPort(t *testing.T) {
 		t.Log("not root: no server on port 25 to show the CONNECT reaching it without the deny list")
 		return
 	}
+	l, err := net.Listen("tcp", "127.0.0.1:25")
+	if err != nil {
+		t.Logf("no server on 127.0.0.1:25 to show the CONNECT reaching it without the deny list: %v", err)
+		return
+	}
+	l.Close()
 	smtp := startWeb(t, "127.0.0.1:25", false, nil)
 	noDeny := pol
 	noDeny.Egress = &policy.Egress{Allow: pol.Egress.Allow}
