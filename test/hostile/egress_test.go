@@ -312,6 +312,85 @@ func send(t *testing.T, fx *fixture, pol policy.Policy, res *net.Resolver, reqs 
 	return r
 }
 
+// pySocks makes a SOCKS5 CONNECT (no authentication) to each of
+// {{SOCKS}} (a JSON list of [host, port]; an IPv4 literal goes as one,
+// anything else as a domain name) on its own connection and prints,
+// per request, "SOCKS i" and the reply code as JSON.
+const pySocks = `
+import json, struct
+reqs = json.loads({{SOCKS}})
+for i, (host, port) in enumerate(reqs):
+    out = {"rep": -1}
+    try:
+        s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+        s.sendall(b"\x05\x01\x00")
+        m = s.recv(2)
+        if m == b"\x05\x00":
+            try:
+                req = b"\x05\x01\x00\x01" + socket.inet_aton(host)
+            except OSError:
+                req = b"\x05\x01\x00\x03" + bytes([len(host)]) + host.encode()
+            s.sendall(req + struct.pack(">H", port))
+            r = s.recv(4)
+            if len(r) > 1:
+                out["rep"] = r[1]
+        else:
+            out["error"] = "method reply " + m.hex()
+        s.close()
+    except OSError as e:
+        out["error"] = str(e)
+    print("SOCKS", i, json.dumps(out), flush=True)
+`
+
+// socksReq is one SOCKS5 CONNECT and the reply code it must get.
+type socksReq struct {
+	name string
+	host string
+	port uint16
+	rep  int // 0 succeeded, 2 not allowed by the ruleset
+}
+
+// socks runs pySocks for reqs under pol and checks every reply.
+func socks(t *testing.T, fx *fixture, pol policy.Policy, res *net.Resolver, reqs []socksReq) result {
+	t.Helper()
+	var list [][]any
+	for _, q := range reqs {
+		list = append(list, []any{q.host, q.port})
+	}
+	js, _ := json.Marshal(list)
+	fx.set("SOCKS", strconv.Quote(string(js)))
+	r := runEgress(t, fx, pol, pyArgv(fx.expand(pySocks)), res)
+	got := map[int]struct {
+		Rep   int    `json:"rep"`
+		Error string `json:"error"`
+	}{}
+	for _, line := range strings.Split(r.stdout, "\n") {
+		rest, ok := strings.CutPrefix(line, "SOCKS ")
+		if !ok {
+			continue
+		}
+		n, j, _ := strings.Cut(rest, " ")
+		i, _ := strconv.Atoi(n)
+		v := got[i]
+		if err := json.Unmarshal([]byte(j), &v); err != nil {
+			t.Fatalf("the script printed %q: %v", line, err)
+		}
+		got[i] = v
+	}
+	for i, q := range reqs {
+		v, ok := got[i]
+		switch {
+		case !ok:
+			t.Errorf("SOCKS5 %s: no reply printed\n%s", q.name, r)
+		case v.Rep != q.rep:
+			t.Errorf("SOCKS5 %s: CONNECT %s:%d got reply %d (error %q), want %d", q.name, q.host, q.port, v.Rep, v.Error, q.rep)
+		default:
+			t.Logf("SOCKS5 %s: CONNECT %s:%d -> reply %d", q.name, q.host, q.port, v.Rep)
+		}
+	}
+	return r
+}
+
 func firstLine(s string) string { l, _, _ := strings.Cut(s, "\r\n"); return l }
 
 func contains(ss []string, s string) bool {
@@ -535,6 +614,17 @@ func TestEgressWildcardNonPublic(t *testing.T) {
 		{name: "127.0.0.1 allowed literally, CONNECT", raw: connect("127.0.0.1:" + p), status: 200},
 	})
 	wantHits(t, sink, "Allow 127.0.0.1:"+p, 2)
+
+	// The same by SOCKS5 (ALL_PROXY).
+	socks(t, fx, egressPolicy(dest("*", 0))(t, fx), dns.resolver(), []socksReq{
+		{name: "127.0.0.1 under *", host: "127.0.0.1", port: sink.portNum(), rep: 2},
+		{name: "name -> 127.0.0.1 under *", host: "loop.test", port: sink.portNum(), rep: 2},
+	})
+	wantHits(t, sink, "SOCKS5 under Allow *", 0)
+	socks(t, fx, egressPolicy(dest("127.0.0.1", sink.portNum()))(t, fx), dns.resolver(), []socksReq{
+		{name: "127.0.0.1 allowed literally", host: "127.0.0.1", port: sink.portNum(), rep: 0},
+	})
+	wantHits(t, sink, "SOCKS5 to the literal 127.0.0.1:"+p, 1)
 }
 
 // TestEgressRebinding: an allowed name whose DNS answer is 127.0.0.1 is
@@ -570,6 +660,11 @@ func TestEgressRebinding(t *testing.T) {
 	if !dns.wasAsked("allowed.test") {
 		t.Errorf("the proxy never asked the test's DNS server for allowed.test")
 	}
+	socks(t, fx, pol, dns.resolver(), []socksReq{
+		{name: "allowed.test -> 127.0.0.1", host: "allowed.test", port: sink.portNum(), rep: 2},
+		{name: "127.0.0.1 named literally", host: "127.0.0.1", port: sink.portNum(), rep: 0},
+	})
+	wantHits(t, sink, "SOCKS5 allowed.test rebinding to 127.0.0.1 (and the literal)", 1)
 	for _, rec := range records(r.out, "allowed.test", sink.portNum()) {
 		if rec.Verdict != "refused" || !strings.Contains(rec.Addr, "127.0.0.1") {
 			t.Errorf("the record of allowed.test is %+v, want refused naming the address 127.0.0.1", rec)
