@@ -163,19 +163,9 @@ func dest(host string, port uint16) policy.Dest {
 func egressPolicy(allow ...policy.Dest) policyFunc {
 	return func(t *testing.T, fx *fixture) policy.Policy {
 		p := fx.profile(t, policy.ProfileSupervised, []string{fx.Docs}, []string{fx.Work}, false)
-		p.Egress = &policy.Egress{Allow: allow, Deny: defaultDeny()}
+		p.Egress = &policy.Egress{Allow: allow, Deny: policy.DefaultDeny()}
 		return p
 	}
-}
-
-// defaultDeny is the default deny list's ports (seed 001 §6), until
-// policy.DefaultDeny lands with the proxy.
-func defaultDeny() []policy.Dest {
-	var d []policy.Dest
-	for _, p := range []uint16{25, 465, 587, 6667, 6697} {
-		d = append(d, policy.Dest{Host: "*", Port: p, Why: "default deny"})
-	}
-	return d
 }
 
 // lockDir, when set, is the runs' Options.LockDir: in a user namespace
