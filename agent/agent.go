@@ -687,6 +687,9 @@ func (a *Agent) housekeeping() {
 	a.swept = make(chan struct{})
 	go func() {
 		defer close(a.swept)
+		// An agent killed while bubblewrap set a run up leaves it
+		// waiting forever (sandbox.SweepOrphans).
+		sandbox.SweepOrphans(a.log)
 		a.expireBlobs(a.cfg.HistoryRetention)
 		a.pruneJournal()
 		a.pruneAudit(time.Now())

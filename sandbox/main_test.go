@@ -9,5 +9,6 @@ import (
 
 func TestMain(m *testing.M) {
 	shim.MainIfShim()
+	orphanHelperMain()
 	os.Exit(m.Run())
 }

@@ -593,7 +593,10 @@ func (ln *launch) reapOrphan(childc chan bwrapChild) {
 	case child = <-childc:
 	case <-time.After(time.Second):
 		// bwrap named no child, and something still holds its info pipe.
-		ln.log.Warn("sandbox: bubblewrap did not name its child; it is not reaped")
+		// bwrap was killed while setting the run up: its child, if it
+		// made one, waits for it forever.
+		ln.log.Warn("sandbox: bubblewrap did not name its child; looking for one it left half set up")
+		SweepOrphans(ln.log)
 		return
 	}
 	pid := child.pid

@@ -63,6 +63,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -355,3 +356,8 @@ func finishDrain(h windows.Handle, d *draining) {
 	}
 	windows.CloseHandle(h)
 }
+
+// SweepOrphans kills what half-set-up sandboxes of this user were left
+// behind by an agent that died starting them; there are none here (no
+// bubblewrap).
+func SweepOrphans(*slog.Logger) int { return 0 }

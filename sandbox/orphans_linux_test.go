@@ -1,0 +1,163 @@
+package sandbox
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/metnos/agent/sandbox/shim"
+)
+
+// The helper processes of TestSweepOrphans, run from TestMain:
+//
+//	<test binary> --orphan-sleeper ...          sleeps
+//	<test binary> --orphan-parent exit|stay ARGV0 starts a sleeper in a
+//	    user namespace of its own, named ARGV0 with the shim's argument,
+//	    prints its pid, then exits or stays.
+func orphanHelperMain() {
+	if len(os.Args) < 2 {
+		return
+	}
+	switch os.Args[1] {
+	case "--orphan-sleeper":
+		time.Sleep(time.Hour)
+		os.Exit(0)
+	case "--orphan-parent":
+		cmd := sleeper(os.Args[3], true)
+		if err := cmd.Start(); err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		fmt.Println(cmd.Process.Pid)
+		if os.Args[2] == "stay" {
+			time.Sleep(time.Hour)
+		}
+		os.Exit(0)
+	}
+}
+
+// sleeper is a process that looks like a sandbox's bwrap (argv[0]
+// argv0, the shim's argument among its arguments), in a user namespace
+// of its own when userns is set.
+func sleeper(argv0 string, userns bool) *exec.Cmd {
+	self, _ := os.Executable()
+	cmd := &exec.Cmd{Path: self, Args: []string{argv0, "--orphan-sleeper", shim.Arg}}
+	if userns {
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Cloneflags:                 syscall.CLONE_NEWUSER,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+			GidMappingsEnableSetgroups: false,
+		}
+	}
+	return cmd
+}
+
+// parentOf starts the --orphan-parent helper (named parent0) and
+// returns it and its sleeper's pid.
+func parentOf(t *testing.T, mode, parent0, sleeper0 string) (*exec.Cmd, int) {
+	t.Helper()
+	self, _ := os.Executable()
+	p := &exec.Cmd{Path: self, Args: []string{parent0, "--orphan-parent", mode, sleeper0, shim.Arg}}
+	out, err := p.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		p.Process.Kill()
+		p.Wait()
+		if strings.Contains(line, "operation not permitted") || strings.Contains(line, "invalid argument") {
+			skipOrFail(t, "this machine does not let this user make a user namespace: "+strings.TrimSpace(line))
+		}
+		t.Fatalf("the helper printed %q", line)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(pid, syscall.SIGKILL)
+		p.Process.Kill()
+		p.Wait()
+	})
+	return p, pid
+}
+
+func skipOrFail(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("METNOS_REQUIRE_SANDBOX") == "1" {
+		t.Fatal(why + " (METNOS_REQUIRE_SANDBOX=1 makes this a failure)")
+	}
+	t.Skip(why)
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
+
+// TestSweepOrphans: an inner bwrap whose outer process is gone is
+// killed; a running sandbox's inner process (its parent a bwrap), an
+// outer one (in this user namespace) and a process that merely runs
+// the shim's argument under another name are left alone.
+func TestSweepOrphans(t *testing.T) {
+	if !subreaper() {
+		t.Skip("cannot become a child subreaper")
+	}
+	// The orphan: its launcher exits, and it comes to this process.
+	p, orphan := parentOf(t, "exit", "metnos-agent", "/usr/bin/bwrap")
+	p.Wait()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if ppid, _ := procStat(orphan); ppid == os.Getpid() {
+			break
+		}
+	}
+	if ppid, _ := procStat(orphan); ppid != os.Getpid() {
+		t.Fatalf("the orphan %d was not reparented here (parent %d)", orphan, ppid)
+	}
+	// A running sandbox: the inner process's parent is its bwrap.
+	_, inner := parentOf(t, "stay", "/usr/bin/bwrap", "/usr/bin/bwrap")
+	// An outer bwrap, in this user namespace.
+	outer := sleeper("/usr/bin/bwrap", false)
+	if err := outer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { outer.Process.Kill(); outer.Wait() })
+	// Not a bwrap, orphaned in its own user namespace.
+	q, other := parentOf(t, "exit", "metnos-agent", "/usr/bin/python3")
+	q.Wait()
+
+	for _, pid := range []int{orphan, inner, outer.Process.Pid, other} {
+		if !alive(pid) {
+			t.Fatalf("helper %d is not running before the sweep", pid)
+		}
+	}
+	// Real leftovers of this user may be killed too: at least one.
+	if n := SweepOrphans(nil); n < 1 {
+		t.Errorf("SweepOrphans killed %d processes, want the orphan", n)
+	}
+	for end := time.Now().Add(10 * time.Second); alive(orphan) && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if alive(orphan) {
+		t.Error("the orphaned inner bwrap survives the sweep")
+	}
+	for name, pid := range map[string]int{"a running sandbox's inner bwrap": inner, "an outer bwrap": outer.Process.Pid, "a non-bwrap process": other} {
+		if !alive(pid) {
+			t.Errorf("the sweep killed %s (%d)", name, pid)
+		}
+	}
+}
