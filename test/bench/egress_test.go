@@ -42,7 +42,9 @@ const (
 //     MiB from a test server, directly and through an egress.Proxy
 //     served on a loopback listener (allowing that server's literal
 //     127.0.0.1:PORT), over http:// (forward proxy) and over https://
-//     (CONNECT); 3 rounds, the variants rotating, medians; then
+//     (CONNECT), and over http:// through a bare TCP relay that only
+//     copies bytes (the floor of any proxy on these cores: no goal);
+//     3 rounds, the variants rotating, medians; then
 //     METNOS_BENCH_EGRESS_REQS (default 200) small requests each way,
 //     interleaved, a new connection each as the proxy serves one
 //     request per connection, and the median time to first byte;
@@ -50,7 +52,8 @@ const (
 //     once with Network: true (direct) and once with an Egress allowing
 //     the server's 127.0.0.1:PORT (through the run's proxy, found in
 //     the proxy variables the sandbox sets), reading the body in 1 MiB
-//     pieces and discarding it; Python times the download and each
+//     pieces and discarding it, then half as many small requests as
+//     above, one run each way; Python times the download and each
 //     request itself, so Python's start-up is not counted;
 //   - startup: sandbox.Run of /bin/true with an Egress against the
 //     same without network, METNOS_BENCH_N (default 30) rounds after 3
@@ -64,8 +67,9 @@ const (
 // proxy (its records must show the connection allowed and the bytes),
 // or when a sandboxed run is not a bwrap run. The sandbox parts need
 // bwrap, Landlock and seccomp (skipped without them, failed with
-// METNOS_REQUIRE_SANDBOX=1). About 20 s on 2 cores at 256 MiB once the
-// build is cached.
+// METNOS_REQUIRE_SANDBOX=1) and the shim: $METNOS_E2E_BIN's when set,
+// else one built for the test. About 30 s on 2 cores at 256 MiB once
+// the build is cached.
 //
 //	go test ./test/bench -run EgressSpeed -count=1 -v
 //	METNOS_BENCH_EGRESS_MB=32 go test ./test/bench -run EgressSpeed/proxy -count=1 -v
@@ -85,18 +89,19 @@ func TestEgressSpeed(t *testing.T) {
 
 	t.Run("proxy", func(t *testing.T) { benchProxy(t, o, mb, reqs, &tab) })
 
-	// The sandbox runs need the lean shim: this test binary is not one.
+	// The sandbox runs need the lean shim (this test binary is not one):
+	// $METNOS_E2E_BIN's, or one built for the test.
 	var shimBin string
 	parent := t
 	shim := func(t *testing.T) {
 		t.Helper()
 		requireBwrap(t)
 		if shimBin == "" {
-			dir := parent.TempDir()
-			os.Chmod(dir, 0o755)
-			if err := testbin.Build(dir, "-trimpath", "-ldflags=-s -w"); err != nil {
+			dir, cleanup, err := testbin.Prepare()
+			if err != nil {
 				t.Fatal(err)
 			}
+			parent.Cleanup(cleanup)
 			shimBin = filepath.Join(dir, "metnos-shim")
 		}
 		t.Setenv("METNOS_SHIM", shimBin)
