@@ -106,7 +106,7 @@ func (a *Agent) pruneJournal() {
 func (a *Agent) auditRecord(inv *invocation, r result.Result, body []byte) {
 	rec := audit.Record{Time: time.Now(), InvocationID: inv.ID, TurnID: inv.TurnID, Executor: inv.Executor,
 		ManifestSHA256: inv.ManifestSHA256, Args: inv.Args, Output: body, DurationMS: r.ElapsedMS,
-		OK: r.OK, ErrorClass: r.ErrorClass, Sandbox: r.Sandbox, Policy: r.Policy}
+		OK: r.OK, ErrorClass: r.ErrorClass, Sandbox: r.Sandbox, Policy: r.Policy, Network: auditNetwork(inv.net)}
 	if err := a.audit.Write(rec); err != nil {
 		a.log.Error("could not write the audit record (is the data folder full?); it is retried while the agent runs", "invocation", inv.ID, "err", err)
 		a.redo = append(a.redo, redo{id: inv.ID, what: "audit log", do: func() error { return a.audit.Write(rec) }})
@@ -201,4 +201,17 @@ func (a *Agent) retry() {
 		a.log.Info("written now that there is room", "to", w.what, "invocation", w.id)
 	}
 	a.redo = kept
+}
+
+// auditNetwork is the audit line's account of a run's egress proxy:
+// every connection it allowed or refused, nil for a run without one.
+func auditNetwork(n *sandbox.NetReport) *audit.Network {
+	if n == nil {
+		return nil
+	}
+	an := &audit.Network{Proxy: n.Proxy, Enforced: n.Enforced, Refused: n.Refused}
+	for _, c := range n.Conns {
+		an.Conns = append(an.Conns, audit.Conn{Proto: c.Proto, Host: c.Host, Port: c.Port, Addr: c.Addr, Up: c.Up, Down: c.Down, Verdict: c.Verdict, Reason: c.Reason})
+	}
+	return an
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,6 +42,11 @@ type invocation struct {
 	strs []string
 	// stdin is Args canonicalised: the executor's stdin.
 	stdin []byte
+	// net is what the run's egress proxy saw (nil without one), for
+	// the audit line.
+	net *sandbox.NetReport
+	// egress is the network the run was narrowed to, nil for none.
+	egress *policy.Egress
 }
 
 // readArgs reads the arguments for everything after it: their strings
@@ -302,7 +308,7 @@ func (a *Agent) run(ctx context.Context, inv *invocation, req sandbox.Request, s
 		}
 		out, err := sandbox.Run(ctx, req)
 		if errors.Is(err, sandbox.ErrRefused) {
-			return result.DeviceError(fmt.Errorf("executor %s: minimum sandbox not satisfied: %w", ex.Name, err)), false
+			return result.DeviceError(fmt.Errorf("executor %s: not run on this device: %w", ex.Name, err)), false
 		}
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			// The sandbox killed the run (or did not start it) because
@@ -347,8 +353,49 @@ func (a *Agent) run(ctx context.Context, inv *invocation, req sandbox.Request, s
 		if r.SandboxDowngradeReason == "" && out.Sandbox != a.best {
 			r.SandboxDowngradeReason = fmt.Sprintf("ran under %s, weaker than this machine's %s", out.Sandbox, a.best)
 		}
+		inv.net, inv.egress = out.Network, req.Policy.Egress
+		if out.Network != nil {
+			// What the narrowing did goes where the server shows it: the
+			// reason, and the error of a run that failed with
+			// connections refused (the narrowing may be why).
+			if say := netSummary(req.Policy.Egress, out.Network); say != "" {
+				r.SandboxDowngradeReason = joinReason(r.SandboxDowngradeReason, say)
+			}
+			if !r.OK && out.Network.Refused > 0 {
+				r.Error += fmt.Sprintf(" (the device refused %d of this run's network connections, the first to %s, which the executor's manifest does not name)", out.Network.Refused, out.Network.FirstRefused)
+			}
+		}
 		return r, false
 	}
+}
+
+// netSummary says, for the result's reason, how a run's network was
+// narrowed and what the narrowing refused: only what is worth a look
+// (refusals, hints that name no host, a narrowing the sandbox could
+// not enforce); "" for a run that reached only what it named.
+func netSummary(e *policy.Egress, n *sandbox.NetReport) string {
+	var say []string
+	if !n.Enforced {
+		say = append(say, "the network narrowing to the manifest's hosts is not enforced here: only programs that use the proxy variables go through it")
+	}
+	if n.Refused > 0 {
+		say = append(say, fmt.Sprintf("network narrowed to the manifest's hosts: %d connection(s) refused, the first to %s", n.Refused, n.FirstRefused))
+	}
+	if e != nil && len(e.Ignored) > 0 {
+		q := make([]string, len(e.Ignored))
+		for i, h := range e.Ignored {
+			q[i] = strconv.Quote(h)
+		}
+		say = append(say, "network hints that name no host, ignored (they allow nothing): "+strings.Join(q, ", "))
+	}
+	return strings.Join(say, "; ")
+}
+
+func joinReason(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
 }
 
 // shimHas reports whether the shim in dir has the module named (dotted),

@@ -77,23 +77,58 @@ type Record struct {
 	// ("policy_fingerprint").
 	Sandbox string
 	Policy  string
+	// Network is what the run's egress proxy allowed and refused
+	// ("network"), for a run whose network was narrowed to the hosts
+	// its manifest names; nil for any other.
+	Network *Network
+}
+
+// Network is a run's egress proxy's account, as the audit line holds it.
+type Network struct {
+	// Proxy is where the command found the proxy.
+	Proxy string `json:"proxy"`
+	// Enforced is false where the sandbox could not keep the command
+	// from going around the proxy (Windows).
+	Enforced bool `json:"enforced"`
+	// Refused counts the refused connections.
+	Refused int `json:"refused"`
+	// Conns are the connections, in order: at most [MaxConns], the
+	// rest counted in More.
+	Conns []Conn `json:"conns"`
+	More  int    `json:"more,omitempty"`
+}
+
+// MaxConns is how many connections of one run an audit line lists.
+const MaxConns = 200
+
+// Conn is one connection through a run's egress proxy.
+type Conn struct {
+	Proto   string `json:"proto"`
+	Host    string `json:"host"`
+	Port    uint16 `json:"port"`
+	Addr    string `json:"addr,omitempty"`
+	Up      int64  `json:"up"`
+	Down    int64  `json:"down"`
+	Verdict string `json:"verdict"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // line is a Record as written, in this order, after chainlog's seq and
 // prev.
 type line struct {
-	Time           string `json:"time"`
-	InvocationID   string `json:"invocation_id"`
-	TurnID         string `json:"turn_id,omitempty"`
-	Executor       string `json:"executor"`
-	ManifestSHA256 string `json:"manifest_sha256"`
-	Args           any    `json:"args"`
-	Output         output `json:"output"`
-	DurationMS     int64  `json:"duration_ms"`
-	OK             bool   `json:"ok"`
-	ErrorClass     string `json:"error_class,omitempty"`
-	Sandbox        string `json:"sandbox"`
-	Policy         string `json:"policy_fingerprint,omitempty"`
+	Time           string   `json:"time"`
+	InvocationID   string   `json:"invocation_id"`
+	TurnID         string   `json:"turn_id,omitempty"`
+	Executor       string   `json:"executor"`
+	ManifestSHA256 string   `json:"manifest_sha256"`
+	Args           any      `json:"args"`
+	Output         output   `json:"output"`
+	DurationMS     int64    `json:"duration_ms"`
+	OK             bool     `json:"ok"`
+	ErrorClass     string   `json:"error_class,omitempty"`
+	Sandbox        string   `json:"sandbox"`
+	Policy         string   `json:"policy_fingerprint,omitempty"`
+	Network        *Network `json:"network,omitempty"`
 }
 
 type output struct {
@@ -169,6 +204,7 @@ func (l *Log) Write(r Record) error {
 		ErrorClass:     r.ErrorClass,
 		Sandbox:        r.Sandbox,
 		Policy:         r.Policy,
+		Network:        capConns(r.Network),
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -208,4 +244,15 @@ func Verify(dir string) (chainlog.Report, error) {
 		return rep, fmt.Errorf("verifying the audit log: %w", err)
 	}
 	return rep, nil
+}
+
+// capConns is n with at most MaxConns connections listed.
+func capConns(n *Network) *Network {
+	if n == nil || len(n.Conns) <= MaxConns {
+		return n
+	}
+	c := *n
+	c.More += len(c.Conns) - MaxConns
+	c.Conns = c.Conns[:MaxConns]
+	return &c
 }

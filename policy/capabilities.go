@@ -151,7 +151,31 @@ func applyFS(access Access) func(d *derivation, c capability, hint string) {
 	}
 }
 
-func applyNetwork(d *derivation, _ capability, _ string) { d.p.Network = true }
+// applyNetwork narrows the run's network to what each hint names
+// ([ParseHint]); a hint that names no destination is kept in
+// Egress.Ignored and allows nothing.
+func applyNetwork(d *derivation, c capability, hint string) {
+	if d.p.Egress == nil {
+		d.p.Egress = &Egress{}
+	}
+	if hint == "" {
+		return
+	}
+	dest, ok := ParseHint(hint)
+	if !ok {
+		d.p.Egress.Ignored = append(d.p.Egress.Ignored, hint)
+		return
+	}
+	dest.Why = c.Name + " hint " + hint
+	d.p.Egress.Allow = append(d.p.Egress.Allow, dest)
+}
+
+// finishEgress adds the owner's lists and the default deny list to a
+// narrowed network, e.
+func finishEgress(e *Egress, h Host) {
+	e.Allow = append(e.Allow, h.NetAllow...)
+	e.Deny = append(append(e.Deny, DefaultDeny()...), h.NetDeny...)
+}
 
 // defaultPackageDBs are the package databases system:read
 // installed_software / package_database grants read-only, those that
@@ -279,10 +303,10 @@ var rules = []rule{
 	{CapabilityRule: CapabilityRule{Capability: "fs:write", Forms: `as fs:read`, Meaning: MeaningGrant,
 		Detail: "as fs:read, writable (system paths and shared roots stay read-only)"},
 		accept: fsHint, apply: applyFS(Write)},
-	{CapabilityRule: CapabilityRule{Capability: "network:http", Forms: "hosts and URL globs (the network is all or nothing: the hosts are not enforced)", Meaning: MeaningGrant,
-		Detail: "the host network"}, apply: applyNetwork},
+	{CapabilityRule: CapabilityRule{Capability: "network:http", Forms: `destinations: a host ("api.github.com"), host:port ("127.0.0.1:8080"), "*.domain", "*", "http://*", "https://*", URLs (scheme and path dropped); prose ("Google People API HTTPS") names none and is ignored and noted`, Meaning: MeaningGrant,
+		Detail: "the network through the run's egress proxy only, to the destinations named (and the owner's METNOS_NET_ALLOW): a wildcard reaches public addresses only, a loopback, private, link-local or tailnet address only when a hint names it literally (127.0.0.1, localhost); mail and IRC ports and personal cloud storage are denied whatever is named (and METNOS_NET_DENY)"}, apply: applyNetwork},
 	{CapabilityRule: CapabilityRule{Capability: "network:sites", Forms: "as network:http", Meaning: MeaningGrant,
-		Detail: "the host network"}, apply: applyNetwork},
+		Detail: "as network:http"}, apply: applyNetwork},
 	{CapabilityRule: CapabilityRule{Capability: "code:exec", Forms: `program names ("ps", "dpkg-query"); prose ("WMI/CIM", "subprocess Python google_api.py …") is ignored and noted`, Meaning: MeaningGrant,
 		Detail: "each program found in the system's program folders: its folder on the executor's PATH, readable and runnable in the sandbox; a program this device lacks adds nothing (the executor finds out)"},
 		apply: applyProgram, here: programDirsHere},

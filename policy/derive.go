@@ -58,7 +58,9 @@ type DeriveInput struct {
 //     for fs:write; and every string in Args that is an anchored path
 //     ("/…", "~", "~/…") adds its deepest existing directory, with the
 //     strongest access of the fs capabilities;
-//   - network:http and network:sites open the network;
+//   - network:http and network:sites narrow the network to the
+//     destinations their hints name (Egress), with the owner's allow
+//     list added and the deny lists on top;
 //   - system:read installed_software/package_database grant the package
 //     databases read-only, processes/health set HostPIDs;
 //   - code:exec puts the folders of the programs it names on ExecPath;
@@ -159,7 +161,10 @@ func Derive(in DeriveInput) (Policy, error) {
 			grants[i].Access = Read
 		}
 	case AutonomyFull:
-		p.Network = true
+		p.Network, p.Egress = true, nil
+	}
+	if p.Egress != nil {
+		finishEgress(p.Egress, h)
 	}
 	p.Grants = sortGrants(grants)
 	p.Normalize()
@@ -227,6 +232,10 @@ type ProfileInput struct {
 	Read, Write []string
 	// Network asks for the network (the CLI's --net).
 	Network bool
+	// AllowNet narrows the network to these destinations (the CLI's
+	// --allow-net), with the owner's allow list added and the deny
+	// lists on top; it contradicts Network and the full profiles.
+	AllowNet []Dest
 	// Host is the device the policy is for.
 	Host Host
 }
@@ -277,6 +286,17 @@ func ForProfile(in ProfileInput) (Policy, error) {
 		return Policy{}, errors.New("sandbox: profile manifest is built from an executor manifest by Derive (want readonly, supervised, full or full-fs-no-net)")
 	default:
 		return Policy{}, fmt.Errorf("sandbox: unknown profile %q (want readonly, supervised, full or full-fs-no-net)", in.Profile)
+	}
+
+	if len(in.AllowNet) > 0 {
+		switch {
+		case p.Network:
+			return Policy{}, fmt.Errorf("sandbox: profile %s with --net opens the whole network; --allow-net narrows it, and contradicts that", in.Profile)
+		case in.Profile == ProfileFullFSNoNet:
+			return Policy{}, errors.New("sandbox: profile full-fs-no-net cuts the network; --allow-net contradicts it")
+		}
+		p.Egress = &Egress{Allow: append([]Dest(nil), in.AllowNet...)}
+		finishEgress(p.Egress, h)
 	}
 
 	var grants []Grant

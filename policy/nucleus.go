@@ -43,6 +43,11 @@ type Host struct {
 	// grants read-only, those that exist. Empty means dpkg's, apt's,
 	// rpm's and pacman's usual places.
 	PackageDBs []string
+	// NetAllow and NetDeny are the device owner's network lists
+	// (METNOS_NET_ALLOW, METNOS_NET_DENY, read with [ParseOwnerDest]):
+	// NetAllow is added to the destinations of every run whose network
+	// is narrowed, NetDeny to the default deny list, which wins.
+	NetAllow, NetDeny []Dest
 }
 
 // defaultSystemPaths are the system paths every run may read (never

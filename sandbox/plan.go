@@ -25,6 +25,10 @@ type Plan struct {
 	Reason string `json:"reason,omitempty"`
 	// Refused is set when Run would refuse this Policy here.
 	Refused string `json:"refused,omitempty"`
+	// Network says how the run's network would be held to the Policy:
+	// open, cut (by what), or narrowed to named hosts through the
+	// run's egress proxy (by what); "" when refused.
+	Network string `json:"network,omitempty"`
 	// lay is the Linux layers Run would apply (zero elsewhere).
 	lay layers
 }
@@ -32,7 +36,12 @@ type Plan struct {
 // PlanFor returns how Run would sandbox p (with the agent-wide minimum
 // min) on this machine with o, without running anything.
 func PlanFor(o Options, p policy.Policy, min policy.Level) Plan {
-	return planFor(Probe(o), p, min)
+	c := Probe(o)
+	pl := planFor(c, p, min)
+	if pl.Refused == "" {
+		pl.Network = networkNote(c, p, pl)
+	}
+	return pl
 }
 
 // layers is one choice of the Linux backend's isolation layers.

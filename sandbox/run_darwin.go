@@ -277,3 +277,14 @@ func darwinLookPath(name string, env []string) (string, error) {
 	}
 	return "", fmt.Errorf("sandbox: %s: %w", name, exec.ErrNotFound)
 }
+
+// networkNote says how a run of p planned as pl holds its network.
+func networkNote(_ Caps, p policy.Policy, pl Plan) string {
+	switch {
+	case p.Network:
+		return "open: the host's network"
+	case egressOf(p) != nil:
+		return "narrowed to the hosts the manifest names, through the run's egress proxy: the seatbelt profile allows the proxy's loopback port alone"
+	}
+	return "cut: the seatbelt profile denies every IP socket"
+}

@@ -1056,3 +1056,34 @@ func envMemfd(env []string) (*os.File, error) {
 	}
 	return f, nil
 }
+
+// networkNote says how a run of p planned as pl holds its network.
+func networkNote(c Caps, p policy.Policy, pl Plan) string {
+	use := pl.lay
+	var by []string
+	tcp := use.landlock && c.LandlockABI >= 4
+	switch {
+	case p.Network:
+		return "open: the host's network"
+	case egressOf(p) != nil:
+		by = append(by, "its own empty network namespace, where the agent's proxy listens on "+hostPort("127.0.0.1", ProxyPort))
+		if tcp {
+			by = append(by, "Landlock lets it connect to that port alone and bind none")
+		}
+		if use.seccomp {
+			by = append(by, "seccomp allows TCP sockets only")
+		}
+		return "narrowed to the hosts the manifest names, through the run's egress proxy: " + strings.Join(by, "; ")
+	case p.HostNetView:
+		by = append(by, "the host's network namespace, read-only")
+	case use.bwrap:
+		by = append(by, "an empty network namespace")
+	}
+	if tcp {
+		by = append(by, "Landlock TCP rules (no connect, no bind)")
+	}
+	if use.seccomp {
+		by = append(by, "seccomp (no internet or packet socket)")
+	}
+	return "cut: " + strings.Join(by, "; ")
+}

@@ -23,3 +23,11 @@ func planFor(c Caps, p policy.Policy, min policy.Level) Plan {
 	why := fmt.Sprintf("no sandbox backend for %s yet", runtime.GOOS)
 	return Plan{Sandbox: "none", Best: "none", Reason: why, Refused: why}
 }
+
+// networkNote says how a run of p planned as pl holds its network.
+func networkNote(_ Caps, p policy.Policy, _ Plan) string {
+	if p.Network {
+		return "open: the host's network"
+	}
+	return "not cut: no sandbox on this system"
+}

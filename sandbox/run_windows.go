@@ -376,3 +376,14 @@ func finishDrain(h windows.Handle, d *draining) {
 	}
 	windows.CloseHandle(h)
 }
+
+// networkNote says how a run of p planned as pl holds its network.
+func networkNote(_ Caps, p policy.Policy, pl Plan) string {
+	switch {
+	case p.Network:
+		return "open: the host's network"
+	case egressOf(p) != nil:
+		return "narrowed only for programs that use the proxy variables: a job object cannot keep any other from the network (METNOS_NET_STRICT=1 refuses such runs)"
+	}
+	return "not cut: a job object cannot cut the network"
+}

@@ -97,6 +97,7 @@ type profileReport struct {
 	Best    string `json:"best"`
 	Reason  string `json:"reason"`
 	Refused string `json:"refused"`
+	Network string `json:"network,omitempty"`
 	Policy  string `json:"policy"`
 	Error   string `json:"error,omitempty"`
 }
@@ -226,6 +227,7 @@ func doctor(e environment) doctorReport {
 			Best:    pl.Best,
 			Reason:  pl.Reason,
 			Refused: pl.Refused,
+			Network: pl.Network,
 			Policy:  pol.Fingerprint(),
 		}
 		r.Profiles[string(prof)] = pr
@@ -342,6 +344,16 @@ func printDoctor(w io.Writer, r doctorReport, lay layout.Layout) {
 				note = "-"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", prof, pr.Sandbox, pr.Policy, note)
+		}
+	}
+	tw.Flush()
+
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintf(tw, "PROFILE\tNETWORK\n")
+	for _, prof := range doctorProfiles {
+		if pr := r.Profiles[string(prof)]; pr.Network != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", prof, pr.Network)
 		}
 	}
 	tw.Flush()

@@ -12,6 +12,7 @@ import (
 	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
+	"github.com/metnos/agent/sandbox/egress"
 )
 
 // environment is what every command runs with: the configuration, read
@@ -111,11 +112,13 @@ func agentConfig(e environment) (agent.Config, error) {
 // placeholder locks.
 func sandboxOptions(e environment) sandbox.Options {
 	return sandbox.Options{
-		Disabled:   e.cfg.SandboxDisabled,
-		Bwrap:      e.cfg.Bwrap,
-		SearchPath: e.cfg.Path,
-		Shim:       shimPath(e.cfg.Shim),
-		LockDir:    e.lay.PlaceholderLocks(os.Getuid(), os.TempDir()),
+		Disabled:       e.cfg.SandboxDisabled,
+		Bwrap:          e.cfg.Bwrap,
+		SearchPath:     e.cfg.Path,
+		Shim:           shimPath(e.cfg.Shim),
+		LockDir:        e.lay.PlaceholderLocks(os.Getuid(), os.TempDir()),
+		EgressResolver: egress.ResolverAt(e.cfg.EgressDNS),
+		StrictEgress:   e.cfg.NetStrict,
 	}
 }
 

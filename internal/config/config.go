@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -105,6 +106,25 @@ type Config struct {
 	// embedded tailnet node's first login, when no flag gives one. ""
 	// unset.
 	TailnetAuthKey Secret
+
+	// NetAllow is METNOS_NET_ALLOW, split at commas, spaces trimmed:
+	// the device owner's destinations every run with a network
+	// capability may reach besides its manifest's (a host, host:port,
+	// *.domain, an address or a CIDR prefix such as 192.168.1.0/24).
+	// NetDeny is METNOS_NET_DENY, the same forms (and *:PORT): refused
+	// whatever a manifest or NetAllow says, on top of the default deny
+	// list. Package policy checks the entries (ParseOwnerDest).
+	NetAllow, NetDeny []string
+	// NetStrict is METNOS_NET_STRICT (1, on, yes, true): refuse a run
+	// whose network is narrowed to named hosts where the sandbox cannot
+	// keep the command from going around the proxy (Windows), instead
+	// of running it with the narrowing binding only the programs that
+	// use the proxy variables. Default false.
+	NetStrict bool
+	// EgressDNS is METNOS_EGRESS_DNS, a host:port: the DNS server the
+	// egress proxy resolves names with instead of the system's. ""
+	// unset.
+	EgressDNS string
 
 	// DBusSessionBus is DBUS_SESSION_BUS_ADDRESS, whose sockets the
 	// sandbox hides. "" unset.
@@ -260,6 +280,16 @@ func FromEnv(goos string, getenv func(string) string) (Config, error) {
 		}
 	}
 	c.SandboxDisabled = r.sandbox("METNOS_SANDBOX")
+	c.NetAllow = list(getenv("METNOS_NET_ALLOW"))
+	c.NetDeny = list(getenv("METNOS_NET_DENY"))
+	c.NetStrict = r.flag("METNOS_NET_STRICT")
+	if v := strings.TrimSpace(getenv("METNOS_EGRESS_DNS")); v != "" {
+		if h, p, err := net.SplitHostPort(v); err != nil || h == "" || p == "" {
+			r.fail("METNOS_EGRESS_DNS", v, "a DNS server as host:port, such as 127.0.0.1:53")
+		} else {
+			c.EgressDNS = v
+		}
+	}
 	c.ExecMemoryBytes = r.mib("METNOS_EXEC_MEM_MB", false)
 	c.HistoryQuotaBytes = r.mib("METNOS_HISTORY_QUOTA_MB", true)
 	c.HistoryRetention = r.days("METNOS_HISTORY_RETENTION_DAYS", DefaultHistoryRetention)
@@ -352,6 +382,30 @@ func (r *reader) sandbox(name string) string {
 	}
 	r.warn("%s=%q is not 0, off, no, false (sandbox off) or 1, on, yes, true: the sandbox stays on", name, v)
 	return ""
+}
+
+// list splits a comma-separated list, dropping empty entries.
+func list(v string) []string {
+	var out []string
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// flag reads a yes/no switch whose default is no.
+func (r *reader) flag(name string) bool {
+	v := r.getenv(name)
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "1", "on", "yes", "true":
+		return true
+	case "", "0", "off", "no", "false":
+		return false
+	}
+	r.fail(name, v, "1, on, yes, true or 0, off, no, false")
+	return false
 }
 
 // Secret is a value that must not be written anywhere: fmt, encoding/json

@@ -9,6 +9,7 @@ import (
 	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
+	"github.com/metnos/agent/sandbox/egress"
 )
 
 // SandboxOptions are the sandbox.Options the agent's command line would
@@ -20,11 +21,13 @@ import (
 func SandboxOptions() sandbox.Options {
 	cfg, lay := current()
 	return sandbox.Options{
-		Disabled:   cfg.SandboxDisabled,
-		Bwrap:      cfg.Bwrap,
-		SearchPath: cfg.Path,
-		Shim:       cfg.Shim,
-		LockDir:    lay.PlaceholderLocks(os.Getuid(), os.TempDir()),
+		Disabled:       cfg.SandboxDisabled,
+		Bwrap:          cfg.Bwrap,
+		SearchPath:     cfg.Path,
+		Shim:           cfg.Shim,
+		LockDir:        lay.PlaceholderLocks(os.Getuid(), os.TempDir()),
+		EgressResolver: egress.ResolverAt(cfg.EgressDNS),
+		StrictEgress:   cfg.NetStrict,
 	}
 }
 

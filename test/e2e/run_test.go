@@ -268,7 +268,7 @@ func TestWeakerSandbox(t *testing.T) {
 	}
 	info := w.wait(w.enqueue("needs_full", map[string]any{}, short))
 	r = result(t, info)
-	if info.State != "failed" || r["error_class"] != "device_error" || !strings.Contains(r["error"].(string), "minimum sandbox not satisfied") {
+	if info.State != "failed" || r["error_class"] != "device_error" || !strings.Contains(r["error"].(string), "minimum sandbox \"") {
 		t.Fatalf("min_sandbox full without bwrap: %s", info.ResultBody)
 	}
 }
