@@ -669,7 +669,7 @@ func added(d time.Duration) string {
 
 func (tb *table) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-46s %-50s %-40s %-17s %-10s %s\n", "measure", "baseline", "through the proxy", "result", "goal", "")
+	fmt.Fprintf(&b, "%-52s %-50s %-40s %-17s %-10s %s\n", "measure", "baseline", "through the proxy", "result", "goal", "")
 	for _, r := range tb.rows {
 		met := "met"
 		switch {
@@ -682,7 +682,7 @@ func (tb *table) String() string {
 		if r.extra != "" {
 			got += " (" + r.extra + ")"
 		}
-		fmt.Fprintf(&b, "%-46s %-50s %-40s %-17s %-10s %s\n", r.what, r.base, r.with, got, r.goal, met)
+		fmt.Fprintf(&b, "%-52s %-50s %-40s %-17s %-10s %s\n", r.what, r.base, r.with, got, r.goal, met)
 	}
 	if len(tb.rows) == 0 {
 		b.WriteString("(nothing measured)\n")
