@@ -140,15 +140,43 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, hostHeaders []string, r *
 		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
 			continue // 1xx: the 100 Continue is ours; the rest informational
 		}
+		// The head is written again without its hop-by-hop fields; the
+		// body goes as the server framed it, the bytes read ahead
+		// first, then socket to socket (splice on Linux) until the
+		// server closes, as it does after one response (Connection:
+		// close).
 		removeHopByHop(resp.Header)
-		resp.Close = true
-		err = resp.Write(c)
-		resp.Body.Close()
-		if err != nil {
-			r.Reason = "client gone: " + err.Error()
+		head := &bytes.Buffer{}
+		fmt.Fprintf(head, "HTTP/%d.%d %s\r\n", resp.ProtoMajor, resp.ProtoMinor, resp.Status)
+		resp.Header.Write(head)
+		if len(resp.TransferEncoding) > 0 {
+			fmt.Fprintf(head, "Transfer-Encoding: %s\r\n", strings.Join(resp.TransferEncoding, ", "))
+		} else if resp.ContentLength >= 0 && resp.Header.Get("Content-Length") == "" && bodyAllowed(req.Method, resp.StatusCode) {
+			fmt.Fprintf(head, "Content-Length: %d\r\n", resp.ContentLength)
 		}
+		head.WriteString("Connection: close\r\n\r\n")
+		if _, err := c.Write(head.Bytes()); err != nil {
+			r.Reason = "client gone: " + err.Error()
+			return
+		}
+		if n := upr.Buffered(); n > 0 {
+			b, _ := upr.Peek(n)
+			_, err := c.Write(b) // read through up: counted already
+			if err != nil {
+				r.Reason = "client gone: " + err.Error()
+				return
+			}
+		}
+		n, _ := io.Copy(c, up.Conn)
+		up.down.Add(n)
 		return
 	}
+}
+
+// bodyAllowed reports whether a response to method with status code
+// may carry a body (RFC 9110 §6.4.1).
+func bodyAllowed(method string, code int) bool {
+	return method != http.MethodHead && code != http.StatusNoContent && code != http.StatusNotModified && (code < 100 || code >= 200)
 }
 
 // dialFor connects to r's destination, answering the client a 403 (with

@@ -443,14 +443,17 @@ func (c *countConn) Write(b []byte) (int, error) {
 // pipe copies client (read through cr, which may hold bytes already
 // buffered) to up and up to client, half-closing each side when its
 // source ends, until both directions are done.
-func pipe(client net.Conn, cr io.Reader, up net.Conn) {
+func pipe(client net.Conn, cr io.Reader, up *countConn) {
 	done := make(chan struct{})
 	go func() {
 		copyBuf(up, cr)
 		closeWrite(up)
 		close(done)
 	}()
-	copyBuf(client, up)
+	// The download side goes socket to socket (splice on Linux), its
+	// bytes counted from the copy.
+	n, _ := io.Copy(client, up.Conn)
+	up.down.Add(n)
 	closeWrite(client)
 	<-done
 }
