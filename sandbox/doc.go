@@ -48,6 +48,18 @@
 //     RLIMIT_AS per process). File size and core dumps always use
 //     rlimits. Output.LimitsBy says which.
 //
+// A Policy with Egress (the network narrowed to the hosts a manifest
+// names) keeps the empty network namespace: the shim listens on
+// 127.0.0.1:[ProxyPort] in it and hands the listener to the agent before
+// it restricts itself, and the agent's proxy (package sandbox/egress)
+// serves it, so nothing of the proxy runs inside. Landlock lets the
+// command connect to that port alone and bind nothing; seccomp lets it
+// open TCP sockets only. The command gets the usual proxy variables. A
+// command that ignores them connects nowhere. Without bwrap such a run
+// is refused: in the host's network namespace Landlock's port rule would
+// reach any address on the proxy's port. Output.Network lists what the
+// proxy allowed and refused.
+//
 // Two kinds of grant bend that picture, both for the agent's own needs:
 //
 //   - A grant marked Own (set only by the agent, for the executor's code,
