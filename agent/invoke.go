@@ -362,7 +362,7 @@ func (a *Agent) run(ctx context.Context, inv *invocation, req sandbox.Request, s
 				r.SandboxDowngradeReason = joinReason(r.SandboxDowngradeReason, say)
 			}
 			if !r.OK && out.Network.Refused > 0 {
-				r.Error += fmt.Sprintf(" (the device refused %d of this run's network connections, the first to %s, which the executor's manifest does not name)", out.Network.Refused, out.Network.FirstRefused)
+				r.Error += fmt.Sprintf(" (the device refused %d of this run's network connections, the first to %s: %s)", out.Network.Refused, out.Network.FirstRefused, out.Network.FirstReason)
 			}
 		}
 		return r, false
@@ -379,7 +379,7 @@ func netSummary(e *policy.Egress, n *sandbox.NetReport) string {
 		say = append(say, "the network narrowing to the manifest's hosts is not enforced here: only programs that use the proxy variables go through it")
 	}
 	if n.Refused > 0 {
-		say = append(say, fmt.Sprintf("network narrowed to the manifest's hosts: %d connection(s) refused, the first to %s", n.Refused, n.FirstRefused))
+		say = append(say, fmt.Sprintf("network narrowed to the manifest's hosts: %d connection(s) refused, the first to %s: %s", n.Refused, n.FirstRefused, n.FirstReason))
 	}
 	if e != nil && len(e.Ignored) > 0 {
 		q := make([]string, len(e.Ignored))

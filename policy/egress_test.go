@@ -293,8 +293,11 @@ func TestCheckNamePrefersTheHostItself(t *testing.T) {
 func TestRefusalSaysWhatToDo(t *testing.T) {
 	e := upstream()
 	_, err := e.CheckName("api.github.com", 443)
-	if want := "api.github.com:443 is not in the executor's manifest network:http hints; the device owner can allow it in the configuration's [network] allow list"; !strings.Contains(err.Error(), want) {
+	if want := "api.github.com:443 is not named by the executor's manifest network hints; the device owner can allow it with METNOS_NET_ALLOW"; !strings.Contains(err.Error(), want) {
 		t.Errorf("got %q; want it to contain %q", err, want)
+	}
+	if _, err := e.CheckName("10.0.0.1", 8080); err == nil || !strings.Contains(err.Error(), "10.0.0.1:8080 is not named by the executor's manifest network hints: it is a private address, which a wildcard hint never reaches") {
+		t.Errorf("a loopback literal under a wildcard: %v", err)
 	}
 	_, err = e.CheckName("ipapi.co", 25)
 	if want := "ipapi.co:25 is on the deny list (default deny: mail port)"; err == nil || !strings.Contains(err.Error(), want) {
@@ -302,7 +305,7 @@ func TestRefusalSaysWhatToDo(t *testing.T) {
 	}
 	by, _ := e.CheckName("ipapi.co", 443)
 	err = e.CheckAddr("ipapi.co", 443, netip.MustParseAddr("127.0.0.1"), by)
-	if want := "ipapi.co:443 resolves to 127.0.0.1 (loopback): a name reaches local addresses only when the hint names the address literally"; err == nil || !strings.Contains(err.Error(), want) {
+	if want := "ipapi.co:443 resolves to 127.0.0.1 (loopback): a name reaches local addresses only when a hint names the address literally"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("got %v; want it to contain %q", err, want)
 	}
 }

@@ -31,6 +31,10 @@ type NetReport struct {
 	// one's "host:port".
 	Refused      int    `json:"refused,omitempty"`
 	FirstRefused string `json:"first_refused,omitempty"`
+	// FirstReason is why the first refused connection was refused, in
+	// words ("is not named by the executor's manifest network hints...",
+	// "resolves to 127.0.0.1 (loopback)...").
+	FirstReason string `json:"first_reason,omitempty"`
 }
 
 // egressOf is the Egress a run of p goes through, nil when it has the
@@ -116,7 +120,18 @@ func (rp *runProxy) stop(served bool) *NetReport {
 		}
 	}
 	n, firstRefused := rp.p.Refused()
-	return &NetReport{Proxy: rp.addr, Enforced: rp.enforced, Conns: rp.p.Records(), Refused: n, FirstRefused: firstRefused}
+	rep := &NetReport{Proxy: rp.addr, Enforced: rp.enforced, Conns: rp.p.Records(), Refused: n, FirstRefused: firstRefused}
+	for _, c := range rep.Conns {
+		if c.Verdict == "refused" {
+			r := strings.TrimPrefix(c.Reason, "egress: ")
+			if rest, ok := strings.CutPrefix(r, firstRefused+" "); ok && firstRefused != "" {
+				r = rest
+			}
+			rep.FirstReason = r
+			break
+		}
+	}
+	return rep
 }
 
 // hostPort joins host and port.

@@ -208,17 +208,17 @@ func doctor(e environment) doctorReport {
 	}
 
 	host, herr := deviceHost(e, r.UID)
-	for _, prof := range doctorProfiles {
+	for _, prof := range doctorRows() {
 		var pr profileReport
 		if herr != nil {
 			pr.Error = herr.Error()
-			r.Profiles[string(prof)] = pr
+			r.Profiles[prof] = pr
 			continue
 		}
 		pol, err := policy.ForProfile(doctorInput(prof, host))
 		if err != nil {
 			pr.Error = err.Error()
-			r.Profiles[string(prof)] = pr
+			r.Profiles[prof] = pr
 			continue
 		}
 		pl := sandbox.PlanFor(opts, pol, policy.LevelNone)
@@ -230,14 +230,33 @@ func doctor(e environment) doctorReport {
 			Network: pl.Network,
 			Policy:  pol.Fingerprint(),
 		}
-		r.Profiles[string(prof)] = pr
+		r.Profiles[prof] = pr
 	}
 	return r
 }
 
-// doctorInput is the policy input of a profile doctor reports: as exec
-// builds it with no --read or --write; only full has the network.
-func doctorInput(prof policy.Profile, host policy.Host) policy.ProfileInput {
+// allowNetRow is the row doctor reports for a run whose network is
+// narrowed to named hosts: exec's supervised profile with --allow-net,
+// as an executor with a network capability runs.
+const allowNetRow = "supervised --allow-net"
+
+// doctorRows are the rows of doctor's profile tables, in order.
+func doctorRows() []string {
+	var rows []string
+	for _, p := range doctorProfiles {
+		rows = append(rows, string(p))
+	}
+	return append(rows, allowNetRow)
+}
+
+// doctorInput is the policy input of a row doctor reports: as exec
+// builds it with no --read or --write; only full has the network, and
+// allowNetRow the network narrowed to a host.
+func doctorInput(row string, host policy.Host) policy.ProfileInput {
+	if row == allowNetRow {
+		return policy.ProfileInput{Profile: policy.ProfileSupervised, AllowNet: []policy.Dest{{Host: "example.org", Why: "doctor"}}, Host: host}
+	}
+	prof := policy.Profile(row)
 	return policy.ProfileInput{Profile: prof, Network: prof == policy.ProfileFull, Host: host}
 }
 
@@ -331,8 +350,8 @@ func printDoctor(w io.Writer, r doctorReport, lay layout.Layout) {
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintf(tw, "PROFILE\tSANDBOX\tPOLICY\tNOTE\n")
-	for _, prof := range doctorProfiles {
-		pr := r.Profiles[string(prof)]
+	for _, prof := range doctorRows() {
+		pr := r.Profiles[prof]
 		switch {
 		case pr.Error != "":
 			fmt.Fprintf(tw, "%s\t-\t-\terror: %s\n", prof, pr.Error)
@@ -351,8 +370,8 @@ func printDoctor(w io.Writer, r doctorReport, lay layout.Layout) {
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintf(tw, "PROFILE\tNETWORK\n")
-	for _, prof := range doctorProfiles {
-		if pr := r.Profiles[string(prof)]; pr.Network != "" {
+	for _, prof := range doctorRows() {
+		if pr := r.Profiles[prof]; pr.Network != "" {
 			fmt.Fprintf(tw, "%s\t%s\n", prof, pr.Network)
 		}
 	}

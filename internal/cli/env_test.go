@@ -68,7 +68,7 @@ func TestSamePolicyEverywhere(t *testing.T) {
 					// be derived from are equal.
 					continue
 				}
-				dp, err := policy.ForProfile(doctorInput(prof, dh))
+				dp, err := policy.ForProfile(doctorInput(string(prof), dh))
 				if err != nil {
 					t.Fatalf("doctor %s: %v", prof, err)
 				}

@@ -246,7 +246,7 @@ func execute(ctx context.Context, std stdio, e environment, f execFlags, argv []
 		std.out.Write(out.Stdout)
 		std.err.Write(out.Stderr)
 		if n := out.Network; n != nil && n.Refused > 0 {
-			fmt.Fprintf(std.err, "metnos-agent: the network proxy refused %d connection(s), the first to %s: allow it with --allow-net\n", n.Refused, term.Sanitize(n.FirstRefused))
+			fmt.Fprintf(std.err, "metnos-agent: the network proxy refused %d connection(s), the first to %s (%s): allow it with --allow-net\n", n.Refused, term.Sanitize(n.FirstRefused), term.Sanitize(n.FirstReason))
 		}
 	}
 	if truncated {

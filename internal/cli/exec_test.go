@@ -388,6 +388,9 @@ func TestExecUsageErrors(t *testing.T) {
 		{[]string{"--timeout", "5"}, `metnos-agent: invalid value "5" for flag --timeout: a duration needs a unit: give e.g. 5s`},
 		{[]string{"--max-procs", "0"}, "metnos-agent: --max-procs 0: give a positive number of processes"},
 		{[]string{"--max-output", "0"}, `metnos-agent: invalid value "0" for flag --max-output: "0" is not a size`},
+		{[]string{"--allow-net", "example.org", "--net"}, "metnos-agent: --allow-net narrows the network to the hosts named; it contradicts --net"},
+		{[]string{"--allow-net", "example.org", "--profile", "full"}, "metnos-agent: --allow-net narrows the network to the hosts named; it contradicts --net and the profiles full"},
+		{[]string{"--allow-net", "not a host"}, `metnos-agent: --allow-net: `},
 	} {
 		code, stdout, stderr := runAgent(t, agent, append(append([]string{"exec"}, tc.args...), "--", "true")...)
 		if code != exitUsage || stdout != "" || !strings.HasPrefix(stderr, tc.want) || strings.Count(stderr, "\n") != 1 {

@@ -94,7 +94,7 @@ func TestPortNotAllowed(t *testing.T) {
 	a, b := newServer(t, false), newServer(t, false)
 	_, pa := start(t, policy.Egress{Allow: []policy.Dest{lit(a)}}, Options{})
 	status, xerr, body := raw(t, pa, "GET "+b.URL+"/ HTTP/1.1\r\nHost: "+b.Listener.Addr().String()+"\r\n\r\n")
-	if status != 403 || xerr != "blocked-by-allowlist" || !strings.Contains(body, b.Listener.Addr().String()+" is not in the executor's manifest") {
+	if status != 403 || xerr != "blocked-by-allowlist" || !strings.Contains(body, b.Listener.Addr().String()+" is not named by the executor's manifest") {
 		t.Errorf("got %d %q %q; want 403 blocked-by-allowlist naming the host", status, xerr, body)
 	}
 	if b.conns.Load() != 0 {

@@ -71,7 +71,7 @@ func TestEgressRun(t *testing.T) {
 		t.Errorf("the test server saw %d requests from the run, want 1 (and %d from outside, want 2)", n, outside)
 	}
 	reason, _ := r["sandbox_downgrade_reason"].(string)
-	for _, want := range []string{"1 connection(s) refused, the first to localhost:" + port, `"Some Web API over HTTPS"`} {
+	for _, want := range []string{"1 connection(s) refused, the first to localhost:" + port + ": is not named by the executor's manifest network hints", `"Some Web API over HTTPS"`} {
 		if !strings.Contains(reason, want) {
 			t.Errorf("sandbox_downgrade_reason %q lacks %q", reason, want)
 		}
