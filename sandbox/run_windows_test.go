@@ -6,12 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -108,6 +112,23 @@ func helperMain(mode string, args []string) int {
 		c.Stdout = os.Stdout
 		if err := c.Start(); err != nil {
 			return 4
+		}
+		return 0
+	case "proxyget": // GET each URL in args through $HTTP_PROXY, print the statuses
+		proxy, err := url.Parse(os.Getenv("HTTP_PROXY"))
+		if err != nil || proxy.Host == "" {
+			fmt.Fprintf(os.Stderr, "no HTTP_PROXY: %q", os.Getenv("HTTP_PROXY"))
+			return 6
+		}
+		c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy)}, Timeout: 10 * time.Second}
+		for _, u := range args {
+			resp, err := c.Get(u)
+			if err != nil {
+				fmt.Print("error ")
+				continue
+			}
+			resp.Body.Close()
+			fmt.Print(resp.StatusCode, " ")
 		}
 		return 0
 	case "alloc": // commit args[0] MiB; exit 0 if it could, 5 if not
@@ -517,5 +538,46 @@ func TestWindowsProcessLimit(t *testing.T) {
 func TestWindowsAccountingLayout(t *testing.T) {
 	if unsafe.Sizeof(jobAccounting{}) != 48 {
 		t.Errorf("jobAccounting is %d bytes, JOBOBJECT_BASIC_ACCOUNTING_INFORMATION is 48", unsafe.Sizeof(jobAccounting{}))
+	}
+}
+
+// TestWindowsEgressNotEnforced: a run whose network is narrowed to named
+// hosts gets the proxy variables and a proxy that allows what is named
+// and refuses the rest, and its reason says that a job object cannot
+// hold a program that ignores them; StrictEgress refuses it instead.
+func TestWindowsEgressNotEnforced(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	port, _ := strconv.Atoi(srv.URL[strings.LastIndexByte(srv.URL, ':')+1:])
+	egress := &policy.Egress{Allow: []policy.Dest{{Host: "127.0.0.1", Port: uint16(port)}}, Deny: policy.DefaultDeny()}
+	req := helper(t, "proxyget", srv.URL+"/a", "http://127.0.0.1:9/b")
+	req.Policy.Egress = egress
+	out := mustRun(t, req)
+	if got := strings.TrimSpace(string(out.Stdout)); got != "200 403" {
+		t.Errorf("the named host and another through the proxy gave %q (stderr %q), want \"200 403\"", got, out.Stderr)
+	}
+	if hits.Load() != 1 {
+		t.Errorf("the server saw %d requests, want 1", hits.Load())
+	}
+	if n := out.Network; n == nil || n.Enforced || n.Refused != 1 || n.FirstRefused != "127.0.0.1:9" {
+		t.Errorf("Output.Network %+v: want it not enforced, one refusal of 127.0.0.1:9", n)
+	}
+	if !strings.Contains(out.Reason, "the network narrowed to the hosts the manifest names (the proxy binds only programs that use the proxy variables") {
+		t.Errorf("reason %q does not say the narrowing is not enforced", out.Reason)
+	}
+
+	dir := winetest.TempDir(t)
+	marker := filepath.Join(dir, "marker")
+	req = helper(t, "marker", marker)
+	req.Policy.Egress = egress
+	req.Options.StrictEgress = true
+	_, err := Run(context.Background(), req)
+	var re *RefusedError
+	if !errors.As(err, &re) || !strings.Contains(re.Why, "network strict") {
+		t.Errorf("StrictEgress: err %v, want a refusal", err)
+	}
+	if _, err := os.Lstat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Error("StrictEgress: the command ran")
 	}
 }
