@@ -135,3 +135,27 @@ func TestDeviceHostFromEnv(t *testing.T) {
 		t.Errorf("AgentDataDirs without METNOS_DATA_DIR = %v", h.AgentDataDirs)
 	}
 }
+
+// TestOwnerNetLists: the owner's METNOS_NET_ALLOW and METNOS_NET_DENY
+// reach the Host every command derives from, and an entry that is no
+// destination stops the command with an error naming the variable.
+func TestOwnerNetLists(t *testing.T) {
+	home := t.TempDir()
+	e, err := readEnvironment(func(k string) string {
+		return map[string]string{"HOME": home, "METNOS_NET_ALLOW": "nas.lan:5000,192.168.1.0/24", "METNOS_NET_DENY": "*:22"}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := deviceHost(e, os.Getuid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.NetAllow) != 2 || h.NetAllow[1].Host != "192.168.1.0/24" || len(h.NetDeny) != 1 || h.NetDeny[0].Port != 22 {
+		t.Errorf("host lists: allow %+v deny %+v", h.NetAllow, h.NetDeny)
+	}
+	e.cfg.NetAllow = []string{"the NAS please"}
+	if _, err := deviceHost(e, os.Getuid()); err == nil || !strings.HasPrefix(err.Error(), "METNOS_NET_ALLOW: ") || !strings.Contains(err.Error(), "the NAS please") {
+		t.Errorf("a bad entry: %v, want an error naming METNOS_NET_ALLOW and the entry", err)
+	}
+}

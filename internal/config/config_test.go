@@ -114,6 +114,16 @@ func TestVariables(t *testing.T) {
 		{name: "spool retention longest", env: map[string]string{"METNOS_SPOOL_RETENTION_DAYS": "106751"}, got: func(c Config) any { return c.SpoolRetention }, want: 106751 * day},
 		{name: "spool retention negative", env: map[string]string{"METNOS_SPOOL_RETENTION_DAYS": "-14"}, err: `(0 or unset: 14)`},
 
+		// The owner's network lists, the strict switch, the proxy's DNS.
+		{name: "net allow unset", got: func(c Config) any { return c.NetAllow }, want: []string(nil)},
+		{name: "net allow list", env: map[string]string{"METNOS_NET_ALLOW": " nas.lan:5000, ,192.168.1.0/24 "}, got: func(c Config) any { return c.NetAllow }, want: []string{"nas.lan:5000", "192.168.1.0/24"}},
+		{name: "net deny list", env: map[string]string{"METNOS_NET_DENY": "*:22,*.tracker.example"}, got: func(c Config) any { return c.NetDeny }, want: []string{"*:22", "*.tracker.example"}},
+		{name: "net strict unset", got: func(c Config) any { return c.NetStrict }, want: false},
+		{name: "net strict on", env: map[string]string{"METNOS_NET_STRICT": " Yes"}, got: func(c Config) any { return c.NetStrict }, want: true},
+		{name: "net strict bad", env: map[string]string{"METNOS_NET_STRICT": "maybe"}, err: `METNOS_NET_STRICT="maybe" is not valid`},
+		{name: "egress dns", env: map[string]string{"METNOS_EGRESS_DNS": "127.0.0.1:5353"}, got: func(c Config) any { return c.EgressDNS }, want: "127.0.0.1:5353"},
+		{name: "egress dns without port", env: map[string]string{"METNOS_EGRESS_DNS": "127.0.0.1"}, err: "METNOS_EGRESS_DNS"},
+
 		// METNOS_SANDBOX: off by 0, off, no, false; on by anything else,
 		// an unknown value with a warning.
 		{name: "sandbox unset", got: func(c Config) any { return c.SandboxDisabled }, want: ""},
