@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
+
+	"github.com/metnos/agent/sandbox/shim"
 )
 
 // DenyListen makes listen(2) fail with EPERM for the rest of this
@@ -26,6 +28,13 @@ import (
 //   - It sets no_new_privs, as an unprivileged seccomp filter requires,
 //     and that too is inherited: a child cannot gain privileges through
 //     setuid or file capabilities.
+//   - One call is let through: listen on descriptor
+//     [shim.ProxyListenFD] with backlog [shim.ProxyBacklog], the sandbox
+//     shim's egress proxy socket in a run's own network namespace.
+//     Nothing of the agent's own listens with that pair (Go's listeners
+//     use the system's somaxconn as backlog); what a run's command could
+//     do with it stays in its namespace, where Landlock lets it bind
+//     nothing.
 //
 // The agent calls it from one place, when a command joins a tailnet
 // (internal/cli's connect step), and only then: without a tailnet
@@ -36,7 +45,10 @@ func DenyListen() error {
 		Flag:       seccomp.FilterFlagTSync,
 		Policy: seccomp.Policy{
 			DefaultAction: seccomp.ActionAllow,
-			Syscalls:      []seccomp.SyscallGroup{{Action: seccomp.ActionErrno, Names: []string{"listen"}}},
+			Syscalls: []seccomp.SyscallGroup{{Action: seccomp.ActionErrno, NamesWithCondtions: []seccomp.NameWithConditions{
+				{Name: "listen", Conditions: seccomp.ArgumentConditions{{Argument: 0, Operation: seccomp.NotEqual, Value: shim.ProxyListenFD}}},
+				{Name: "listen", Conditions: seccomp.ArgumentConditions{{Argument: 1, Operation: seccomp.NotEqual, Value: shim.ProxyBacklog}}},
+			}}},
 		},
 	}
 	if err := seccomp.LoadFilter(f); err != nil {

@@ -32,6 +32,17 @@ const Arg = "__metnos-shim"
 // StatusFD is the descriptor on which the shim reports its [Status].
 const StatusFD = 3
 
+// ProxyListenFD and ProxyBacklog are the descriptor number and the
+// backlog with which the shim calls listen(2) on a run's egress proxy
+// socket. An agent in a tailnet denies itself and its children
+// listen(2) (package tailnet's DenyListen) but for this one call: the
+// pair says "the proxy socket in a run's own network namespace", and
+// nothing else in the agent listens with it.
+const (
+	ProxyListenFD = 1021
+	ProxyBacklog  = 1009
+)
+
 // ExitShimFailed is the exit status of a shim that failed before
 // executing the command (its Status line says why).
 const ExitShimFailed = 125

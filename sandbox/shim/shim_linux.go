@@ -593,10 +593,16 @@ func proxyListen(port, fd int) error {
 	if err := unix.Bind(l, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
 		return fmt.Errorf("egress proxy: binding 127.0.0.1:%d in the run's network namespace: %w", port, err)
 	}
-	if err := unix.Listen(l, 128); err != nil {
+	// At the number and with the backlog an agent that denies itself
+	// listen(2) still allows (ProxyListenFD, ProxyBacklog).
+	if err := unix.Dup3(l, ProxyListenFD, unix.O_CLOEXEC); err != nil {
+		return fmt.Errorf("egress proxy socket: %w", err)
+	}
+	defer unix.Close(ProxyListenFD)
+	if err := unix.Listen(ProxyListenFD, ProxyBacklog); err != nil {
 		return fmt.Errorf("egress proxy: listening on 127.0.0.1:%d: %w", port, err)
 	}
-	if err := unix.Sendmsg(fd, []byte{0}, unix.UnixRights(l), nil, 0); err != nil {
+	if err := unix.Sendmsg(fd, []byte{0}, unix.UnixRights(ProxyListenFD), nil, 0); err != nil {
 		return fmt.Errorf("egress proxy: handing the listener to the agent: %w", err)
 	}
 	return nil

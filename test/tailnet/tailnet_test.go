@@ -151,8 +151,10 @@ func TestAgentOverTailnet(t *testing.T) {
 		t.Errorf("the control server knows %d nodes, want 2", n)
 	}
 	// Executors never reach the tailnet through the agent: one with
-	// network access has the OS network (it reaches a loopback server),
-	// not the tailnet (not the server's tailnet address).
+	// network access (loopback named, any public host) reaches a
+	// loopback server through the agent's egress proxy, which dials on
+	// the OS network, and not the server's tailnet address (a tailnet
+	// address is never a public host).
 	plain := httptest.NewServer(http.NotFoundHandler())
 	defer plain.Close()
 	var serverIP string
