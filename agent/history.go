@@ -209,7 +209,7 @@ func auditNetwork(n *sandbox.NetReport) *audit.Network {
 	if n == nil {
 		return nil
 	}
-	an := &audit.Network{Proxy: n.Proxy, Enforced: n.Enforced, Refused: n.Refused}
+	an := &audit.Network{Proxy: n.Proxy, Enforced: n.Enforced, Refused: n.Refused, More: n.Overflow}
 	for _, c := range n.Conns {
 		an.Conns = append(an.Conns, audit.Conn{Proto: c.Proto, Host: c.Host, Port: c.Port, Addr: c.Addr, Up: c.Up, Down: c.Down, Verdict: c.Verdict, Reason: c.Reason})
 	}

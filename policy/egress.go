@@ -23,6 +23,13 @@ type Egress struct {
 	// Deny is the default deny list (seed 001 §6) and the owner's; a
 	// destination it matches is refused whatever Allow says.
 	Deny []Dest `json:"deny,omitempty"`
+	// Local are this device's own addresses and the networks its
+	// interfaces are on (a LAN's IPv6 prefix, a VPS's public address):
+	// CheckAddr takes them for non-public ("this device's network"),
+	// so that a wildcard reaches neither the device's own services nor
+	// its neighbours by a global address. The proxy fills it; it is not
+	// part of the Policy's encoding.
+	Local []netip.Prefix `json:"-"`
 	// Ignored are the hints that name no destination (prose such as
 	// "Google People API HTTPS"): they widen nothing, and the result's
 	// reason names them.
@@ -477,6 +484,14 @@ func (e *Egress) CheckAddr(host string, port uint16, a netip.Addr, by Dest) erro
 	}
 	np := NonPublic(a)
 	if np == "" {
+		for _, p := range e.Local {
+			if p.Contains(a) {
+				np = "this device's own network"
+				break
+			}
+		}
+	}
+	if np == "" {
 		return nil
 	}
 	if by.containsAddr(a) || (by.Host == "localhost" && a.IsLoopback()) {
@@ -502,6 +517,25 @@ func (d Dest) matchesName(name string) bool {
 // containsAddr reports whether the pattern is that IP literal or a CIDR
 // containing it.
 func (d Dest) containsAddr(a netip.Addr) bool {
+	a = a.Unmap().WithZone("")
+	if d.containsExactly(a) {
+		return true
+	}
+	// The IPv4 address inside a NAT64 or 6to4 one is the destination
+	// too: a deny of 203.0.113.0/24 holds for 64:ff9b::cb00:7105.
+	if a.Is6() {
+		b := a.As16()
+		switch {
+		case nat64.Contains(a):
+			return d.containsExactly(netip.AddrFrom4([4]byte(b[12:16])))
+		case sixto4.Contains(a):
+			return d.containsExactly(netip.AddrFrom4([4]byte(b[2:6])))
+		}
+	}
+	return false
+}
+
+func (d Dest) containsExactly(a netip.Addr) bool {
 	if strings.Contains(d.Host, "/") {
 		p, err := netip.ParsePrefix(d.Host)
 		return err == nil && p.Contains(a)

@@ -309,3 +309,53 @@ func TestRefusalSaysWhatToDo(t *testing.T) {
 		t.Errorf("got %v; want it to contain %q", err, want)
 	}
 }
+
+// TestCheckAddrThisDevice: a wildcard reaches neither this device's own
+// addresses nor the networks its interfaces are on, even public ones
+// (a VPS's address, a home LAN's global IPv6 prefix); a hint naming the
+// address literally or an owner CIDR does.
+func TestCheckAddrThisDevice(t *testing.T) {
+	local := []netip.Prefix{netip.MustParsePrefix("203.0.113.5/32"), netip.MustParsePrefix("2001:db8:1::/64")}
+	e := &Egress{Allow: []Dest{{Host: "*"}}, Local: local}
+	by, err := e.CheckName("nas.example", 443)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []string{"203.0.113.5", "2001:db8:1::42"} {
+		err := e.CheckAddr("nas.example", 443, netip.MustParseAddr(a), by)
+		if err == nil || !strings.Contains(err.Error(), "this device's own network") {
+			t.Errorf("%s under *: %v, want refused as this device's own network", a, err)
+		}
+	}
+	if err := e.CheckAddr("example.org", 443, netip.MustParseAddr("203.0.113.6"), by); err != nil {
+		t.Errorf("another public address: %v", err)
+	}
+	lit := &Egress{Allow: []Dest{{Host: "203.0.113.5"}, {Host: "2001:db8:1::/64"}}, Local: local}
+	for _, a := range []string{"203.0.113.5", "2001:db8:1::42"} {
+		by, err := lit.CheckName(a, 443)
+		if err != nil {
+			t.Fatalf("%s named: %v", a, err)
+		}
+		if err := lit.CheckAddr(a, 443, netip.MustParseAddr(a), by); err != nil {
+			t.Errorf("%s named literally or by an owner CIDR: %v", a, err)
+		}
+	}
+}
+
+// TestDenyHoldsForEmbeddedIPv4: a denied IPv4 range is denied in its
+// NAT64 and 6to4 forms too, as a literal and as a DNS answer.
+func TestDenyHoldsForEmbeddedIPv4(t *testing.T) {
+	e := &Egress{Allow: []Dest{{Host: "*"}}, Deny: []Dest{{Host: "203.0.113.0/24"}}}
+	for _, a := range []string{"203.0.113.5", "64:ff9b::cb00:7105", "2002:cb00:7105::1"} {
+		if _, err := e.CheckName(a, 443); err == nil {
+			t.Errorf("literal %s: allowed, want denied", a)
+		}
+		by, _ := e.CheckName("example.org", 443)
+		if err := e.CheckAddr("example.org", 443, netip.MustParseAddr(a), by); err == nil {
+			t.Errorf("answer %s: allowed, want denied", a)
+		}
+	}
+	if _, err := e.CheckName("64:ff9b::c633:6405", 443); err != nil {
+		t.Errorf("a NAT64 address outside the range: %v", err)
+	}
+}

@@ -25,8 +25,10 @@ type NetReport struct {
 	// going around the proxy (Windows): then the allow list binds only
 	// programs that use the proxy variables.
 	Enforced bool `json:"enforced"`
-	// Conns are the connections the proxy allowed or refused, in order.
-	Conns []egress.Record `json:"conns,omitempty"`
+	// Conns are the connections the proxy allowed or refused, in order;
+	// Overflow counts those past the first ones it keeps.
+	Conns    []egress.Record `json:"conns,omitempty"`
+	Overflow int             `json:"overflow,omitempty"`
 	// Refused counts the refused connections; FirstRefused is the first
 	// one's "host:port".
 	Refused      int    `json:"refused,omitempty"`
@@ -82,7 +84,7 @@ type runProxy struct {
 
 func newRunProxy(e policy.Egress, o Options, addr string, enforced bool) *runProxy {
 	return &runProxy{
-		p:        egress.New(e, egress.Options{Resolver: o.EgressResolver}),
+		p:        egress.New(e, egress.Options{Resolver: o.EgressResolver, StandIns: o.EgressStandIns}),
 		addr:     addr,
 		enforced: enforced,
 		done:     make(chan struct{}),
@@ -120,16 +122,14 @@ func (rp *runProxy) stop(served bool) *NetReport {
 		}
 	}
 	n, firstRefused := rp.p.Refused()
-	rep := &NetReport{Proxy: rp.addr, Enforced: rp.enforced, Conns: rp.p.Records(), Refused: n, FirstRefused: firstRefused}
-	for _, c := range rep.Conns {
-		if c.Verdict == "refused" {
-			r := strings.TrimPrefix(c.Reason, "egress: ")
-			if rest, ok := strings.CutPrefix(r, firstRefused+" "); ok && firstRefused != "" {
-				r = rest
-			}
-			rep.FirstReason = r
-			break
+	rep := &NetReport{Proxy: rp.addr, Enforced: rp.enforced, Conns: rp.p.Records(), Overflow: rp.p.Overflow(), Refused: n, FirstRefused: firstRefused}
+	if first, ok := rp.p.FirstRefused(); ok {
+		// The reason names the destination first: said once.
+		r := strings.TrimPrefix(first.Reason, "egress: ")
+		if rest, ok := strings.CutPrefix(r, firstRefused+" "); ok {
+			r = rest
 		}
+		rep.FirstReason = r
 	}
 	return rep
 }

@@ -1,6 +1,9 @@
 package sandbox
 
-import "net"
+import (
+	"net"
+	"net/netip"
+)
 
 // Options are what the caller tells the sandbox about this machine and
 // its own configuration: which bubblewrap and shim to use, where the
@@ -34,6 +37,12 @@ type Options struct {
 	// to. nil: the system's resolver. Tests point it at a DNS server of
 	// their own.
 	EgressResolver *net.Resolver
+	// EgressStandIns are addresses of this machine the egress proxy
+	// takes for public hosts all the same, where a run's wildcard hint
+	// would otherwise never reach them (this device's own network): for
+	// tests that stand a public server up on a documentation address of
+	// a network namespace of their own. Nil for every real run.
+	EgressStandIns []netip.Prefix
 	// StrictEgress refuses a run whose network is narrowed to named
 	// hosts where the sandbox cannot keep the command from going around
 	// the proxy (Windows' job object), instead of running it with the

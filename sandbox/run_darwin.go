@@ -15,6 +15,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -94,14 +96,18 @@ func run(ctx context.Context, req Request) (Output, error) {
 	var rp *runProxy
 	if e := egressOf(p); e != nil {
 		// The proxy listens on the host's loopback; the profile lets
-		// the command reach that port alone.
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		// the command reach that port alone, on every loopback address
+		// ("localhost:PORT"), so the proxy holds it on ::1 too.
+		l, l6, err := loopbackPair()
 		if err != nil {
-			return out, fmt.Errorf("sandbox: the egress proxy's listener: %w", err)
+			return out, err
 		}
 		proxyPort = l.Addr().(*net.TCPAddr).Port
 		rp = newRunProxy(*e, req.Options, l.Addr().String(), seatbelt)
 		go rp.serve(l)
+		if l6 != nil {
+			go rp.p.Serve(l6)
+		}
 		defer rp.stop(true)
 		env = proxyEnv(env, rp.addr)
 	}
@@ -294,3 +300,24 @@ func networkNote(_ Caps, p policy.Policy, pl Plan) string {
 // behind by an agent that died starting them; there are none here (no
 // bubblewrap).
 func SweepOrphans(*slog.Logger) int { return 0 }
+
+// loopbackPair listens on 127.0.0.1 and [::1] at one port, so that
+// nothing else holds that port on a loopback address; l6 is nil where
+// the machine has no IPv6 loopback.
+func loopbackPair() (l, l6 net.Listener, err error) {
+	for range 20 {
+		if l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return nil, nil, fmt.Errorf("sandbox: the egress proxy's listener: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l6, err = net.Listen("tcp", net.JoinHostPort("::1", strconv.Itoa(port)))
+		if err == nil {
+			return l, l6, nil
+		}
+		if errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EAFNOSUPPORT) {
+			return l, nil, nil // no IPv6 loopback: nothing can hold it
+		}
+		l.Close() // the port is someone's on ::1: another one
+	}
+	return nil, nil, fmt.Errorf("sandbox: the egress proxy's listener: no port free on both 127.0.0.1 and ::1: %w", err)
+}

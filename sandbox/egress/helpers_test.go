@@ -73,8 +73,20 @@ func (s *server) lastRequest() *http.Request {
 // start runs a Proxy for rules on a loopback listener until the test ends.
 func start(t *testing.T, rules policy.Egress, opt Options) (*Proxy, string) {
 	t.Helper()
+	if opt.StandIns == nil {
+		// The tests' stand-in public hosts are documentation addresses,
+		// which may be this machine's own network (a test machine's
+		// LAN often is).
+		opt.StandIns = docRanges
+	}
 	p := New(rules, opt)
 	return p, serve(t, p)
+}
+
+// docRanges are the documentation ranges.
+var docRanges = []netip.Prefix{
+	netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("198.51.100.0/24"),
+	netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("2001:db8::/32"),
 }
 
 // serve runs p on a loopback listener until the test ends.

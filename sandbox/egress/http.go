@@ -29,6 +29,8 @@ func (p *Proxy) serveHTTP(c net.Conn, br *bufio.Reader) {
 		return
 	}
 	hostHeaders := rawHostHeaders(head)
+	// head ends at its blank line: the headers ReadRequest reads are
+	// head's, and a body, or a tunnel's first bytes, come after it.
 	cr := bufio.NewReader(io.MultiReader(bytes.NewReader(head), br))
 	req, err := http.ReadRequest(cr)
 	if err != nil {
@@ -124,21 +126,36 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, hostHeaders []string, r *
 	req.RequestURI = ""
 	req.Host = req.URL.Host
 	req.Close = true
+	// A failure after the request went out is recorded with the bytes
+	// that did go each way.
+	counted := func() { r.Up, r.Down = up.up.Load(), up.down.Load() }
 	if err := req.Write(up); err != nil {
 		r.Reason = fmt.Sprintf("sending the request to %s: %v", hostPort(host, port), err)
+		counted()
 		r.answer(c, http.StatusBadGateway, "")
 		return
 	}
-	upr := bufio.NewReader(up)
-	for {
+	// The response head, 1xx ones included, may take maxHead bytes: a
+	// server cannot make the agent hold an endless head. (A server that
+	// never answers is cut when the run ends and the proxy closes.)
+	lim := &io.LimitedReader{R: up, N: maxHead}
+	upr := bufio.NewReader(lim)
+	for informational := 0; ; informational++ {
 		resp, err := http.ReadResponse(upr, req)
+		if err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+			if informational < 8 {
+				continue // 1xx: the 100 Continue is ours; the rest informational
+			}
+			err = errors.New("more than 8 informational (1xx) responses")
+		}
 		if err != nil {
+			if lim.N <= 0 {
+				err = fmt.Errorf("the response head is longer than %d bytes", maxHead)
+			}
 			r.Reason = fmt.Sprintf("reading the response of %s: %v", hostPort(host, port), err)
+			counted()
 			r.answer(c, http.StatusBadGateway, "")
 			return
-		}
-		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
-			continue // 1xx: the 100 Continue is ours; the rest informational
 		}
 		// The head is written again without its hop-by-hop fields; the
 		// body goes as the server framed it, the bytes read ahead
@@ -207,6 +224,9 @@ func (p *Proxy) dialFor(c net.Conn, r *pending) (*countConn, bool) {
 // most 64 KiB.
 func readHead(br *bufio.Reader) ([]byte, error) {
 	var head []byte
+	// atStart: the next byte begins a line (a long line comes in
+	// pieces of the buffer's size, and its last piece may be "\r\n").
+	atStart := false
 	for {
 		line, err := br.ReadSlice('\n')
 		head = append(head, line...)
@@ -214,14 +234,16 @@ func readHead(br *bufio.Reader) ([]byte, error) {
 			return nil, fmt.Errorf("request head longer than %d bytes", maxHead)
 		}
 		if err == bufio.ErrBufferFull {
+			atStart = false
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("reading the request head: %w", err)
 		}
-		if len(line) <= 2 && strings.TrimRight(string(line), "\r\n") == "" && len(head) > len(line) {
+		if atStart && (string(line) == "\r\n" || string(line) == "\n") {
 			return head, nil
 		}
+		atStart = true
 	}
 }
 

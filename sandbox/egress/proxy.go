@@ -11,12 +11,14 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/metnos/agent/policy"
 )
@@ -49,6 +51,11 @@ type Options struct {
 	DialTimeout time.Duration
 	// Log receives one line per connection; nil discards them.
 	Log *slog.Logger
+	// StandIns are addresses of this device the proxy takes for public
+	// hosts all the same (see [policy.Egress.Local]): for tests that
+	// stand a "public" server up on a documentation address in a
+	// network namespace of their own. Nil for any real run.
+	StandIns []netip.Prefix
 }
 
 // Record is one client connection of a run, allowed or refused.
@@ -101,11 +108,12 @@ type Proxy struct {
 	records   []Record
 	overflow  int
 	refused   int
-	first     string
+	first     Record
 }
 
 // New returns a Proxy enforcing rules. It serves nothing until [Proxy.Serve].
 func New(rules policy.Egress, opt Options) *Proxy {
+	rules.Local = LocalPrefixes(opt.StandIns)
 	p := &Proxy{
 		rules:       rules,
 		resolver:    opt.Resolver,
@@ -252,15 +260,35 @@ func (p *Proxy) Overflow() int {
 func (p *Proxy) Refused() (n int, first string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.refused, p.first
+	if p.refused == 0 {
+		return 0, ""
+	}
+	return p.refused, firstName(p.first)
+}
+
+// FirstRefused returns the record of the first refused connection, and
+// false when none was.
+func (p *Proxy) FirstRefused() (Record, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.first, p.refused > 0
+}
+
+// firstName is a refused record's "host:port", or what stands for it
+// when the client named none (a malformed request).
+func firstName(r Record) string {
+	if r.Host == "" {
+		return "(no destination: " + r.Proto + " request not understood)"
+	}
+	return hostPort(r.Host, r.Port)
 }
 
 func (p *Proxy) record(r Record) {
 	p.mu.Lock()
 	if r.Verdict == "refused" {
 		p.refused++
-		if p.first == "" {
-			p.first = hostPort(r.Host, r.Port)
+		if p.refused == 1 {
+			p.first = r
 		}
 	}
 	if len(p.records) < maxRecords {
@@ -288,8 +316,27 @@ type pending struct {
 func (r *pending) finish() {
 	if !r.done {
 		r.done = true
+		r.Reason = capReason(r.Reason)
 		r.p.record(r.Record)
 	}
+}
+
+// maxReason is the longest reason a record keeps: what a client sent
+// (a URI, a malformed line) is quoted in reasons, and the records go
+// into the run's audit line and result.
+const maxReason = 300
+
+// capReason cuts s to maxReason bytes, at a rune boundary, marking the
+// cut.
+func capReason(s string) string {
+	if len(s) <= maxReason {
+		return s
+	}
+	cut := maxReason
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // track adds an upstream connection to those Close closes; false when the
@@ -558,3 +605,38 @@ func outOfFiles(err error) bool {
 // dialRefused says whether a dial error was the destination refusing
 // the connection (as opposed to unreachable or timed out).
 func dialRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+// LocalPrefixes returns this device's addresses and the networks its
+// interfaces are on, as prefixes, but those within except: what
+// [policy.Egress.Local] holds. An error listing the interfaces leaves
+// it empty (the non-public ranges still hold).
+func LocalPrefixes(except []netip.Prefix) []netip.Prefix {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		n, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(n.IP)
+		if !ok {
+			continue
+		}
+		ip = ip.Unmap()
+		if slices.ContainsFunc(except, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+			continue
+		}
+		ones, _ := n.Mask.Size()
+		if ip.Is4() && ones > 32 {
+			ones -= 96
+		}
+		out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+		if pfx, err := ip.Prefix(ones); err == nil && pfx.Bits() < ip.BitLen() {
+			out = append(out, pfx)
+		}
+	}
+	return out
+}

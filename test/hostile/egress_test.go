@@ -20,6 +20,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -172,6 +173,10 @@ func egressPolicy(allow ...policy.Dest) policyFunc {
 // that maps this user to root, the default is root's, in /run.
 var lockDir string
 
+// standIns, when set, is the runs' Options.EgressStandIns: addresses of
+// the test's own network namespace its proxy takes for public hosts.
+var standIns []netip.Prefix
+
 // runEgress runs argv in bwrap mode under pol, whose proxy resolves
 // names with res (nil: the system's), and checks that the run had every
 // layer, got to its script and went through a proxy.
@@ -179,6 +184,7 @@ func runEgress(t *testing.T, fx *fixture, pol policy.Policy, argv []string, res 
 	t.Helper()
 	opt := testbin.SandboxOptions()
 	opt.EgressResolver = res
+	opt.EgressStandIns = standIns
 	if lockDir != "" {
 		opt.LockDir = lockDir
 	}
@@ -985,6 +991,10 @@ func TestEgressPublicHost(t *testing.T) {
 	defer func() { lockDir = "" }()
 	fx := newFixture(t)
 	cert, ca := selfSigned(t, "public.test")
+	// 192.0.2.10 is on this namespace's loopback: this device's own
+	// address, which a wildcard never reaches, but for the stand-in.
+	standIns = []netip.Prefix{netip.MustParsePrefix("192.0.2.10/32")}
+	defer func() { standIns = nil }()
 	pub := startWeb(t, "192.0.2.10:0", true, cert)
 	loop := startWeb(t, "127.0.0.1:0", false, nil)
 	meta := startWeb(t, "169.254.169.254:0", false, nil)
@@ -1027,6 +1037,14 @@ except Exception as e:
 		wantHits(t, w, "Allow * to "+w.addr(), 0)
 	}
 	wantHits(t, pub, "Allow * to public.test", 1)
+
+	// Not stood in for a public host, the same address is this device's
+	// own: a wildcard does not reach it.
+	standIns = nil
+	send(t, fx, egressPolicy(dest("*", 0))(t, fx), dns.resolver(), []request{
+		{name: "public.test, this device's own address", raw: connect("public.test:" + pub.port()), status: 403, xerr: []string{"blocked-by-address"}},
+	})
+	wantHits(t, pub, "Allow * to this device's own address", 0)
 
 	// Named literally, each is reached.
 	send(t, fx, egressPolicy(dest("127.0.0.1", loop.portNum()), dest("169.254.169.254", meta.portNum()), dest("10.0.0.1", priv.portNum()))(t, fx), dns.resolver(), []request{
