@@ -150,6 +150,21 @@ func TestAgentOverTailnet(t *testing.T) {
 	if n := len(tc.AllNodes()); n != 2 {
 		t.Errorf("the control server knows %d nodes, want 2", n)
 	}
+	code, out := cli("whoami")
+	if code != 0 || !strings.Contains(out, "tailnet node:        laptop") || !strings.Contains(out, "tailnet:             no agent running (it stopped at ") ||
+		!strings.Contains(out, "the server last answered it at") || !strings.Contains(out, "running, IPs [100.") {
+		t.Fatalf("whoami:\n%s", out)
+	}
+
+	// A run whose network is narrowed to named hosts needs bubblewrap's
+	// network namespace (elsewhere it is refused).
+	if best := sandbox.PlanFor(testbin.SandboxOptions(), policy.Policy{}, policy.LevelNone).Best; best != "bwrap+landlock+seccomp" {
+		msg := "this machine gives only " + best + ", and an executor with network access runs narrowed to its hosts, which needs bubblewrap"
+		if os.Getenv("METNOS_REQUIRE_SANDBOX") == "1" {
+			t.Fatal(msg + " (METNOS_REQUIRE_SANDBOX=1 makes this a failure)")
+		}
+		t.Skip(msg + " (set METNOS_REQUIRE_SANDBOX=1 to fail instead)")
+	}
 	// Executors never reach the tailnet through the agent: one with
 	// network access (loopback named, any public host) reaches a
 	// loopback server through the agent's egress proxy, which dials on
@@ -192,11 +207,6 @@ func TestAgentOverTailnet(t *testing.T) {
 		t.Fatalf("an executor with network access: %s", info.ResultBody)
 	}
 
-	code, out := cli("whoami")
-	if code != 0 || !strings.Contains(out, "tailnet node:        laptop") || !strings.Contains(out, "tailnet:             no agent running (it stopped at ") ||
-		!strings.Contains(out, "the server last answered it at") || !strings.Contains(out, "running, IPs [100.") {
-		t.Fatalf("whoami:\n%s", out)
-	}
 }
 
 // TestLoginURL: a first login without an auth key, on a control server
