@@ -594,7 +594,11 @@ func proxyListen(port, fd int) error {
 		return fmt.Errorf("egress proxy: binding 127.0.0.1:%d in the run's network namespace: %w", port, err)
 	}
 	// At the number and with the backlog an agent that denies itself
-	// listen(2) still allows (ProxyListenFD, ProxyBacklog).
+	// listen(2) still allows (ProxyListenFD, ProxyBacklog); a descriptor
+	// already there is not replaced.
+	if _, err := unix.FcntlInt(ProxyListenFD, unix.F_GETFD, 0); err == nil {
+		return fmt.Errorf("egress proxy: descriptor %d is already in use", ProxyListenFD)
+	}
 	if err := unix.Dup3(l, ProxyListenFD, unix.O_CLOEXEC); err != nil {
 		return fmt.Errorf("egress proxy socket: %w", err)
 	}
