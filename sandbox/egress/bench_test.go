@@ -11,29 +11,15 @@ import (
 
 // source accepts connections and sends size bytes on each.
 func source(b *testing.B, size int) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { l.Close() })
 	buf := make([]byte, 64<<10)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
+	addr, _ := tcpServer(b, func(c net.Conn) {
+		for left := size; left > 0; left -= len(buf) {
+			if _, err := c.Write(buf[:min(left, len(buf))]); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				for left := size; left > 0; left -= len(buf) {
-					if _, err := c.Write(buf[:min(left, len(buf))]); err != nil {
-						return
-					}
-				}
-			}()
 		}
-	}()
-	return l.Addr().String()
+	})
+	return addr
 }
 
 // BenchmarkDownload compares a 64 MiB download through a CONNECT tunnel

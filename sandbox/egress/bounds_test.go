@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,33 +16,15 @@ import (
 	"github.com/metnos/agent/policy"
 )
 
-// rawServer is a loopback TCP server that reads a request head (and
-// reads on), then answers with answer; it counts the bytes it read.
-func rawServer(t *testing.T, answer func(c net.Conn)) (addr string, port uint16, read func() int64) {
+// rawServer is a loopback TCP server that answers each connection
+// with answer, then half-closes it and reads what else comes.
+func rawServer(t *testing.T, answer func(c net.Conn)) (addr string, port uint16) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	got := make(chan int64, 16)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				answer(c)
-				c.(*net.TCPConn).CloseWrite()
-				n, _ := io.Copy(io.Discard, c)
-				got <- n
-			}()
-		}
-	}()
-	p, _ := strconv.Atoi(l.Addr().String()[strings.LastIndexByte(l.Addr().String(), ':')+1:])
-	return l.Addr().String(), uint16(p), func() int64 { return <-got }
+	return tcpServer(t, func(c net.Conn) {
+		answer(c)
+		c.(*net.TCPConn).CloseWrite()
+		io.Copy(io.Discard, c)
+	})
 }
 
 // TestHeadLimitHolds: a header line of exactly the reader's buffer size
@@ -104,7 +85,7 @@ func TestUpstreamHeadBounded(t *testing.T) {
 		}, 200},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			addr, port, _ := rawServer(t, func(conn net.Conn) {
+			addr, port := rawServer(t, func(conn net.Conn) {
 				bufio.NewReader(conn).ReadString('\n')
 				c.answer(conn)
 			})
@@ -127,7 +108,7 @@ func TestUpstreamHeadBounded(t *testing.T) {
 // out.
 func TestBytesCountedOnFailure(t *testing.T) {
 	var took atomic.Int64
-	addr, port, _ := rawServer(t, func(c net.Conn) {
+	addr, port := rawServer(t, func(c net.Conn) {
 		// Take the request, body and all, and answer nothing.
 		req, err := http.ReadRequest(bufio.NewReader(c))
 		if err == nil {

@@ -190,6 +190,31 @@ func port(s string) uint16 {
 	return uint16(n)
 }
 
+// tcpServer is a loopback TCP server that serves each connection with
+// serve, in a goroutine of its own, and closes it after; it returns the
+// server's address and port.
+func tcpServer(tb testing.TB, serve func(net.Conn)) (addr string, port uint16) {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				serve(c)
+			}()
+		}
+	}()
+	return l.Addr().String(), uint16(l.Addr().(*net.TCPAddr).Port)
+}
+
 // dnsServer answers A and AAAA questions from names on 127.0.0.1, so a
 // test can make a name resolve to whatever it likes (DNS rebinding).
 func dnsServer(t *testing.T, names map[string][]netip.Addr) *net.Resolver {
