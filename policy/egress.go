@@ -241,7 +241,7 @@ func normalizePattern(h string) (string, error) {
 		return "", fmt.Errorf("%q is not a host", h)
 	}
 	name := strings.TrimPrefix(h, "*.")
-	if !validName(name) {
+	if !validName(name, true) {
 		return "", fmt.Errorf("%q is not a host name", h)
 	}
 	if name != h {
@@ -256,7 +256,15 @@ func normalizePattern(h string) (string, error) {
 // validName reports whether s is a lower-case DNS name: labels of
 // letters, digits, '-' and '_' (and bytes beyond ASCII, for IDN names
 // written as such), each 1-63 bytes, 253 in all.
-func validName(s string) bool {
+// ValidHostName reports whether s, lower-case and without a trailing
+// dot, is a DNS name in ASCII (an internationalized one in its punycode
+// form): labels of 1 to 63 letters, digits, '-' and '_', 253 bytes at
+// most. It is what a client of the egress proxy must name.
+func ValidHostName(s string) bool { return validName(s, false) }
+
+// validName is ValidHostName, taking non-ASCII bytes in labels when
+// unicode is set (a hint may name an IDN host as written).
+func validName(s string, unicode bool) bool {
 	if s == "" || len(s) > 253 {
 		return false
 	}
@@ -267,7 +275,7 @@ func validName(s string) bool {
 		for i := 0; i < len(label); i++ {
 			c := label[i]
 			switch {
-			case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_', c >= 0x80:
+			case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_', unicode && c >= 0x80:
 			default:
 				return false
 			}

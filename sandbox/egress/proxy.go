@@ -572,21 +572,7 @@ func validHost(h string) bool {
 	if a, err := netip.ParseAddr(h); err == nil {
 		return a.Is4()
 	}
-	h = strings.TrimSuffix(h, ".")
-	if h == "" || len(h) > 253 {
-		return false
-	}
-	for _, label := range strings.Split(h, ".") {
-		if label == "" || len(label) > 63 {
-			return false
-		}
-		for _, c := range []byte(label) {
-			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-				return false
-			}
-		}
-	}
-	return true
+	return policy.ValidHostName(strings.ToLower(strings.TrimSuffix(h, ".")))
 }
 
 func hostPort(h string, p uint16) string {
