@@ -70,16 +70,17 @@ func proxyEnv(env []string, addr string) []string {
 	return out
 }
 
-// runProxy is one run's egress proxy and the listener it serves, which
-// may come later (on Linux the shim makes it inside the sandbox).
+// runProxy is one run's egress proxy. Its listener may come later (on
+// Linux the shim makes it inside the sandbox); egress.Proxy closes one
+// that comes after Close.
 type runProxy struct {
 	p        *egress.Proxy
 	addr     string
 	enforced bool
-	mu       sync.Mutex
-	l        net.Listener
-	stopped  bool
+	// done is closed once Serve has returned, or when no listener is
+	// ever to come.
 	done     chan struct{}
+	stopOnce sync.Once
 }
 
 func newRunProxy(e policy.Egress, o Options, addr string, enforced bool) *runProxy {
@@ -91,36 +92,19 @@ func newRunProxy(e policy.Egress, o Options, addr string, enforced bool) *runPro
 	}
 }
 
-// serve serves l until stop; l is closed at once when stop came first.
+// serve serves l until stop.
 func (rp *runProxy) serve(l net.Listener) {
 	defer close(rp.done)
-	rp.mu.Lock()
-	if rp.stopped {
-		rp.mu.Unlock()
-		l.Close()
-		return
-	}
-	rp.l = l
-	rp.mu.Unlock()
 	rp.p.Serve(l)
 }
 
-// stop closes the listener and every connection, and reports what the
-// proxy saw. It may be called more than once.
-func (rp *runProxy) stop(served bool) *NetReport {
-	rp.mu.Lock()
-	first := !rp.stopped
-	rp.stopped = true
-	if rp.l != nil {
-		rp.l.Close()
-	}
-	rp.mu.Unlock()
-	if first {
+// stop closes the listeners and every connection, waits for serve, and
+// reports what the proxy saw. It may be called more than once.
+func (rp *runProxy) stop() *NetReport {
+	rp.stopOnce.Do(func() {
 		rp.p.Close()
-		if served {
-			<-rp.done
-		}
-	}
+		<-rp.done
+	})
 	n, firstRefused := rp.p.Refused()
 	rep := &NetReport{Proxy: rp.addr, Enforced: rp.enforced, Conns: rp.p.Records(), Overflow: rp.p.Overflow(), Refused: n, FirstRefused: firstRefused}
 	if first, ok := rp.p.FirstRefused(); ok {

@@ -108,7 +108,7 @@ func run(ctx context.Context, req Request) (Output, error) {
 		if l6 != nil {
 			go rp.p.Serve(l6)
 		}
-		defer rp.stop(true)
+		defer rp.stop()
 		env = proxyEnv(env, rp.addr)
 	}
 	if seatbelt {
@@ -185,7 +185,7 @@ func run(ctx context.Context, req Request) (Output, error) {
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	out.Wall = time.Since(start)
 	if rp != nil {
-		out.Network = rp.stop(true)
+		out.Network = rp.stop()
 	}
 	// A process that left the group may still hold the pipes: read what
 	// comes for a moment, then stop.

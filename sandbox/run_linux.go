@@ -171,7 +171,7 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 	if ln.proxy != nil {
 		// The tree is gone: what it left open through the proxy ends
 		// with it.
-		out.Network = ln.proxy.stop(true)
+		out.Network = ln.proxy.stop()
 	}
 	if err != nil {
 		return out, false, err
@@ -458,7 +458,7 @@ func (ln *launch) startProxy(req Request, spec *shim.Spec, e policy.Egress) erro
 		// Wakes the receive if the shim never sent (it failed first).
 		unix.Shutdown(int(parent.Fd()), unix.SHUT_RDWR)
 		<-got
-		rp.stop(true)
+		rp.stop()
 		parent.Close()
 		ln.proxyChild.Close()
 	})

@@ -179,7 +179,7 @@ func run(ctx context.Context, req Request) (Output, error) {
 		}
 		rp = newRunProxy(*e, req.Options, l.Addr().String(), false)
 		go rp.serve(l)
-		defer rp.stop(true)
+		defer rp.stop()
 		env = proxyEnv(env, rp.addr)
 	}
 	dir := req.Dir
@@ -215,7 +215,7 @@ func run(ctx context.Context, req Request) (Output, error) {
 	out.Sandbox, out.Reason = pl.Sandbox, pl.Reason
 	res := supervise(ctx, ch, j, req)
 	if rp != nil {
-		out.Network = rp.stop(true)
+		out.Network = rp.stop()
 	}
 	out.Wall = time.Since(start)
 	out.Stdout, out.StdoutTruncated = res.stdout.buf, res.stdout.dropped
