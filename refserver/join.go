@@ -247,7 +247,8 @@ func timeOrNil(t time.Time) any {
 }
 
 // ShQuote quotes s for a POSIX shell inside single quotes, as the real
-// server's _sh_squote: each ' becomes '\”.
+// server's _sh_squote: each single quote closes the quoting, is
+// written escaped and reopens it.
 func ShQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // CmdMarker separates the batch head of the Windows join installer from
