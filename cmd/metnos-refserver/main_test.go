@@ -175,7 +175,7 @@ func TestPublishAndJoinCommands(t *testing.T) {
 
 	o.Reset()
 	if code := run(ctx, []string{"join", "--server", url, "--platform", "linux", "family-pc"}, &o, &o); code != 0 ||
-		!regexp.MustCompile(`^` + regexp.QuoteMeta(url) + `/agent/client/join/[0-9a-f]{16}\n$`).MatchString(o.String()) {
+		!regexp.MustCompile(`^`+regexp.QuoteMeta(url)+`/agent/client/join/[0-9a-f]{16}\n$`).MatchString(o.String()) {
 		t.Fatalf("join: %d %q", code, o.String())
 	}
 	link := strings.TrimSpace(o.String())
