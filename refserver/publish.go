@@ -23,8 +23,11 @@ type Entry struct {
 	Filename string `json:"filename"`
 	// Path is version/target/filename, what a descriptor's url_path
 	// carries after /agent/client/.
-	Path   string `json:"path"`
-	Size   int64  `json:"size"`
+	Path string `json:"path"`
+	// Size is the file's length in bytes.
+	Size int64 `json:"size"`
+	// SHA256 is the file's SHA-256, 64 lowercase hex digits: what the
+	// descriptor signs and the device checks.
 	SHA256 string `json:"sha256"`
 }
 
