@@ -228,14 +228,20 @@ type agentProc struct {
 // start runs the agent.
 func (w *world) start(extra ...string) *agentProc {
 	w.t.Helper()
+	return w.startExe(filepath.Join(binDir, "metnos-agent"), nil, extra...)
+}
+
+// startExe runs `exe run`, with env added to the agent's environment.
+func (w *world) startExe(exe string, env []string, extra ...string) *agentProc {
+	w.t.Helper()
 	w.runs++
 	logPath := filepath.Join(w.dir, fmt.Sprintf("agent-%d.log", w.runs))
 	f, err := os.Create(logPath)
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(binDir, "metnos-agent"), append([]string{"run"}, extra...)...)
-	cmd.Env = w.env()
+	cmd := exec.Command(exe, append([]string{"run"}, extra...)...)
+	cmd.Env = append(w.env(), env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
