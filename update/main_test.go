@@ -159,7 +159,8 @@ type server struct {
 	mu     sync.Mutex
 	desc   []byte            // the descriptor's body; nil: 404 no_binary
 	files  map[string][]byte // url_path -> content
-	cut    int               // > 0: the first file request is cut after cut bytes
+	cutReq int               // > 0: the cutReq-th file request is cut...
+	cut    int               // ...after cut bytes of its body
 	ranges []string          // the Range header of each file request
 }
 
@@ -196,7 +197,7 @@ func (s *server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		s.ranges = append(s.ranges, r.Header.Get("Range"))
 		var out http.ResponseWriter = w
-		if s.cut > 0 && len(s.ranges) == 1 {
+		if s.cutReq > 0 && len(s.ranges) == s.cutReq {
 			out = &cutWriter{ResponseWriter: w, left: s.cut}
 		}
 		http.ServeContent(out, r, "metnos-agent", time.Unix(1e9, 0), strings.NewReader(string(b)))

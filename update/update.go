@@ -200,7 +200,8 @@ func (u *Updater) apply(ctx context.Context, d wire.ComponentDescriptor) error {
 	}
 	url := u.cfg.Client.FileURL(d.URLPath)
 	u.log.Info("update: downloading", "version", d.Version, "url", fetch.ShowURL(url), "sha256", d.SHA256)
-	if err := fetch.File(ctx, url, f.New, fetch.Pin{SHA256: d.SHA256}, fetch.Options{Client: u.cfg.Client.HTTPClient(), Logger: u.log}); err != nil {
+	o := fetch.Options{Chunk: downloadChunk, Client: u.cfg.Client.HTTPClient(), Logger: u.log}
+	if err := fetch.File(ctx, url, f.New, fetch.Pin{SHA256: d.SHA256}, o); err != nil {
 		return fmt.Errorf("update to %s: %w (what was downloaded is kept beside %s and resumed next time)", d.Version, err, f.Exe)
 	}
 	at("downloaded")
@@ -231,6 +232,12 @@ func (u *Updater) apply(ctx context.Context, d wire.ComponentDescriptor) error {
 	u.log.Info("update: the new build is in place; exiting for the supervisor to start it", "version", d.Version, "exe", f.Exe, "previous_kept_as", f.Old)
 	return ErrRestart
 }
+
+// downloadChunk is the size of the download's Range requests. fetch
+// resumes a cut download from its last whole chunk, and its default
+// chunk (8 MB) is most of a build: a connection cut part of the way
+// would start the download over.
+const downloadChunk = 1 << 20
 
 // tryRun runs exe version and wants it to exit 0 within 30 s.
 func tryRun(ctx context.Context, exe string) error {
