@@ -45,17 +45,20 @@ func TestKill9(t *testing.T) {
 		step string
 		// rollback: the kill is in Boot rolling back the crashing build.
 		rollback bool
+		// killed: the version at the executable's path right after the
+		// kill, what the supervisor starts next.
+		killed string
 		// after the next start's Boot: the version that runs, and the
 		// outcome.
 		version string
 		outcome Outcome
 	}{
-		{step: "downloaded", version: "1.0.0", outcome: Normal},
-		{step: "marked", version: "1.0.0", outcome: Normal},
-		{step: "kept-old", version: "1.0.0", outcome: Normal},
-		{step: "swapped", version: "2.0.0", outcome: Probation},
-		{step: "kept-failed", rollback: true, version: "1.0.0", outcome: RolledBack},
-		{step: "rolled-back", rollback: true, version: "1.0.0", outcome: Normal},
+		{step: "downloaded", killed: "1.0.0", version: "1.0.0", outcome: Normal},
+		{step: "marked", killed: "1.0.0", version: "1.0.0", outcome: Normal},
+		{step: "kept-old", killed: "1.0.0", version: "1.0.0", outcome: Normal},
+		{step: "swapped", killed: "2.0.0", version: "2.0.0", outcome: Probation},
+		{step: "kept-failed", rollback: true, killed: "2.0.0", version: "1.0.0", outcome: RolledBack},
+		{step: "rolled-back", rollback: true, killed: "1.0.0", version: "1.0.0", outcome: Normal},
 	} {
 		t.Run(c.step, func(t *testing.T) {
 			s := newServer(t)
@@ -78,6 +81,12 @@ func TestKill9(t *testing.T) {
 				killedAt(t, d, "boot", c.step)
 			}
 
+			// The supervisor finds a build at the executable's path (on
+			// Linux and macOS nothing puts one back before it starts it).
+			if got := version(t, d.Exe); got != "metnos-agent "+c.killed {
+				t.Fatalf("right after the kill at %s the executable says %q, want %s", c.step, got, c.killed)
+			}
+
 			// The next start.
 			out, _, err := Boot(d.state, d.Files, nil)
 			if err != nil {
@@ -92,6 +101,9 @@ func TestKill9(t *testing.T) {
 			st := d.load(t)
 			if onNew := fileSum(t, d.Exe) == st.SHA256; (st.Phase == PhaseProbation) != onNew || (out == Probation) != onNew {
 				t.Fatalf("record %+v, outcome %v, with the executable %s the build on probation: %v", st, out, d.Exe, onNew)
+			}
+			if out != Probation && exists(d.Old) {
+				t.Errorf("%s is left beside the previous build", d.Old)
 			}
 			if c.rollback {
 				if st.Failed == nil || !st.Failed.RolledBack || st.Failed.Version != "2.0.0" || fileSum(t, d.Failed) != sum(read(t, a.crash)) {
