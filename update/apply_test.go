@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/metnos/agent/wire"
 )
@@ -150,5 +151,40 @@ func TestApplyBuildThatDoesNotRun(t *testing.T) {
 			}
 			assertUntouched(t, d, u, read(t, a.old), "does not run")
 		})
+	}
+}
+
+// TestSummaryDuringApply: the heartbeat's Summary and the run loop's
+// Probation answer while a download is under way, however long it
+// takes (they are read by the heartbeat's own goroutine).
+func TestSummaryDuringApply(t *testing.T) {
+	a := agents(t)
+	s := newServer(t)
+	s.hold, s.held = make(chan struct{}), make(chan struct{}, 1)
+	d := install(t, a.old)
+	desc := s.publish(t, wire.ComponentDescriptor{Version: "2.0.0"}, read(t, a.new))
+	u := d.updater(t, s, false)
+	applied := make(chan error, 1)
+	go func() { applied <- u.Apply(context.Background(), desc) }()
+	<-s.held // the download is under way, and stays so
+	answered := make(chan string, 1)
+	go func() {
+		u.Probation()
+		answered <- u.Summary()
+	}()
+	select {
+	case got := <-answered:
+		if got != "" {
+			t.Errorf("summary during the download: %q", got)
+		}
+	case <-time.After(10 * time.Second): // a safety net: it answers at once, or never
+		t.Error("Summary waited for the download")
+	}
+	close(s.hold)
+	if err := <-applied; !errors.Is(err, ErrRestart) {
+		t.Fatalf("Apply: %v", err)
+	}
+	if got := u.Summary(); !strings.Contains(got, "on probation: 2.0.0") {
+		t.Errorf("summary after the swap: %q", got)
 	}
 }

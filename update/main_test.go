@@ -162,6 +162,9 @@ type server struct {
 	cutReq int               // > 0: the cutReq-th file request is cut...
 	cut    int               // ...after cut bytes of its body
 	ranges []string          // the Range header of each file request
+	// hold, when set, is where a file request waits (without the
+	// server's lock) until it is closed, after telling held.
+	hold, held chan struct{}
 }
 
 func newServer(t *testing.T) *server {
@@ -177,6 +180,16 @@ func newServer(t *testing.T) *server {
 }
 
 func (s *server) serve(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	hold, held := s.hold, s.held
+	s.mu.Unlock()
+	if hold != nil && strings.HasPrefix(r.URL.Path, wire.PathClientFiles) {
+		select {
+		case held <- struct{}{}:
+		default:
+		}
+		<-hold
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {

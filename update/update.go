@@ -51,9 +51,20 @@ type Updater struct {
 	cfg Config
 	log *slog.Logger
 
+	// work serializes what writes the update record (Apply, Confirm)
+	// and is held for a whole download; mu guards probation and
+	// summary, which the heartbeat reads meanwhile.
+	work      sync.Mutex
 	mu        sync.Mutex
 	probation bool
 	summary   string
+}
+
+// set records the summary for the heartbeat, and the probation.
+func (u *Updater) set(summary string, probation bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.summary, u.probation = summary, probation
 }
 
 // New returns an Updater for cfg.
@@ -90,14 +101,16 @@ func (u *Updater) Probation() bool {
 // probation. It records the version as applied and deletes the build
 // it replaced.
 func (u *Updater) Confirm() {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if !u.probation {
+	if !u.Probation() {
 		return
 	}
+	u.work.Lock()
+	defer u.work.Unlock()
 	st, err := LoadState(u.cfg.StatePath)
 	if err != nil || st.Phase != PhaseProbation {
+		u.mu.Lock()
 		u.probation = false
+		u.mu.Unlock()
 		return
 	}
 	st.Applied, st.Phase, st.Boots = st.Version, PhaseNone, 0
@@ -110,8 +123,7 @@ func (u *Updater) Confirm() {
 		u.log.Error("update: cannot record the confirmation; this build stays on probation", "version", version, "err", err)
 		return
 	}
-	u.probation = false
-	u.summary = st.Summary()
+	u.set(st.Summary(), false)
 	for _, p := range []string{u.cfg.Files.Old, u.cfg.Files.Failed} {
 		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
 			u.log.Warn("update: cannot delete a previous build", "file", p, "err", err)
@@ -172,8 +184,8 @@ func (u *Updater) Check(ctx context.Context, force bool) (Decision, error) {
 // any other error leaves the running build in place and is recorded
 // for the heartbeat.
 func (u *Updater) Apply(ctx context.Context, d wire.ComponentDescriptor) error {
-	u.mu.Lock()
-	defer u.mu.Unlock()
+	u.work.Lock()
+	defer u.work.Unlock()
 	err := u.apply(ctx, d)
 	if err == nil || errors.Is(err, ErrRestart) {
 		return err
@@ -182,7 +194,7 @@ func (u *Updater) Apply(ctx context.Context, d wire.ComponentDescriptor) error {
 	if st.Phase != PhaseProbation {
 		st.Failed = &Failure{Version: d.Version, SHA256: d.SHA256, Reason: err.Error(), At: time.Now().UTC()}
 		if serr := SaveState(u.cfg.StatePath, st); serr == nil {
-			u.summary = st.Summary()
+			u.set(st.Summary(), u.Probation())
 		}
 	}
 	return err
@@ -228,7 +240,7 @@ func (u *Updater) apply(ctx context.Context, d wire.ComponentDescriptor) error {
 		}
 		return fmt.Errorf("update to %s: %w", d.Version, err)
 	}
-	u.summary = st.Summary()
+	u.set(st.Summary(), u.Probation())
 	u.log.Info("update: the new build is in place; exiting for the supervisor to start it", "version", d.Version, "exe", f.Exe, "previous_kept_as", f.Old)
 	return ErrRestart
 }
