@@ -188,3 +188,33 @@ func TestSummaryDuringApply(t *testing.T) {
 		t.Errorf("summary after the swap: %q", got)
 	}
 }
+
+// TestApplyStopped: an agent stopped in the middle of a download
+// (its context canceled) records no failed update for the heartbeat:
+// the download is kept and resumed by the next check.
+func TestApplyStopped(t *testing.T) {
+	a := agents(t)
+	s := newServer(t)
+	s.hold, s.held = make(chan struct{}), make(chan struct{}, 1)
+	defer close(s.hold)
+	d := install(t, a.old)
+	desc := s.publish(t, wire.ComponentDescriptor{Version: "2.0.0"}, read(t, a.new))
+	u := d.updater(t, s, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	applied := make(chan error, 1)
+	go func() { applied <- u.Apply(ctx, desc) }()
+	<-s.held
+	cancel()
+	if err := <-applied; err == nil || errors.Is(err, ErrRestart) {
+		t.Fatalf("Apply: %v, want the stop", err)
+	}
+	if st := d.load(t); st.Failed != nil || st.Phase != PhaseNone {
+		t.Fatalf("record after a stop: %+v (failed %+v)", st, st.Failed)
+	}
+	if got := u.Summary(); got != "" {
+		t.Errorf("summary after a stop: %q", got)
+	}
+	if fileSum(t, d.Exe) != sum(read(t, a.old)) || exists(d.New) {
+		t.Fatal("a stopped update changed the executable or installed a build")
+	}
+}

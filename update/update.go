@@ -181,13 +181,17 @@ func (u *Updater) Check(ctx context.Context, force bool) (Decision, error) {
 
 // Apply downloads, checks and swaps in the build d describes (see the
 // package doc). It returns [ErrRestart] once the new build is in place;
-// any other error leaves the running build in place and is recorded
-// for the heartbeat.
+// any other error leaves the running build in place and, unless ctx
+// ended (the agent is stopping), is recorded for the heartbeat.
 func (u *Updater) Apply(ctx context.Context, d wire.ComponentDescriptor) error {
 	u.work.Lock()
 	defer u.work.Unlock()
 	err := u.apply(ctx, d)
 	if err == nil || errors.Is(err, ErrRestart) {
+		return err
+	}
+	if ctx.Err() != nil {
+		// Stopped, not failed: what was downloaded is resumed next time.
 		return err
 	}
 	st, _ := LoadState(u.cfg.StatePath)
