@@ -15,8 +15,8 @@ import (
 // running executable: a copy of this test binary, started as
 // metnos-agent.exe, swaps its own file for a new build (Windows can
 // rename a running executable, not replace it) and rolls itself back;
-// a kill between the swap's two renames leaves only
-// metnos-agent.old.exe, which the next start's Boot puts back.
+// a kill between the two renames of a swap, or of a rollback, leaves
+// only metnos-agent.old.exe, which the next start's Boot puts back.
 func TestWindowsSwapRunningExecutable(t *testing.T) {
 	self, err := os.Executable()
 	if err != nil {
@@ -96,6 +96,31 @@ func TestWindowsSwapRunningExecutable(t *testing.T) {
 		t.Fatalf("Boot: %v, %v", out, err)
 	}
 	is(d.Exe, oldBuild, "previous build, put back by Boot")
+	if out, err := run("boot"); err != nil || out != "boot: 0 <nil>" {
+		t.Fatalf("the build put back does not start: %v\n%s", err, out)
+	}
+
+	// Killed between the two renames of a rollback by the running new
+	// build: the next start puts .old.exe back too.
+	if out, err := run("swap"); err != nil || out != "swap: <nil>" {
+		t.Fatalf("the swap: %v\n%s", err, out)
+	}
+	st = State{Phase: PhaseProbation, Version: "2.0.0", SHA256: fileSum(t, d.Exe), Previous: fileSum(t, d.Old), Boots: MaxBoots}
+	if err := SaveState(d.state, st); err != nil {
+		t.Fatal(err)
+	}
+	out, err = run("boot", "METNOS_UPDATE_KILL_AT=kept-failed")
+	if exitCode(err) != 9 {
+		t.Fatalf("the rollback was not killed between its renames: %v\n%s", err, out)
+	}
+	if exists(d.Exe) || !exists(d.Old) {
+		t.Fatalf("after the kill: %s exists %v, %s exists %v; want only the second", d.Exe, exists(d.Exe), d.Old, exists(d.Old))
+	}
+	if out, st, err := Boot(d.state, d.Files, nil); err != nil || out != Normal || st.Phase != PhaseNone || st.Failed == nil || !st.Failed.RolledBack {
+		t.Fatalf("Boot: %v, %+v, %v", out, st, err)
+	}
+	is(d.Exe, oldBuild, "previous build, put back by Boot")
+	is(d.Failed, newBuild, "failed build")
 	if out, err := run("boot"); err != nil || out != "boot: 0 <nil>" {
 		t.Fatalf("the build put back does not start: %v\n%s", err, out)
 	}
