@@ -51,9 +51,20 @@ type Updater struct {
 	cfg Config
 	log *slog.Logger
 
+	// work serializes what writes the update record (Apply, Confirm)
+	// and is held for a whole download; mu guards probation and
+	// summary, which the heartbeat reads meanwhile.
+	work      sync.Mutex
 	mu        sync.Mutex
 	probation bool
 	summary   string
+}
+
+// set records the summary for the heartbeat, and the probation.
+func (u *Updater) set(summary string, probation bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.summary, u.probation = summary, probation
 }
 
 // New returns an Updater for cfg.
@@ -90,14 +101,16 @@ func (u *Updater) Probation() bool {
 // probation. It records the version as applied and deletes the build
 // it replaced.
 func (u *Updater) Confirm() {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if !u.probation {
+	if !u.Probation() {
 		return
 	}
+	u.work.Lock()
+	defer u.work.Unlock()
 	st, err := LoadState(u.cfg.StatePath)
 	if err != nil || st.Phase != PhaseProbation {
+		u.mu.Lock()
 		u.probation = false
+		u.mu.Unlock()
 		return
 	}
 	st.Applied, st.Phase, st.Boots = st.Version, PhaseNone, 0
@@ -110,8 +123,7 @@ func (u *Updater) Confirm() {
 		u.log.Error("update: cannot record the confirmation; this build stays on probation", "version", version, "err", err)
 		return
 	}
-	u.probation = false
-	u.summary = st.Summary()
+	u.set(st.Summary(), false)
 	for _, p := range []string{u.cfg.Files.Old, u.cfg.Files.Failed} {
 		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
 			u.log.Warn("update: cannot delete a previous build", "file", p, "err", err)
@@ -169,20 +181,24 @@ func (u *Updater) Check(ctx context.Context, force bool) (Decision, error) {
 
 // Apply downloads, checks and swaps in the build d describes (see the
 // package doc). It returns [ErrRestart] once the new build is in place;
-// any other error leaves the running build in place and is recorded
-// for the heartbeat.
+// any other error leaves the running build in place and, unless ctx
+// ended (the agent is stopping), is recorded for the heartbeat.
 func (u *Updater) Apply(ctx context.Context, d wire.ComponentDescriptor) error {
-	u.mu.Lock()
-	defer u.mu.Unlock()
+	u.work.Lock()
+	defer u.work.Unlock()
 	err := u.apply(ctx, d)
 	if err == nil || errors.Is(err, ErrRestart) {
+		return err
+	}
+	if ctx.Err() != nil {
+		// Stopped, not failed: what was downloaded is resumed next time.
 		return err
 	}
 	st, _ := LoadState(u.cfg.StatePath)
 	if st.Phase != PhaseProbation {
 		st.Failed = &Failure{Version: d.Version, SHA256: d.SHA256, Reason: err.Error(), At: time.Now().UTC()}
 		if serr := SaveState(u.cfg.StatePath, st); serr == nil {
-			u.summary = st.Summary()
+			u.set(st.Summary(), u.Probation())
 		}
 	}
 	return err
@@ -200,7 +216,8 @@ func (u *Updater) apply(ctx context.Context, d wire.ComponentDescriptor) error {
 	}
 	url := u.cfg.Client.FileURL(d.URLPath)
 	u.log.Info("update: downloading", "version", d.Version, "url", fetch.ShowURL(url), "sha256", d.SHA256)
-	if err := fetch.File(ctx, url, f.New, fetch.Pin{SHA256: d.SHA256}, fetch.Options{Client: u.cfg.Client.HTTPClient(), Logger: u.log}); err != nil {
+	o := fetch.Options{Chunk: downloadChunk, Client: u.cfg.Client.HTTPClient(), Logger: u.log}
+	if err := fetch.File(ctx, url, f.New, fetch.Pin{SHA256: d.SHA256}, o); err != nil {
 		return fmt.Errorf("update to %s: %w (what was downloaded is kept beside %s and resumed next time)", d.Version, err, f.Exe)
 	}
 	at("downloaded")
@@ -227,10 +244,16 @@ func (u *Updater) apply(ctx context.Context, d wire.ComponentDescriptor) error {
 		}
 		return fmt.Errorf("update to %s: %w", d.Version, err)
 	}
-	u.summary = st.Summary()
+	u.set(st.Summary(), u.Probation())
 	u.log.Info("update: the new build is in place; exiting for the supervisor to start it", "version", d.Version, "exe", f.Exe, "previous_kept_as", f.Old)
 	return ErrRestart
 }
+
+// downloadChunk is the size of the download's Range requests. fetch
+// resumes a cut download from its last whole chunk, and its default
+// chunk (8 MB) is most of a build: a connection cut part of the way
+// would start the download over.
+const downloadChunk = 1 << 20
 
 // tryRun runs exe version and wants it to exit 0 within 30 s.
 func tryRun(ctx context.Context, exe string) error {
