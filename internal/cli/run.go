@@ -28,6 +28,20 @@ import (
 const exitLocked = 3
 
 func runRun(std stdio, args []string) int {
+	// A build on probation counts this start before anything else can
+	// fail (flags, configuration, pairing), so that a build failing at
+	// any of them is rolled back after two starts like one that crashes.
+	early, code, stop := bootEarly(std)
+	if stop {
+		return code
+	}
+	if early.lock != nil {
+		defer early.lock.Release()
+	}
+	if early.outcome == update.RolledBack {
+		fmt.Fprintln(std.err, rolledBackExit)
+		return exitOK
+	}
 	fs := newFlagSet("run", std, "Serve the paired server: long-poll for invocations, run each in the sandbox, send back the results. Stops on SIGINT or SIGTERM.")
 	server := fs.String("server", "", "the server URL (default: the one paired with)")
 	var minSandbox levelFlag
@@ -59,15 +73,13 @@ func runRun(std stdio, args []string) int {
 	if err := pairing.CheckPaired(e.lay); err != nil {
 		return fail(std, err)
 	}
-	lock, err := lockfile.Lock(e.lay.Lock())
-	if errors.Is(err, lockfile.ErrLocked) {
-		fmt.Fprintf(std.err, "metnos-agent: another agent is already running for this user (%v): stop it first with `systemctl --user stop metnos-agent`, or Ctrl-C in its terminal\n", err)
-		return exitLocked
+	if early.lock == nil || early.data != e.lay.Data {
+		lock, code, ok := lockRun(std, e.lay)
+		if !ok {
+			return code
+		}
+		defer lock.Release()
 	}
-	if err != nil {
-		return fail(std, err)
-	}
-	defer lock.Release()
 	logf, err := openLog(e.lay.Log(), std.err)
 	if err != nil {
 		return fail(std, err)
@@ -83,9 +95,14 @@ func runRun(std stdio, args []string) int {
 	// A build on probation counts this start, and one that used its
 	// starts without confirming is rolled back, before anything else
 	// can fail (docs/protocol.md §9).
-	files, boot := bootUpdate(e, log)
+	files, boot := early.files, early.outcome
+	if early.lock == nil || early.data != e.lay.Data {
+		files, boot = bootUpdate(e.lay, log)
+	} else if boot == update.Probation {
+		log.Info("update: this build is on probation until its first successful poll", "version", version())
+	}
 	if boot == update.RolledBack {
-		fmt.Fprintln(std.err, "metnos-agent: the update this build came from failed its probation and was rolled back; exiting for the supervisor to start the previous build")
+		fmt.Fprintln(std.err, rolledBackExit)
 		return exitOK
 	}
 	ctx, halt := stopOnSignals(log)
@@ -150,17 +167,65 @@ func runRun(std stdio, args []string) int {
 	return exitOK
 }
 
+// rolledBackExit is what run says when the start rolled its build back.
+const rolledBackExit = "metnos-agent: the update this build came from failed its probation and was rolled back; exiting for the supervisor to start the previous build"
+
+// lockRun takes the lock `run` holds; when another agent holds it, it
+// says so and ok is false, with the exit status in code.
+func lockRun(std stdio, lay layout.Layout) (lock *lockfile.Held, code int, ok bool) {
+	lock, err := lockfile.Lock(lay.Lock())
+	if errors.Is(err, lockfile.ErrLocked) {
+		fmt.Fprintf(std.err, "metnos-agent: another agent is already running for this user (%v): stop it first with `systemctl --user stop metnos-agent`, or Ctrl-C in its terminal\n", err)
+		return nil, exitLocked, false
+	}
+	if err != nil {
+		return nil, fail(std, err), false
+	}
+	return lock, 0, true
+}
+
+// earlyBoot is what bootEarly did: the lock it holds (nil: none, and
+// run boots later), for the data folder data, and Boot's result.
+type earlyBoot struct {
+	lock    *lockfile.Held
+	data    string
+	files   update.Files
+	outcome update.Outcome
+}
+
+// bootEarly runs the update's boot step first thing, when this device
+// has an update record (agent-update.json): it takes run's lock (a start
+// that finds another agent running is not a start of this build: exit
+// 3) and runs [update.Boot], logging to stderr, which the service's
+// journal keeps. Without a record there is nothing on probation, and
+// nothing is touched before run's own checks.
+func bootEarly(std stdio) (earlyBoot, int, bool) {
+	lay, err := layout.Current()
+	if err != nil {
+		return earlyBoot{}, 0, false
+	}
+	if _, err := os.Lstat(lay.UpdateState()); err != nil {
+		return earlyBoot{}, 0, false
+	}
+	lock, code, ok := lockRun(std, lay)
+	if !ok {
+		return earlyBoot{}, code, true
+	}
+	files, out := bootUpdate(lay, slog.New(slog.NewTextHandler(std.err, nil)))
+	return earlyBoot{lock: lock, data: lay.Data, files: files, outcome: out}, 0, false
+}
+
 // bootUpdate runs [update.Boot] on this executable; files.Exe is "" (and
 // the agent does not update itself) when the executable cannot be
 // found.
-func bootUpdate(e environment, log *slog.Logger) (update.Files, update.Outcome) {
+func bootUpdate(lay layout.Layout, log *slog.Logger) (update.Files, update.Outcome) {
 	exe, err := update.Executable()
 	if err != nil {
 		log.Warn("update: this executable cannot be found, so the agent cannot update itself", "err", err)
 		return update.Files{}, update.Normal
 	}
 	files := update.FilesFor(exe)
-	out, _, _ := update.Boot(e.lay.UpdateState(), files, log)
+	out, _, _ := update.Boot(lay.UpdateState(), files, log)
 	return files, out
 }
 

@@ -165,9 +165,10 @@ func TestSelfUpdate(t *testing.T) {
 	}
 }
 
-// TestSelfUpdateRollback: a new build that starts but never reaches a
-// successful poll (the server is unreachable to it) exits 1 when its
-// probation time is up; after two such starts, the next start puts the
+// TestSelfUpdateRollback: a new build that fails at start (here on a
+// flag it refuses, before anything else) or starts but never reaches a
+// successful poll (the server is unreachable to it; it exits 1 when its
+// probation time is up) uses up a start each time; after two, the next start puts the
 // previous build back and exits 0, and the previous build, started
 // again, reports the rollback in its heartbeat and does not apply that
 // version again.
@@ -185,13 +186,18 @@ func TestSelfUpdateRollback(t *testing.T) {
 	}
 	u.proxy.down()
 	short := []string{"METNOS_UPDATE_PROBATION_S=2"}
-	for start := 1; start <= 2; start++ {
-		p := u.startExe(u.exe, short)
-		if code := p.exitCode(t, 60*time.Second); code != 1 {
-			t.Fatalf("start %d of the build that cannot poll exited %d, want 1", start, code)
+	// The first start fails before anything else (a flag this build
+	// refuses): it counts all the same. The second cannot poll.
+	for start, c := range []struct {
+		extra []string
+		code  int
+	}{{[]string{"--no-such-flag"}, 2}, {nil, 1}} {
+		p := u.startExe(u.exe, short, c.extra...)
+		if code := p.exitCode(t, 60*time.Second); code != c.code {
+			t.Fatalf("start %d of the failing build exited %d, want %d", start+1, code, c.code)
 		}
-		if st := u.state(); st.Phase != update.PhaseProbation || st.Boots != start {
-			t.Fatalf("after start %d: %+v", start, st)
+		if st := u.state(); st.Phase != update.PhaseProbation || st.Boots != start+1 {
+			t.Fatalf("after start %d: %+v", start+1, st)
 		}
 	}
 	p := u.startExe(u.exe, short)
