@@ -54,6 +54,28 @@ func runRegister(std stdio, args []string) int {
 	if r, off, bad := term.FirstUnsafe(*name); bad {
 		return usageError(std.err, "register", "--name holds %s at byte %d: a device name is shown on terminals, so it may not hold control characters, escape sequences or bidirectional overrides", term.Describe(r), off)
 	}
+	return pairDevice(std, pairRequest{cmd: "register", server: *server, token: *token, name: *name, force: *force, tailnet: tf})
+}
+
+// pairRequest is what register and pair pair the device with.
+type pairRequest struct {
+	// cmd is the command pairing: "register" or "pair".
+	cmd string
+	// server and token are register's flags, or a one-liner's values;
+	// with joinURL set, they come from the join link's installer.
+	server, token string
+	// joinURL is pair's join link ("" for a server and token).
+	joinURL string
+	name    string
+	force   bool
+	tailnet tailnetFlags
+}
+
+// pairDevice pairs the device as r says, the flags checked: what
+// register does, and pair after reading its link. It returns the exit
+// status.
+func pairDevice(std stdio, r pairRequest) int {
+	server, token, name, tf := &r.server, &r.token, &r.name, r.tailnet
 	e, err := std.environment()
 	if err != nil {
 		return fail(std, err)
@@ -81,7 +103,7 @@ func runRegister(std stdio, args []string) int {
 		}
 	}
 	if old.Paired() {
-		if code, ok := confirmRepair(std, old, *server, *force); !ok {
+		if code, ok := confirmRepair(std, old, *server, r.force); !ok {
 			return code
 		}
 	}
