@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"path"
 	"strings"
 	"unicode/utf8"
 
@@ -69,6 +70,8 @@ type pairRequest struct {
 	name    string
 	force   bool
 	tailnet tailnetFlags
+	// install is pair's --install.
+	install bool
 }
 
 // pairDevice pairs the device as r says, the flags checked: what
@@ -102,8 +105,8 @@ func pairDevice(std stdio, r pairRequest) int {
 			return fail(std, err)
 		}
 	}
-	if old.Paired() {
-		if code, ok := confirmRepair(std, old, *server, r.force); !ok {
+	if old.Paired() && r.joinURL == "" {
+		if code, ok := confirmRepair(std, old, *server, r.cmd, r.force); !ok {
 			return code
 		}
 	}
@@ -116,14 +119,39 @@ func pairDevice(std stdio, r pairRequest) int {
 	if err != nil {
 		return fail(std, err)
 	}
-	c, node, err := connect(context.Background(), e, connectOptions{server: *server, unpaired: true, key: key, name: *name, tailnet: tf, progress: std.err}, warnLogger(std))
+	dialed := *server
+	if r.joinURL != "" {
+		// The link's server, until its installer names the one to pair with.
+		dialed = strings.TrimSuffix(r.joinURL, path.Base(r.joinURL))
+		dialed = strings.TrimSuffix(dialed, wire.PathJoin)
+	}
+	c, node, err := connect(context.Background(), e, connectOptions{server: dialed, unpaired: true, key: key, name: *name, tailnet: tf, progress: std.err}, warnLogger(std))
 	if err != nil {
 		return fail(std, err)
 	}
 	if node != nil {
 		defer node.Close()
 	}
+	if r.joinURL != "" {
+		var done bool
+		*server, *token, done, err = readJoinLink(std, c, r.joinURL, key.Public().(ed25519.PublicKey))
+		if err != nil {
+			return fail(std, err)
+		}
+		if done {
+			return r.afterPairing(std)
+		}
+		if old.Paired() {
+			if code, ok := confirmRepair(std, old, *server, r.cmd, r.force); !ok {
+				return code
+			}
+		}
+		c = c.At(*server)
+	}
 	reg, err := c.Register(context.Background(), *token)
+	if r.cmd == "pair" && tokenUsed(err) {
+		return fail(std, errors.New("this link's token was already used by another device: ask for a new link"))
+	}
 	if err != nil {
 		return fail(std, fmt.Errorf("pairing failed: %w", err))
 	}
@@ -148,6 +176,11 @@ func pairDevice(std stdio, r pairRequest) int {
 	}
 	if reg.ServerPublicKey == nil || *reg.ServerPublicKey == "" {
 		fmt.Fprintln(std.err, "warning: the server has no signing key, so `metnos-agent run` will refuse to start: create its author key, then pair again")
+	}
+	if r.cmd == "pair" {
+		fmt.Fprintf(std.out, "fingerprint: %s (the admin sees these 16 digits in the \"fingerprint\" column of the server's Devices page, /admin/devices: compare them)\n",
+			groupedFingerprint(key.Public().(ed25519.PublicKey)))
+		return r.afterPairing(std)
 	}
 	return exitOK
 }
@@ -177,7 +210,7 @@ func holdRunLock(std stdio, lay layout.Layout, doing string) (release func(), co
 // server is another one, asks on a terminal unless force; without a
 // terminal and without force it refuses. ok says to go on; otherwise
 // code is the exit status.
-func confirmRepair(std stdio, old pairing.State, server string, force bool) (code int, ok bool) {
+func confirmRepair(std stdio, old pairing.State, server, cmd string, force bool) (code int, ok bool) {
 	oldServer := "-"
 	if old.ServerURL != nil {
 		oldServer = *old.ServerURL
@@ -192,7 +225,7 @@ func confirmRepair(std stdio, old pairing.State, server string, force bool) (cod
 		return 0, true
 	}
 	if std.in == nil || !xterm.IsTerminal(int(std.in.Fd())) {
-		fmt.Fprintln(std.err, "metnos-agent: not replaced: run register again with --force to replace the pairing")
+		fmt.Fprintf(std.err, "metnos-agent: not replaced: run %s again with --force to replace the pairing\n", cmd)
 		return exitFailure, false
 	}
 	if !askYes(std.in, std.err, "Replace it? [y/N] ") {
@@ -253,7 +286,7 @@ func runWhoami(std stdio, args []string) int {
 	}
 	w := std.out
 	if !st.Paired() {
-		fmt.Fprintln(w, "paired:              no (run `metnos-agent register --server URL --token TOKEN`)")
+		fmt.Fprintln(w, "paired:              no (run `metnos-agent pair LINK` with the join link the admin sent, or `metnos-agent register --server URL --token TOKEN`)")
 	} else {
 		fmt.Fprintf(w, "device id:           %s\n", s(st.DeviceID))
 		fmt.Fprintf(w, "name:                %s\n", s(st.DeviceName))
