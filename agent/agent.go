@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"runtime"
 	"slices"
 	"sync"
@@ -35,6 +36,7 @@ import (
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/undo"
+	"github.com/metnos/agent/update"
 )
 
 // Config is what an [Agent] runs with. Zero fields take the protocol's
@@ -99,6 +101,13 @@ type Config struct {
 	// as after a crash) and undelivered results stay in the spool. The
 	// command closes it on a second SIGINT or SIGTERM.
 	Halt <-chan struct{}
+	// Update, when set, keeps the agent current from the server
+	// (docs/protocol.md §9): each poll whose server_client_version
+	// differs from the last one seen makes it check for an update,
+	// between runs, and the first successful poll confirms a build on
+	// probation. Once an update is in place, Run delivers what it can
+	// and returns [update.ErrRestart].
+	Update *update.Updater
 	// Watchdog is called, on a goroutine of its own, when an execution
 	// overruns its deadline by 10 s (docs/protocol.md §7.2 step 8); the run goes on
 	// meanwhile. Nil means no watchdog: the agent waits for the run
@@ -154,6 +163,11 @@ type Agent struct {
 	// runEnded is when the last run ended (only the Run goroutine
 	// touches it).
 	runEnded time.Time
+	// seenVersion is the last server_client_version a poll announced,
+	// and updateRetry when a check that failed is tried again (only the
+	// Run goroutine touches them).
+	seenVersion string
+	updateRetry time.Time
 	// swept is done once the start's sweep of backup blobs and journal
 	// segments has ended: it runs beside the first poll, and the first
 	// run waits for it (see housekeeping).
@@ -318,6 +332,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	})()
 	go a.heartbeats(ctx)
 	backoff := time.Second
+	restart := false
 	var down reachability
 	for ctx.Err() == nil {
 		block := a.cfg.Block
@@ -358,6 +373,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			continue
 		}
 		down.answered(a.log)
+		if a.cfg.Update != nil {
+			a.cfg.Update.Confirm()
+		}
 		a.noteShim(resp.ShimSHA256)
 		if resp.Invocation != nil {
 			if err := a.handle(ctx, resp.Invocation); err != nil {
@@ -368,6 +386,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}
 		backoff = time.Second
+		// Between runs: an update never replaces the agent in the
+		// middle of one.
+		if a.updateDue(resp.ServerClientVersion) && a.checkUpdate(ctx) {
+			restart = true
+			break
+		}
 	}
 	// The stop time, unless the loop ended before the AfterFunc ran.
 	stopped := time.Now()
@@ -375,8 +399,59 @@ func (a *Agent) Run(ctx context.Context) error {
 		stopped = time.Unix(0, at)
 	}
 	a.deliverBeforeStop(stopped)
+	if restart {
+		a.log.Info("agent stopped for its update")
+		return update.ErrRestart
+	}
 	a.log.Info("agent stopped")
 	return nil
+}
+
+// updateDue reports whether the server's announced client version
+// calls for an update check: it differs from the last one seen, or a
+// check that failed is due again.
+func (a *Agent) updateDue(announced string) bool {
+	if a.cfg.Update == nil || announced == "" || a.cfg.Update.Probation() {
+		return false
+	}
+	if announced != a.seenVersion {
+		a.seenVersion = announced
+		a.updateRetry = time.Time{}
+		return true
+	}
+	return !a.updateRetry.IsZero() && time.Now().After(a.updateRetry)
+}
+
+// updateRetryAfter is how long a failed update check waits before it is
+// tried again (a new announced version tries at once).
+const updateRetryAfter = 30 * time.Minute
+
+// checkUpdate checks for an update and applies it; it reports whether
+// the new build is in place and the agent must exit for it.
+func (a *Agent) checkUpdate(ctx context.Context) bool {
+	a.updateRetry = time.Time{}
+	dec, err := a.cfg.Update.Check(ctx, false)
+	switch {
+	case client.StatusOf(err) == http.StatusNotFound:
+		a.log.Info("update: the server announces client version "+a.seenVersion+" but publishes no metnos-agent build for this device's target", "err", err)
+		return false
+	case err != nil:
+		a.log.Warn("update: the check failed; it is tried again later", "err", err)
+		a.updateRetry = time.Now().Add(updateRetryAfter)
+		return false
+	case !dec.Apply:
+		a.log.Info("update: not applied: "+dec.Why, "version", dec.Descriptor.Version)
+		return false
+	}
+	err = a.cfg.Update.Apply(ctx, dec.Descriptor)
+	if errors.Is(err, update.ErrRestart) {
+		return true
+	}
+	if err != nil {
+		a.log.Error("update failed; this build goes on, and the update is tried again later", "err", err)
+		a.updateRetry = time.Now().Add(updateRetryAfter)
+	}
+	return false
 }
 
 // reachability is whether the server answers the run loop's polls, so
@@ -544,6 +619,11 @@ func (a *Agent) profile() map[string]any {
 		"os_family":      client.OSFamily(),
 		"sandbox_level":  a.best,
 		"agent":          "metnos-agent",
+	}
+	if a.cfg.Update != nil {
+		if s := a.cfg.Update.Summary(); s != "" {
+			p["update"] = s
+		}
 	}
 	for _, d := range fetch.Downloading(a.cfg.Layout) {
 		// A runtime download under way (or left half-way).

@@ -6,7 +6,9 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/metnos/agent/wire"
 )
@@ -21,6 +23,8 @@ import (
 //	POST /admin/undo       {"device_id", "turn_id"}           → UndoPlan
 //	POST /admin/revoke     {"device_id"}                      → {"ok": true}
 //	GET  /admin/devices                                       → {"devices": [...]}
+//	POST /admin/devices/join {"name", "platform", "ttl_s"}    → {"join_id", "join_url", "state",
+//	                        "device_name", "platform", "expires_at", "token"}
 //
 // Errors use the protocol's {"error", "message"} shape.
 func (s *Server) AdminHandler() http.Handler { return s.admin }
@@ -33,6 +37,7 @@ func (s *Server) adminMux() http.Handler {
 	mux.HandleFunc("POST /admin/undo", s.adminUndo)
 	mux.HandleFunc("POST /admin/revoke", s.adminRevoke)
 	mux.HandleFunc("GET /admin/devices", s.adminDevices)
+	mux.HandleFunc("POST /admin/devices/join", s.adminJoin)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !fromLoopback(r) {
 			writeError(w, http.StatusForbidden, "forbidden", "the admin API only answers loopback clients")
@@ -192,4 +197,39 @@ func (s *Server) adminDevices(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"devices": list})
+}
+
+// adminJoin is the real POST /admin/devices/join, with "ttl_s" (default
+// [DefaultJoinTTL]) and "token" added: the real one takes no TTL and
+// does not return the token.
+func (s *Server) adminJoin(w http.ResponseWriter, r *http.Request) {
+	_, m, ok := readObject(w, r)
+	if !ok {
+		return
+	}
+	name, _ := m["name"].(string)
+	name = strings.TrimSpace(name)
+	platform, _ := m["platform"].(string)
+	platform = strings.TrimSpace(platform)
+	if platform == "" {
+		platform = "auto"
+	}
+	if name == "" || strings.ContainsFunc(name, unicode.IsSpace) {
+		writeError(w, http.StatusBadRequest, "invalid_name", "device name must be non-empty, without spaces")
+		return
+	}
+	ttl, err := intField(m, "ttl_s")
+	if err != nil || ttl < 0 {
+		writeError(w, http.StatusBadRequest, wire.CodeMissingField, "ttl_s must be a positive integer")
+		return
+	}
+	j, err := s.NewJoin(name, platform, time.Duration(ttl)*time.Second)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "token_error", "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"join_id": j.ID, "join_url": j.Link("http://" + r.Host), "state": j.State,
+		"device_name": j.Name, "platform": j.Platform, "expires_at": j.ExpiresAt.Unix(), "token": j.Token,
+	})
 }

@@ -116,6 +116,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 		return
 	case use.consumedBy == fp:
 		if d, ok := s.devices[use.deviceID]; ok {
+			s.joinRegisteredLocked(p.TID, d.ID)
 			writeJSON(w, http.StatusOK, registerResponse(d, s.pub))
 			return
 		}
@@ -139,6 +140,7 @@ func (s *Server) handleRegister(w http.ResponseWriter, r *http.Request) {
 		d.OSArch = osArch
 	}
 	use.consumedBy, use.deviceID = fp, d.ID
+	s.joinRegisteredLocked(p.TID, d.ID)
 	s.log.Info("refserver: device registered", "device_id", d.ID, "name", d.Name, "repaired", known)
 	writeJSON(w, http.StatusOK, registerResponse(d, s.pub))
 }

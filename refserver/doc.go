@@ -11,7 +11,11 @@
 // heartbeats (docs/protocol.md §5.4), first-result-wins result intake (docs/protocol.md §5.5), signed
 // executor bundles and shim (docs/protocol.md §5.6–§5.7), the signed Python runtime
 // descriptor and ranged downloads (docs/protocol.md §11), and undo of device effects
-// translated into ordinary invocations as Metnos does (docs/protocol.md §10.1).
+// translated into ordinary invocations as Metnos does (docs/protocol.md §10.1),
+// and, from a client mirror directory ([Config.Mirror], written by
+// [Publish]), server_client_version, the signed update descriptors and the
+// builds, and join sessions with their installer endpoint
+// (docs/publishing.md).
 //
 // Executors and the shim are signed at load time from folders, the way
 // Metnos's `sign.py sign` does it, with the server's Ed25519 "author"

@@ -95,6 +95,9 @@ func (h *harness) do(method, path string, body []byte, hdr map[string]string) (i
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
+	if v, ok := hdr["Host"]; ok {
+		req.Host = v // the client sends req.Host, not a Host header
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		h.t.Fatal(err)

@@ -59,7 +59,7 @@ func (s *Server) handlePoll(w http.ResponseWriter, r *http.Request) {
 			if inv != nil {
 				s.log.Info("refserver: delivered", "invocation_id", inv.ID, "device_id", id, "deliveries", inv.Deliveries)
 			}
-			writeJSON(w, http.StatusOK, map[string]any{"invocation": obj, "server_client_version": nil, "shim_sha256": shimSHA})
+			writeJSON(w, http.StatusOK, map[string]any{"invocation": obj, "server_client_version": s.clientVersion(), "shim_sha256": shimSHA})
 			return
 		}
 		select {
@@ -87,6 +87,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		if p, ok := m["profile"].(map[string]any); ok {
 			d.Profile = p
 		}
+		s.joinHeartbeatLocked(id)
 	}
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true})

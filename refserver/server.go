@@ -48,6 +48,12 @@ type Config struct {
 	// RuntimeDir is a directory whose *.tar.gz files are served under
 	// /agent/runtime/. "": none.
 	RuntimeDir string
+	// Mirror is the client mirror directory, laid out as the real
+	// server's MIRROR_CLIENT_DIR (see [Publish]): manifest.json, the
+	// builds under version/target/, and install.sh / install.ps1 for
+	// join links. It is read on every request. "": no mirror (polls say
+	// server_client_version null, descriptors 404 no_manifest).
+	Mirror string
 	// PollCheck is how often a blocked poll re-checks the queue (an
 	// enqueue wakes it at once anyway). 0: [DefaultPollCheck].
 	PollCheck time.Duration
@@ -85,6 +91,7 @@ type Server struct {
 	gate      func(invocationID string, body []byte) int
 	exGate    func(name string) int
 	shimDelay time.Duration
+	joins     map[string]*joinSession // by join id
 
 	closed    chan struct{}
 	closeOnce sync.Once
@@ -107,6 +114,7 @@ func New(cfg Config) (*Server, error) {
 		byFP:    map[string]string{},
 		tokens:  map[string]*tokenUse{},
 		invs:    map[string]*invocation{},
+		joins:   map[string]*joinSession{},
 		changed: make(chan struct{}),
 		closed:  make(chan struct{}),
 	}

@@ -2,8 +2,10 @@
 // device protocol (package refserver) for tests and demos. It is not a
 // Metnos server: no TLS, no users, state in memory only.
 //
-//	metnos-refserver serve --dir DIR [--addr 127.0.0.1:8765] [--executors DIR] [--shim DIR] [--runtime DIR]
+//	metnos-refserver serve --dir DIR [--addr 127.0.0.1:8765] [--executors DIR] [--shim DIR] [--runtime DIR] [--mirror DIR]
 //	metnos-refserver token [--server URL] [--ttl 600] NAME
+//	metnos-refserver join [--server URL] [--platform auto|linux|windows] [--ttl 1800] [--json] NAME
+//	metnos-refserver publish --mirror DIR --version V --target T [--component metnos-agent] [--installers] BINARY
 //	metnos-refserver enqueue [--server URL] [--turn T] [--reversibility R] [--deadline-ms N] [--id ID] DEVICE EXECUTOR ARGS_JSON
 //	metnos-refserver get [--server URL] ID
 //	metnos-refserver undo [--server URL] DEVICE TURN
@@ -11,7 +13,9 @@
 // serve keeps the server's author key in DIR/keys/author_priv.bin (32 raw
 // bytes, created when missing), prints the base URL and serves the
 // device endpoints plus a loopback-only admin API under /admin/, which
-// the other subcommands call.
+// the other subcommands call. publish works on a mirror directory, not
+// on a server: the server reads the mirror on every request (see
+// docs/publishing.md).
 package main
 
 import (
@@ -34,8 +38,10 @@ import (
 )
 
 const usage = `usage:
-  metnos-refserver serve --dir DIR [--addr 127.0.0.1:8765] [--executors DIR] [--shim DIR] [--runtime DIR]
+  metnos-refserver serve --dir DIR [--addr 127.0.0.1:8765] [--executors DIR] [--shim DIR] [--runtime DIR] [--mirror DIR]
   metnos-refserver token [--server URL] [--ttl SECONDS] NAME
+  metnos-refserver join [--server URL] [--platform auto|linux|windows] [--ttl SECONDS] [--json] NAME
+  metnos-refserver publish --mirror DIR --version V --target T [--component metnos-agent] [--installers] BINARY
   metnos-refserver enqueue [--server URL] [--turn T] [--reversibility R] [--deadline-ms N] [--id ID] DEVICE EXECUTOR ARGS_JSON
   metnos-refserver get [--server URL] ID
   metnos-refserver undo [--server URL] DEVICE TURN
@@ -60,6 +66,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		err = serve(ctx, args[1:], stdout, stderr)
+	case "publish":
+		err = publish(args[1:], stdout, stderr)
+	case "join":
+		err = join(args[1:], stdout, stderr)
 	case "token", "enqueue", "get", "undo":
 		err = client(args[0], args[1:], stdout)
 	case "help", "-h", "--help":
@@ -87,6 +97,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	executors := fl.String("executors", "", "folder of executors to sign and serve (one sub-folder each; default: the samples of package examples)")
 	shim := fl.String("shim", "", "folder of shim files to sign and serve (default: the shim of package examples)")
 	runtimeDir := fl.String("runtime", "", "folder of Python runtime *.tar.gz files")
+	mirror := fl.String("mirror", "", "client mirror folder (manifest.json, builds, install.sh/.ps1; see publish)")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -97,7 +108,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg := refserver.Config{Key: key, RuntimeDir: *runtimeDir,
+	cfg := refserver.Config{Key: key, RuntimeDir: *runtimeDir, Mirror: *mirror,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	cfg.Executors, cfg.Shim = examples.Executors, examples.Shim
 	if *executors != "" {

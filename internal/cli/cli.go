@@ -125,6 +125,11 @@ func init() {
 			short: "show this device's identity and pairing",
 			run:   runWhoami,
 		},
+		"update": {
+			usage: "update [--check]",
+			short: "update this agent from the paired server now (or only --check)",
+			run:   runUpdate,
+		},
 		"unpair": {
 			usage: "unpair",
 			short: "forget the pairing (the device key stays)",

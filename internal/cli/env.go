@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"runtime/debug"
 	"strings"
 
 	"github.com/metnos/agent/agent"
@@ -165,10 +167,50 @@ func shimPath(given string) string {
 		return ""
 	}
 	sib += "metnos-shim"
-	if fi, err := os.Stat(sib); err == nil && fi.Mode()&0o111 != 0 {
+	if fi, err := os.Stat(sib); err == nil && fi.Mode()&0o111 != 0 && sameBuild(sib) {
 		return sib
 	}
 	return ""
+}
+
+// sameBuild reports whether the program at path was built from the same
+// source as this one: the same Go, module version and VCS revision,
+// time and changes flag (their dependencies differ: the shim links
+// fewer). A self-update
+// replaces metnos-agent alone, so a metnos-shim left beside it from
+// another release is not used (the agent is then its own shim, a little
+// slower to start) rather than trusted to speak the agent's protocol.
+func sameBuild(path string) bool {
+	self, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	other, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	return buildKey(self) == buildKey(other)
+}
+
+// buildKey is what sameBuild compares of a program's build information.
+func buildKey(bi *debug.BuildInfo) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s@%s", bi.GoVersion, bi.Main.Path, bi.Main.Version)
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision", "vcs.modified", "vcs.time":
+			fmt.Fprintf(&b, " %s=%s", s.Key, s.Value)
+		case "-ldflags":
+			// Releases stamp the commit into both programs (the shim
+			// records it, unused), which holds without VCS stamping.
+			for _, f := range strings.Fields(s.Value) {
+				if c, ok := strings.CutPrefix(f, "github.com/metnos/agent/internal/cli.Commit="); ok {
+					fmt.Fprintf(&b, " commit=%s", c)
+				}
+			}
+		}
+	}
+	return b.String()
 }
 
 // findPython is the interpreter the agent would give executors here:

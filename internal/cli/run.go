@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	goruntime "runtime"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/metnos/agent/agent"
 	"github.com/metnos/agent/client"
@@ -17,6 +20,8 @@ import (
 	"github.com/metnos/agent/internal/term"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/policy"
+	"github.com/metnos/agent/update"
+	"github.com/metnos/agent/wire"
 )
 
 // exitLocked is the status when another agent already runs (docs/protocol.md §13.1).
@@ -75,7 +80,17 @@ func runRun(std stdio, args []string) int {
 		slog.New(slog.NewJSONHandler(logf, nil)).Error("cannot start", "err", err)
 		return fail(std, err)
 	}
+	// A build on probation counts this start, and one that used its
+	// starts without confirming is rolled back, before anything else
+	// can fail (docs/protocol.md §9).
+	files, boot := bootUpdate(e, log)
+	if boot == update.RolledBack {
+		fmt.Fprintln(std.err, "metnos-agent: the update this build came from failed its probation and was rolled back; exiting for the supervisor to start the previous build")
+		return exitOK
+	}
 	ctx, halt := stopOnSignals(log)
+	ctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
 	c, node, err := connect(ctx, e, connectOptions{server: *server, tailnet: tf}, log)
 	if err != nil {
 		return cannotStart(err)
@@ -107,16 +122,86 @@ func runRun(std stdio, args []string) int {
 	}
 	ac.Watchdog = exitOnOverrun(log)
 	ac.Halt = halt
+	var unconfirmed atomic.Bool
+	if files.Exe != "" {
+		ac.Update, err = newUpdater(e, c, files, boot == update.Probation, log)
+		if err != nil {
+			return cannotStart(err)
+		}
+		if ac.Update != nil && boot == update.Probation {
+			watchProbation(ac.Update, e.cfg.UpdateProbation, stopRun, &unconfirmed, log)
+		}
+	}
 	a, err := agent.New(ac)
 	if err != nil {
 		return cannotStart(err)
 	}
 	defer a.Close()
-	if err := a.Run(ctx); err != nil {
+	err = a.Run(ctx)
+	switch {
+	case errors.Is(err, update.ErrRestart):
+		return exitOK // for the supervisor to start the new build
+	case err != nil:
 		log.Error("stopped", "err", err)
 		return exitFailure
+	case unconfirmed.Load():
+		return exitFailure // a failed start of the build on probation
 	}
 	return exitOK
+}
+
+// bootUpdate runs [update.Boot] on this executable; files.Exe is "" (and
+// the agent does not update itself) when the executable cannot be
+// found.
+func bootUpdate(e environment, log *slog.Logger) (update.Files, update.Outcome) {
+	exe, err := update.Executable()
+	if err != nil {
+		log.Warn("update: this executable cannot be found, so the agent cannot update itself", "err", err)
+		return update.Files{}, update.Normal
+	}
+	files := update.FilesFor(exe)
+	out, _, _ := update.Boot(e.lay.UpdateState(), files, log)
+	return files, out
+}
+
+// newUpdater returns the run loop's updater, or nil when the agent does
+// not update itself: METNOS_UPDATE=off, or a development build (version
+// "dev", such as `go run`), which has no release to be replaced by. A
+// build on probation always gets one, to confirm it.
+func newUpdater(e environment, c *client.Client, files update.Files, probation bool, log *slog.Logger) (*update.Updater, error) {
+	v := version()
+	if !probation && (e.cfg.UpdateOff || v == "dev") {
+		why := "METNOS_UPDATE=off"
+		if v == "dev" {
+			why = "a development build (version dev)"
+		}
+		log.Info("updates from the server are off: " + why)
+		return nil, nil
+	}
+	st, err := pairing.LoadState(e.lay)
+	if err != nil {
+		return nil, err
+	}
+	key, err := st.ServerKey()
+	if err != nil {
+		return nil, err
+	}
+	return update.New(update.Config{StatePath: e.lay.UpdateState(), Files: files, Version: v,
+		Target: wire.UpdateTarget(goruntime.GOOS, goruntime.GOARCH), ServerKey: key, Client: c, Logger: log, Probation: probation}), nil
+}
+
+// watchProbation stops the run (stop) when the build on probation has
+// not confirmed within d, and sets unconfirmed for `run` to exit 1: a
+// failed start, which the supervisor follows with another, and the
+// start after the last one rolls the build back.
+func watchProbation(u *update.Updater, d time.Duration, stop context.CancelFunc, unconfirmed *atomic.Bool, log *slog.Logger) {
+	time.AfterFunc(d, func() {
+		if u.Probation() {
+			log.Error("update: this build has not reached a successful poll in its probation time; stopping, which counts as a failed start", "probation", d.String())
+			unconfirmed.Store(true)
+			stop()
+		}
+	})
 }
 
 // stopOnSignals returns a context that ends at the first SIGINT or

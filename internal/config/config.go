@@ -126,6 +126,16 @@ type Config struct {
 	// unset.
 	EgressDNS string
 
+	// UpdateOff is METNOS_UPDATE=off (0, off, no, false): the agent
+	// does not update itself from the server (`metnos-agent update` by
+	// hand still does). Default on.
+	UpdateOff bool
+	// UpdateProbation is METNOS_UPDATE_PROBATION_S, in seconds: how long
+	// a new build may run without a successful poll before it exits 1,
+	// which counts as a failed start ([DefaultUpdateProbation] when unset
+	// or 0).
+	UpdateProbation time.Duration
+
 	// DBusSessionBus is DBUS_SESSION_BUS_ADDRESS, whose sockets the
 	// sandbox hides. "" unset.
 	DBusSessionBus string
@@ -203,6 +213,9 @@ const (
 	DefaultAuditRetention   = 365 * 24 * time.Hour
 	DefaultSpoolRetention   = 14 * 24 * time.Hour
 	DefaultLang             = "C.UTF-8"
+	// DefaultUpdateProbation is how long a new build may run without a
+	// successful poll before it counts as a failed start.
+	DefaultUpdateProbation = 10 * time.Minute
 )
 
 // HistoryQuotaOff is the HistoryQuotaBytes of METNOS_HISTORY_QUOTA_MB=off:
@@ -288,6 +301,23 @@ func FromEnv(goos string, getenv func(string) string) (Config, error) {
 			r.fail("METNOS_EGRESS_DNS", v, "a DNS server as host:port, such as 127.0.0.1:53")
 		} else {
 			c.EgressDNS = v
+		}
+	}
+	switch v := getenv("METNOS_UPDATE"); strings.ToLower(strings.TrimSpace(v)) {
+	case "0", "off", "no", "false":
+		c.UpdateOff = true
+	case "", "1", "on", "yes", "true":
+	default:
+		r.fail("METNOS_UPDATE", v, "1, on, yes, true or 0, off, no, false")
+	}
+	c.UpdateProbation = DefaultUpdateProbation
+	if v := getenv("METNOS_UPDATE_PROBATION_S"); strings.TrimSpace(v) != "" {
+		n, ok := whole(v, 7*24*3600)
+		switch {
+		case !ok:
+			r.fail("METNOS_UPDATE_PROBATION_S", v, fmt.Sprintf("a whole number of seconds up to a week (0 or unset: %d)", int64(DefaultUpdateProbation/time.Second)))
+		case n > 0:
+			c.UpdateProbation = time.Duration(n) * time.Second
 		}
 	}
 	c.ExecMemoryBytes = r.mib("METNOS_EXEC_MEM_MB", false)

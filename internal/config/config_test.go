@@ -27,7 +27,7 @@ func TestDefaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := Config{LogLevel: slog.LevelInfo, HistoryRetention: 30 * day, JournalRetention: 365 * day, AuditRetention: 365 * day, SpoolRetention: 14 * day, Lang: "C.UTF-8"}
+		want := Config{LogLevel: slog.LevelInfo, HistoryRetention: 30 * day, JournalRetention: 365 * day, AuditRetention: 365 * day, SpoolRetention: 14 * day, UpdateProbation: 10 * time.Minute, Lang: "C.UTF-8"}
 		if fmt.Sprintf("%#v", c) != fmt.Sprintf("%#v", want) {
 			t.Errorf("%s: FromEnv of nothing = %#v\nwant %#v", goos, c, want)
 		}
@@ -123,6 +123,12 @@ func TestVariables(t *testing.T) {
 		{name: "net strict bad", env: map[string]string{"METNOS_NET_STRICT": "maybe"}, err: `METNOS_NET_STRICT="maybe" is not valid`},
 		{name: "egress dns", env: map[string]string{"METNOS_EGRESS_DNS": "127.0.0.1:5353"}, got: func(c Config) any { return c.EgressDNS }, want: "127.0.0.1:5353"},
 		{name: "egress dns without port", env: map[string]string{"METNOS_EGRESS_DNS": "127.0.0.1"}, err: "METNOS_EGRESS_DNS"},
+		{name: "update on by default", got: func(c Config) any { return c.UpdateOff }, want: false},
+		{name: "update off", env: map[string]string{"METNOS_UPDATE": "off"}, got: func(c Config) any { return c.UpdateOff }, want: true},
+		{name: "update junk", env: map[string]string{"METNOS_UPDATE": "later"}, err: "METNOS_UPDATE"},
+		{name: "probation default", got: func(c Config) any { return c.UpdateProbation }, want: DefaultUpdateProbation},
+		{name: "probation seconds", env: map[string]string{"METNOS_UPDATE_PROBATION_S": "20"}, got: func(c Config) any { return c.UpdateProbation }, want: 20 * time.Second},
+		{name: "probation junk", env: map[string]string{"METNOS_UPDATE_PROBATION_S": "10m"}, err: "METNOS_UPDATE_PROBATION_S"},
 
 		// METNOS_SANDBOX: off by 0, off, no, false; on by anything else,
 		// an unknown value with a warning.

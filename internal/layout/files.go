@@ -65,6 +65,11 @@ func (l Layout) Journal() string { return l.join(l.Data, "history") }
 // Audit is the folder of the agent's audit log: <data>/audit.
 func (l Layout) Audit() string { return l.join(l.Data, "audit") }
 
+// UpdateState is the self-update's probation marker and record of
+// what was applied or rolled back: <data>/agent-update.json (the Rust
+// client's is update_state.json, which this never reads).
+func (l Layout) UpdateState() string { return l.join(l.Data, "agent-update.json") }
+
 // TailnetConfig is the embedded tailnet node's configuration (never its
 // auth key): <data>/tailnet.json.
 func (l Layout) TailnetConfig() string { return l.join(l.Data, "tailnet.json") }

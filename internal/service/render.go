@@ -8,6 +8,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf16"
+
+	"github.com/metnos/agent/update"
 )
 
 // Names of the agent's service, and of the Rust client's (docs/protocol.md
@@ -287,14 +289,29 @@ func taskXML(c Config) ([]byte, error) {
   </Settings>
   <Actions Context="Author">
     <Exec>
+      <Command>%%SystemRoot%%\System32\cmd.exe</Command>
+      <Arguments>%s</Arguments>
+    </Exec>
+    <Exec>
       <Command>%s</Command>
       <Arguments>%s</Arguments>
       <WorkingDirectory>%s</WorkingDirectory>
     </Exec>
   </Actions>
 </Task>
-`, xmlText(taskName), xmlText(c.User), xmlText(c.User), xmlText(c.Exe), xmlText(strings.Join(args, " ")), xmlText(c.DataDir))
+`, xmlText(taskName), xmlText(c.User), xmlText(c.User), xmlText(restoreArgs(c.Exe)), xmlText(c.Exe), xmlText(strings.Join(args, " ")), xmlText(c.DataDir))
 	return b.Bytes(), nil
+}
+
+// restoreArgs are the arguments of cmd.exe in the task's first action,
+// which runs before the agent: it puts the previous build back when a
+// self-update was cut short between its two renames (Windows can rename
+// a running executable but not replace it, so for an instant only
+// <name>.old.exe exists; see package update). It does nothing
+// otherwise.
+func restoreArgs(exe string) string {
+	old := update.FilesFor(exe).Old
+	return fmt.Sprintf(`/d /c if not exist "%s" if exist "%s" move /y "%s" "%s"`, exe, old, old, exe)
 }
 
 // windowsArg quotes one argument as CommandLineToArgvW reads it back.
