@@ -2,156 +2,93 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
-	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/refserver"
 	"github.com/metnos/agent/wire"
 )
 
-// joinFront serves one join session in front of a reference server,
-// shaped as the real server's (runtime/agent_server.py: status JSON,
-// HTML page, the shell installer with _sh_squote'd values baked from
-// the Host header), advancing created → opened → downloaded, and
-// registered when the reference server pairs a device with its token.
-type joinFront struct {
-	srv   *refserver.Server
-	token string
-	// installerMissing makes the installer answer the real 503.
-	installerMissing bool
-	// bakeHost, when set, is baked instead of the Host header (as a
-	// server reached through a proxy would).
-	bakeHost string
-
-	mu     sync.Mutex
-	states []string
-	device map[string]any
+// joinWorld is a reference server (its join sessions shaped as the
+// real server's) on loopback, with the installers in its mirror unless
+// bare.
+type joinWorld struct {
+	srv *refserver.Server
+	url string
+	// mirror is the client mirror's folder ("" when bare).
+	mirror string
 }
 
-const testJoinID = "0123456789abcdef"
-
-func (j *joinFront) state() string { return j.states[len(j.states)-1] }
-
-func (j *joinFront) advance(s string) {
-	order := strings.Join(joinStates, " ")
-	if strings.Index(order, s) > strings.Index(order, j.state()) {
-		j.states = append(j.states, s)
-	}
-}
-
-var joinStates = []string{"created", "opened", "downloaded", "registered", "heartbeat"}
-
-func (j *joinFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	link := wire.PathJoin + testJoinID
-	switch r.URL.Path {
-	case link + "/status":
-		out := map[string]any{"join_id": testJoinID, "state": j.state(), "device_name": "laptop", "platform": "auto", "expires_at": 1}
-		if j.device != nil {
-			out["device"] = j.device
-		}
-		json.NewEncoder(w).Encode(out)
-	case link:
-		j.advance("opened")
-		w.Header().Set("Content-Type", "text/html")
-		w.Write([]byte("<!DOCTYPE html><html><body>join</body></html>"))
-	case link + "/installer":
-		if j.installerMissing {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(503)
-			w.Write([]byte(`{"error": "installer_missing", "message": "installer non presente nel mirror"}`))
-			return
-		}
-		j.advance("downloaded")
-		sq := func(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-		host := r.Host
-		if j.bakeHost != "" {
-			host = j.bakeHost
-		}
-		w.Write([]byte("#!/bin/sh\nMETNOS_SERVER=" + sq("http://"+host) + "; export METNOS_SERVER\nMETNOS_TOKEN=" + sq(j.token) + "; export METNOS_TOKEN\nset -eu\necho installing\n"))
-	case wire.PathRegister:
-		var body struct {
-			Token     string `json:"token"`
-			PublicKey string `json:"public_key"`
-		}
-		b := new(bytes.Buffer)
-		b.ReadFrom(r.Body)
-		json.Unmarshal(b.Bytes(), &body)
-		rec := httptest.NewRecorder()
-		r2 := r.Clone(r.Context())
-		r2.Body = io.NopCloser(bytes.NewReader(b.Bytes()))
-		r2.ContentLength = int64(b.Len())
-		j.srv.Handler().ServeHTTP(rec, r2)
-		if rec.Code == 200 && body.Token == j.token {
-			var reg wire.Registration
-			json.Unmarshal(rec.Body.Bytes(), &reg)
-			j.advance("registered")
-			j.device = map[string]any{"id": reg.DeviceID, "name": reg.Name, "fingerprint": reg.Fingerprint}
-		}
-		for k, v := range rec.Header() {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(rec.Code)
-		w.Write(rec.Body.Bytes())
-	default:
-		j.srv.Handler().ServeHTTP(w, r)
-	}
-}
-
-func newJoinFront(t *testing.T) (*joinFront, string) {
+func newJoinWorld(t *testing.T, bare bool) *joinWorld {
 	t.Helper()
-	srv, err := refserver.New(refserver.Config{})
+	jw := &joinWorld{}
+	cfg := refserver.Config{}
+	if !bare {
+		jw.mirror = t.TempDir()
+		if _, err := refserver.WriteInstallers(jw.mirror); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Mirror = jw.mirror
+	}
+	srv, err := refserver.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	tok, err := srv.IssueToken("laptop", time.Hour)
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	jw.srv, jw.url = srv, hs.URL
+	return jw
+}
+
+// join makes a join session for a device called laptop.
+func (jw *joinWorld) join(t *testing.T) refserver.JoinInfo {
+	t.Helper()
+	j, err := jw.srv.NewJoin("laptop", "auto", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := &joinFront{srv: srv, token: tok, states: []string{"created"}}
-	hs := httptest.NewServer(j)
-	t.Cleanup(hs.Close)
-	return j, hs.URL
+	return j
 }
 
-// Pairing from a join link: the session goes created → opened →
-// downloaded → registered, the device is paired with the server the
-// installer names, and the fingerprint printed is the one the server
-// recorded, in four groups of four.
+// Pairing from a join link: the session is registered with this
+// device, paired with the server the installer names, and the
+// fingerprint printed is the one the server recorded, in four groups
+// of four. (test/e2e watches each state on the way.)
 func TestPairJoinLink(t *testing.T) {
-	j, url := newJoinFront(t)
+	jw := newJoinWorld(t, false)
+	j := jw.join(t)
 	std, e, out, errb := identityStd(t, false)
-	code := runPair(std, []string{url + wire.PathJoin + testJoinID})
-	if code != exitOK {
+	if code := runPair(std, []string{j.Link(jw.url)}); code != exitOK {
 		t.Fatalf("exit %d: %s", code, errb)
 	}
-	if got := strings.Join(j.states, " "); got != "created opened downloaded registered" {
-		t.Errorf("join session went %s", got)
+	if s, _ := jw.srv.JoinState(j.ID); s != refserver.JoinRegistered {
+		t.Errorf("the join session is %s, want registered", s)
 	}
 	st, err := pairing.LoadState(e.lay)
-	if err != nil || !st.Paired() || *st.ServerURL != url {
-		t.Fatalf("state %+v, %v: want paired with %s", st, err, url)
+	if err != nil || !st.Paired() || *st.ServerURL != jw.url {
+		t.Fatalf("state %+v, %v: want paired with %s", st, err, jw.url)
 	}
 	key, err := pairing.LoadKey(e.lay)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fp := wire.ServerFingerprint(key.Public().(ed25519.PublicKey))
-	if fp != *st.Fingerprint || fp != j.device["fingerprint"] {
-		t.Fatalf("fingerprints: key %s, state %s, server %v", fp, *st.Fingerprint, j.device["fingerprint"])
+	d, ok := jw.srv.Device(*st.DeviceID)
+	if !ok || fp != *st.Fingerprint || fp != d.Fingerprint {
+		t.Fatalf("fingerprints: key %s, state %s, server %s", fp, *st.Fingerprint, d.Fingerprint)
 	}
 	m := regexp.MustCompile(`(?m)^fingerprint: ([0-9a-f]{4}) ([0-9a-f]{4}) ([0-9a-f]{4}) ([0-9a-f]{4}) \(.*"fingerprint" column of the server's Devices page, /admin/devices`).FindStringSubmatch(out.String())
 	if m == nil || strings.Join(m[1:], "") != fp[:16] {
@@ -166,15 +103,14 @@ func TestPairJoinLink(t *testing.T) {
 
 	// The same link again, from the same device: it paired this very
 	// device, nothing to do.
-	out.Reset()
-	if code := runPair(std, []string{url + wire.PathJoin + testJoinID}); code != exitOK || !strings.Contains(errb.String(), "this link already paired this device") {
+	if code := runPair(std, []string{j.Link(jw.url)}); code != exitOK || !strings.Contains(errb.String(), "note: this link already paired this device (device "+*st.DeviceID+"): nothing to register") {
 		t.Errorf("again: exit %d, %s", code, errb)
 	}
 
 	// Another device (another HOME) with the same link: refused, naming
 	// the device it paired, before anything is written.
 	std2, e2, _, errb2 := identityStd(t, false)
-	if code := runPair(std2, []string{url + wire.PathJoin + testJoinID}); code != exitFailure {
+	if code := runPair(std2, []string{j.Link(jw.url)}); code != exitFailure {
 		t.Fatalf("second device: exit %d", code)
 	}
 	if want := "metnos-agent: this link was already used to pair another device (laptop): ask for a new link\n"; errb2.String() != want {
@@ -183,31 +119,41 @@ func TestPairJoinLink(t *testing.T) {
 	if _, err := os.Stat(e2.lay.Data); !os.IsNotExist(err) {
 		t.Errorf("the refused device got %s: %v", e2.lay.Data, err)
 	}
+	if n := len(jw.srv.Devices()); n != 1 {
+		t.Errorf("the server has %d devices, want 1", n)
+	}
 }
 
-// The link's host is not the one the installer names (the real server
-// bakes the Host header it was reached by, a proxy may change it): a
-// note says so, and the device pairs with the installer's.
+// The link reaches the server through a proxy that passes another Host
+// (the server bakes the Host header it was reached by into the
+// installer): a note says so, and the device pairs with the
+// installer's URL.
 func TestPairJoinLinkOtherHost(t *testing.T) {
-	j, url := newJoinFront(t)
-	j.bakeHost = strings.Replace(strings.TrimPrefix(url, "http://"), "127.0.0.1", "localhost", 1)
+	jw := newJoinWorld(t, false)
+	j := jw.join(t)
+	target, _ := url.Parse(jw.url)
+	proxy := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }})
+	defer proxy.Close()
 	std, e, _, errb := identityStd(t, false)
-	if code := runPair(std, []string{url + wire.PathJoin + testJoinID}); code != exitOK {
+	if code := runPair(std, []string{j.Link(proxy.URL)}); code != exitOK {
 		t.Fatalf("exit %d: %s", code, errb)
 	}
-	st, _ := pairing.LoadState(e.lay)
-	if want := "http://" + j.bakeHost; *st.ServerURL != want {
-		t.Errorf("paired with %s, want %s", *st.ServerURL, want)
+	if st, _ := pairing.LoadState(e.lay); *st.ServerURL != jw.url {
+		t.Errorf("paired with %s, want %s", *st.ServerURL, jw.url)
 	}
-	if want := "note: the server's installer names it http://" + j.bakeHost + ", not " + strings.TrimPrefix(url, "http://") + " as the link does: pairing with http://" + j.bakeHost + "\n"; errb.String() != want {
+	if want := "note: the server's installer names it " + jw.url + ", not " + strings.TrimPrefix(proxy.URL, "http://") + " as the link does: pairing with " + jw.url + "\n"; errb.String() != want {
 		t.Errorf("stderr %q, want %q", errb, want)
 	}
 }
 
-// A token used by another device: the one-liner's 409 says so for a link.
+// A token used by another device: the one-liner's 409 says so, for a link.
 func TestPairTokenAlreadyUsed(t *testing.T) {
-	j, url := newJoinFront(t)
-	oneLiner := "curl -fsSL " + url + "/agent/client/install.sh | \\\n  METNOS_SERVER=" + url + " \\\n  METNOS_TOKEN=" + j.token + " sh"
+	jw := newJoinWorld(t, true)
+	tok, err := jw.srv.IssueToken("laptop", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oneLiner := "curl -fsSL " + jw.url + "/agent/client/install.sh | \\\n  METNOS_SERVER=" + jw.url + " \\\n  METNOS_TOKEN=" + tok + " sh"
 	std, _, out, errb := identityStd(t, false)
 	if code := runPair(std, []string{oneLiner}); code != exitOK {
 		t.Fatalf("first: exit %d: %s", code, errb)
@@ -227,10 +173,10 @@ func TestPairTokenAlreadyUsed(t *testing.T) {
 // A server without an installer in its mirror: one sentence, asking
 // for a token instead; nothing written.
 func TestPairJoinNoInstaller(t *testing.T) {
-	j, url := newJoinFront(t)
-	j.installerMissing = true
+	jw := newJoinWorld(t, true)
+	j := jw.join(t)
 	std, e, _, errb := identityStd(t, false)
-	if code := runPair(std, []string{url + wire.PathJoin + testJoinID}); code != exitFailure {
+	if code := runPair(std, []string{j.Link(jw.url)}); code != exitFailure {
 		t.Fatalf("exit %d", code)
 	}
 	if want := "metnos-agent: the server has no installer in its mirror, so its join links cannot pair a device: ask the admin for a token instead (Devices page, manual token) and run metnos-agent register\n"; errb.String() != want {
@@ -238,6 +184,35 @@ func TestPairJoinNoInstaller(t *testing.T) {
 	}
 	if _, err := os.Stat(e.lay.Data); !os.IsNotExist(err) {
 		t.Errorf("a failed pair left %s: %v", e.lay.Data, err)
+	}
+}
+
+// The Windows installer, a .cmd, carries the same two values as the
+// shell one; a server that cannot pin the Rust client's Windows build
+// (503 pin_unavailable) is asked for the shell one instead.
+func TestJoinInstallerWindows(t *testing.T) {
+	jw := newJoinWorld(t, false)
+	j := jw.join(t)
+	c := client.New(jw.url, nil, "", nil)
+	ctx := context.Background()
+	b, err := c.JoinInstaller(ctx, j.Link(jw.url), "windows")
+	if err != nil || !bytes.HasPrefix(b, []byte("#!")) {
+		t.Fatalf("without a Windows client in the mirror: %.40q, %v; want the shell installer", b, err)
+	}
+	server, token, err := pairing.ParseInstaller(b)
+	if err != nil || server != jw.url || token != j.Token {
+		t.Fatalf("shell installer: %q %q %v", server, token, err)
+	}
+	if _, err := refserver.Publish(jw.mirror, "1.2.3", refserver.WindowsClientTarget, refserver.RustClientComponent, strings.NewReader("MZ a windows client")); err != nil {
+		t.Fatal(err)
+	}
+	b, err = c.JoinInstaller(ctx, j.Link(jw.url), "windows")
+	if err != nil || !bytes.HasPrefix(b, []byte("@echo off\r\n")) {
+		t.Fatalf("with a Windows client in the mirror: %.40q, %v; want the .cmd", b, err)
+	}
+	server, token, err = pairing.ParseInstaller(b)
+	if err != nil || server != jw.url || token != j.Token {
+		t.Fatalf(".cmd installer: %q %q %v", server, token, err)
 	}
 }
 
@@ -258,10 +233,10 @@ func TestPairNotMetnos(t *testing.T) {
 			hs := httptest.NewServer(tc.h)
 			defer hs.Close()
 			std, e, _, errb := identityStd(t, false)
-			if code := runPair(std, []string{hs.URL + wire.PathJoin + testJoinID}); code != exitFailure {
+			if code := runPair(std, []string{hs.URL + wire.PathJoin + "0123456789abcdef"}); code != exitFailure {
 				t.Fatalf("exit %d", code)
 			}
-			want := "metnos-agent: " + hs.URL + wire.PathJoin + testJoinID + tc.want + "\n"
+			want := "metnos-agent: " + hs.URL + wire.PathJoin + "0123456789abcdef" + tc.want + "\n"
 			if errb.String() != want {
 				t.Errorf("%q, want %q", errb, want)
 			}
@@ -280,9 +255,10 @@ func TestPairInstallRunsInstall(t *testing.T) {
 		// Built elsewhere (go test -c), install would really install.
 		t.Skipf("the test binary %s is not a temporary build of go test: install would install it as this user's service", exe)
 	}
-	j, url := newJoinFront(t)
+	jw := newJoinWorld(t, false)
+	j := jw.join(t)
 	std, e, out, errb := identityStd(t, false)
-	code := runPair(std, []string{"--install", "METNOS_SERVER=" + url + " METNOS_TOKEN=" + j.token})
+	code := runPair(std, []string{"--install", j.Link(jw.url)})
 	if st, _ := pairing.LoadState(e.lay); !st.Paired() {
 		t.Fatalf("not paired: exit %d, %s", code, errb)
 	}
