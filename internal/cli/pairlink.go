@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	xterm "golang.org/x/term"
+
 	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/internal/term"
 	"github.com/metnos/agent/pairing"
@@ -45,6 +47,9 @@ func runPair(std stdio, args []string) int {
 	if text == "-" {
 		if std.in == nil {
 			return usageError(std.err, "pair", "no standard input to read the link from")
+		}
+		if xterm.IsTerminal(int(std.in.Fd())) {
+			fmt.Fprintln(std.err, "paste the link or the command the admin sent, then press Ctrl-D (Ctrl-Z and Enter on Windows):")
 		}
 		b, err := io.ReadAll(io.LimitReader(std.in, maxInviteBytes+1))
 		if err != nil {
