@@ -133,13 +133,16 @@ func pairDevice(std stdio, r pairRequest) int {
 		defer node.Close()
 	}
 	if r.joinURL != "" {
-		var done bool
-		*server, *token, done, err = readJoinLink(std, c, r.joinURL, key.Public().(ed25519.PublicKey))
-		if err != nil {
+		var mine string
+		*server, *token, mine, err = readJoinLink(std, c, r.joinURL, key.Public().(ed25519.PublicKey))
+		switch {
+		case err != nil:
 			return fail(std, err)
-		}
-		if done {
+		case mine != "" && old.Paired() && *old.DeviceID == mine:
+			fmt.Fprintf(std.err, "note: this link already paired this device (device %s): nothing to register\n", term.Sanitize(mine))
 			return r.afterPairing(std)
+		case mine != "":
+			return fail(std, fmt.Errorf("this link already paired this device's key as device %s, which this device is no longer paired as: ask for a new link", term.Sanitize(mine)))
 		}
 		if old.Paired() {
 			if code, ok := confirmRepair(std, old, *server, r.cmd, r.force); !ok {

@@ -81,43 +81,42 @@ func runPair(std stdio, args []string) int {
 // would: its status (refused when the link paired another device or
 // expired), its page (the admin sees "opened"), then the installer
 // for this platform, from which it reads the server URL and token
-// without running it. done is set when the link already paired this
-// very device: there is nothing to register.
-func readJoinLink(std stdio, c *client.Client, joinURL string, pub ed25519.PublicKey) (server, token string, done bool, err error) {
+// without running it. When the link already paired the key pub, mine
+// is the device id it paired, and nothing else is asked.
+func readJoinLink(std stdio, c *client.Client, joinURL string, pub ed25519.PublicKey) (server, token, mine string, err error) {
 	ctx := context.Background()
 	st, err := c.JoinStatus(ctx, joinURL)
 	if err != nil {
-		return "", "", false, err
+		return "", "", "", err
 	}
 	switch st.State {
 	case "expired":
-		return "", "", false, client.ErrJoinExpired
+		return "", "", "", client.ErrJoinExpired
 	case "registered", "heartbeat":
 		if st.Device != nil && st.Device.Fingerprint == wire.ServerFingerprint(pub) {
-			fmt.Fprintf(std.err, "note: this link already paired this device (device %s): nothing to register\n", term.Sanitize(st.Device.ID))
-			return "", "", true, nil
+			return "", "", st.Device.ID, nil
 		}
 		who := st.DeviceName
 		if st.Device != nil && st.Device.Name != "" {
 			who = st.Device.Name
 		}
-		return "", "", false, fmt.Errorf("this link was already used to pair another device (%s): ask for a new link", term.Sanitize(who))
+		return "", "", "", fmt.Errorf("this link was already used to pair another device (%s): ask for a new link", term.Sanitize(who))
 	}
 	if err := c.OpenJoinPage(ctx, joinURL); err != nil {
-		return "", "", false, err
+		return "", "", "", err
 	}
 	b, err := c.JoinInstaller(ctx, joinURL, client.JoinPlatform())
 	if err != nil {
-		return "", "", false, err
+		return "", "", "", err
 	}
 	server, token, err = pairing.ParseInstaller(b)
 	if err != nil {
-		return "", "", false, fmt.Errorf("%s %w (%v)", joinURL, client.ErrNotMetnos, err)
+		return "", "", "", fmt.Errorf("%s %w (%v)", joinURL, client.ErrNotMetnos, err)
 	}
 	if lh, sh := hostOf(joinURL), hostOf(server); !strings.EqualFold(lh, sh) {
 		fmt.Fprintf(std.err, "note: the server's installer names it %s, not %s as the link does: pairing with %s\n", term.Sanitize(server), term.Sanitize(lh), term.Sanitize(server))
 	}
-	return server, token, false, nil
+	return server, token, "", nil
 }
 
 // hostOf is the host (and port) of a URL, "" if it is none.

@@ -107,6 +107,19 @@ func TestPairJoinLink(t *testing.T) {
 		t.Errorf("again: exit %d, %s", code, errb)
 	}
 
+	// Unpaired (the key stays), the same link cannot pair it again: its
+	// token is spent.
+	if err := os.Remove(e.lay.State()); err != nil {
+		t.Fatal(err)
+	}
+	errb.Reset()
+	if code := runPair(std, []string{j.Link(jw.url)}); code != exitFailure || !strings.Contains(errb.String(), "this link already paired this device's key as device "+*st.DeviceID+", which this device is no longer paired as: ask for a new link") {
+		t.Errorf("unpaired, again: exit %d, %s", code, errb)
+	}
+	if _, err := os.Stat(e.lay.State()); !os.IsNotExist(err) {
+		t.Errorf("state.json is back: %v", err)
+	}
+
 	// Another device (another HOME) with the same link: refused, naming
 	// the device it paired, before anything is written.
 	std2, e2, _, errb2 := identityStd(t, false)
