@@ -114,6 +114,12 @@ func init() {
 			short: "pair this device with a Metnos server",
 			run:   runRegister,
 		},
+		"pair": {
+			usage:   "pair LINK [--install] [--name NAME] [--force]",
+			short:   "pair this device from the join link (or one-liner) the admin sent",
+			maxArgs: 1,
+			run:     runPair,
+		},
 		"whoami": {
 			usage: "whoami",
 			short: "show this device's identity and pairing",

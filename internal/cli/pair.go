@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"path"
 	"strings"
 	"unicode/utf8"
 
@@ -54,6 +55,30 @@ func runRegister(std stdio, args []string) int {
 	if r, off, bad := term.FirstUnsafe(*name); bad {
 		return usageError(std.err, "register", "--name holds %s at byte %d: a device name is shown on terminals, so it may not hold control characters, escape sequences or bidirectional overrides", term.Describe(r), off)
 	}
+	return pairDevice(std, pairRequest{cmd: "register", server: *server, token: *token, name: *name, force: *force, tailnet: tf})
+}
+
+// pairRequest is what register and pair pair the device with.
+type pairRequest struct {
+	// cmd is the command pairing: "register" or "pair".
+	cmd string
+	// server and token are register's flags, or a one-liner's values;
+	// with joinURL set, they come from the join link's installer.
+	server, token string
+	// joinURL is pair's join link ("" for a server and token).
+	joinURL string
+	name    string
+	force   bool
+	tailnet tailnetFlags
+	// install is pair's --install.
+	install bool
+}
+
+// pairDevice pairs the device as r says, the flags checked: what
+// register does, and pair after reading its link. It returns the exit
+// status.
+func pairDevice(std stdio, r pairRequest) int {
+	server, token, name, tf := &r.server, &r.token, &r.name, r.tailnet
 	e, err := std.environment()
 	if err != nil {
 		return fail(std, err)
@@ -80,8 +105,8 @@ func runRegister(std stdio, args []string) int {
 			return fail(std, err)
 		}
 	}
-	if old.Paired() {
-		if code, ok := confirmRepair(std, old, *server, *force); !ok {
+	if old.Paired() && r.joinURL == "" {
+		if code, ok := confirmRepair(std, old, *server, r.cmd, r.force); !ok {
 			return code
 		}
 	}
@@ -94,14 +119,42 @@ func runRegister(std stdio, args []string) int {
 	if err != nil {
 		return fail(std, err)
 	}
-	c, node, err := connect(context.Background(), e, connectOptions{server: *server, unpaired: true, key: key, name: *name, tailnet: tf, progress: std.err}, warnLogger(std))
+	dialed := *server
+	if r.joinURL != "" {
+		// The link's server, until its installer names the one to pair with.
+		dialed = strings.TrimSuffix(r.joinURL, path.Base(r.joinURL))
+		dialed = strings.TrimSuffix(dialed, wire.PathJoin)
+	}
+	c, node, err := connect(context.Background(), e, connectOptions{server: dialed, unpaired: true, key: key, name: *name, tailnet: tf, progress: std.err}, warnLogger(std))
 	if err != nil {
 		return fail(std, err)
 	}
 	if node != nil {
 		defer node.Close()
 	}
+	if r.joinURL != "" {
+		var mine string
+		*server, *token, mine, err = readJoinLink(std, c, r.joinURL, key.Public().(ed25519.PublicKey))
+		switch {
+		case err != nil:
+			return fail(std, err)
+		case mine != "" && old.Paired() && *old.DeviceID == mine:
+			fmt.Fprintf(std.err, "note: this link already paired this device (device %s): nothing to register\n", term.Sanitize(mine))
+			return r.afterPairing(std)
+		case mine != "":
+			return fail(std, fmt.Errorf("this link already paired this device's key as device %s, which this device is no longer paired as: ask for a new link", term.Sanitize(mine)))
+		}
+		if old.Paired() {
+			if code, ok := confirmRepair(std, old, *server, r.cmd, r.force); !ok {
+				return code
+			}
+		}
+		c = c.At(*server)
+	}
 	reg, err := c.Register(context.Background(), *token)
+	if r.cmd == "pair" && tokenUsed(err) {
+		return fail(std, errors.New("this link's token was already used by another device: ask for a new link"))
+	}
 	if err != nil {
 		return fail(std, fmt.Errorf("pairing failed: %w", err))
 	}
@@ -126,6 +179,11 @@ func runRegister(std stdio, args []string) int {
 	}
 	if reg.ServerPublicKey == nil || *reg.ServerPublicKey == "" {
 		fmt.Fprintln(std.err, "warning: the server has no signing key, so `metnos-agent run` will refuse to start: create its author key, then pair again")
+	}
+	if r.cmd == "pair" {
+		fmt.Fprintf(std.out, "fingerprint: %s (the admin sees these 16 digits in the \"fingerprint\" column of the server's Devices page, /admin/devices: compare them)\n",
+			groupedFingerprint(key.Public().(ed25519.PublicKey)))
+		return r.afterPairing(std)
 	}
 	return exitOK
 }
@@ -155,7 +213,7 @@ func holdRunLock(std stdio, lay layout.Layout, doing string) (release func(), co
 // server is another one, asks on a terminal unless force; without a
 // terminal and without force it refuses. ok says to go on; otherwise
 // code is the exit status.
-func confirmRepair(std stdio, old pairing.State, server string, force bool) (code int, ok bool) {
+func confirmRepair(std stdio, old pairing.State, server, cmd string, force bool) (code int, ok bool) {
 	oldServer := "-"
 	if old.ServerURL != nil {
 		oldServer = *old.ServerURL
@@ -170,7 +228,7 @@ func confirmRepair(std stdio, old pairing.State, server string, force bool) (cod
 		return 0, true
 	}
 	if std.in == nil || !xterm.IsTerminal(int(std.in.Fd())) {
-		fmt.Fprintln(std.err, "metnos-agent: not replaced: run register again with --force to replace the pairing")
+		fmt.Fprintf(std.err, "metnos-agent: not replaced: run %s again with --force to replace the pairing\n", cmd)
 		return exitFailure, false
 	}
 	if !askYes(std.in, std.err, "Replace it? [y/N] ") {
@@ -231,7 +289,7 @@ func runWhoami(std stdio, args []string) int {
 	}
 	w := std.out
 	if !st.Paired() {
-		fmt.Fprintln(w, "paired:              no (run `metnos-agent register --server URL --token TOKEN`)")
+		fmt.Fprintln(w, "paired:              no (run `metnos-agent pair LINK` with the join link the admin sent, or `metnos-agent register --server URL --token TOKEN`)")
 	} else {
 		fmt.Fprintf(w, "device id:           %s\n", s(st.DeviceID))
 		fmt.Fprintf(w, "name:                %s\n", s(st.DeviceName))

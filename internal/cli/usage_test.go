@@ -200,13 +200,14 @@ func TestFlagsAnywhere(t *testing.T) {
 	}
 }
 
-// TestHelpGolden: the command list and the help of fetch and runtime,
+// TestHelpGolden: the command list and the help of fetch, runtime and pair,
 // as a user reads them.
 func TestHelpGolden(t *testing.T) {
 	for name, args := range map[string][]string{
 		"commands": {"help"},
 		"fetch":    {"help", "fetch"},
 		"runtime":  {"help", "runtime"},
+		"pair":     {"help", "pair"},
 	} {
 		code, out, errs := runCLI(t, args...)
 		if code != 0 || errs != "" {
