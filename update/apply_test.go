@@ -150,6 +150,14 @@ func TestApplyBuildThatDoesNotRun(t *testing.T) {
 				t.Fatalf("Apply: %v, want the build refused", err)
 			}
 			assertUntouched(t, d, u, read(t, a.old), "does not run")
+			// Not downloaded again by the run loop; by hand it is.
+			dec, err := u.Check(context.Background(), false)
+			if err != nil || dec.Apply || !strings.Contains(dec.Why, "does not run on this device") {
+				t.Fatalf("Check after the refusal: %+v, %v; want it declined", dec, err)
+			}
+			if dec, err := u.Check(context.Background(), true); err != nil || !dec.Apply {
+				t.Fatalf("Check by hand after the refusal: %+v, %v; want it applied", dec, err)
+			}
 		})
 	}
 }

@@ -54,6 +54,10 @@ type Failure struct {
 	// RolledBack says the build ran and was put back; false: it was
 	// never put in place.
 	RolledBack bool `json:"rolled_back,omitempty"`
+	// Broken says the build was downloaded but does not start here
+	// (`version` failed): like a rolled-back one, the run loop does not
+	// download it again.
+	Broken bool `json:"broken,omitempty"`
 }
 
 // LoadState reads the record at path. A missing file is a device that

@@ -23,6 +23,10 @@ import (
 // place: the agent must exit 0 for its supervisor to start it.
 var ErrRestart = errors.New("update: the new build is in place; exit for the supervisor to start it")
 
+// errBroken marks the error of a build that does not start here: it is
+// not downloaded again by the run loop.
+var errBroken = errors.New("the new build does not run on this machine")
+
 // Config configures an [Updater].
 type Config struct {
 	// StatePath is the update record (layout.UpdateState).
@@ -173,6 +177,8 @@ func (u *Updater) Check(ctx context.Context, force bool) (Decision, error) {
 		dec.Why = fmt.Sprintf("this executable is already the build of %s", d.Version)
 	case !force && st.Failed != nil && st.Failed.RolledBack && st.Failed.SHA256 == d.SHA256:
 		dec.Why = fmt.Sprintf("the build of %s was rolled back on this device (%s): a newer version is needed, or `metnos-agent update` by hand", d.Version, st.Failed.Reason)
+	case !force && st.Failed != nil && st.Failed.Broken && st.Failed.SHA256 == d.SHA256:
+		dec.Why = fmt.Sprintf("the build of %s does not run on this device (%s): a newer version is needed, or `metnos-agent update` by hand", d.Version, st.Failed.Reason)
 	default:
 		dec.Apply = true
 	}
@@ -196,7 +202,7 @@ func (u *Updater) Apply(ctx context.Context, d wire.ComponentDescriptor) error {
 	}
 	st, _ := LoadState(u.cfg.StatePath)
 	if st.Phase != PhaseProbation {
-		st.Failed = &Failure{Version: d.Version, SHA256: d.SHA256, Reason: err.Error(), At: time.Now().UTC()}
+		st.Failed = &Failure{Version: d.Version, SHA256: d.SHA256, Reason: err.Error(), At: time.Now().UTC(), Broken: errors.Is(err, errBroken)}
 		if serr := SaveState(u.cfg.StatePath, st); serr == nil {
 			u.set(st.Summary(), u.Probation())
 		}
@@ -226,7 +232,7 @@ func (u *Updater) apply(ctx context.Context, d wire.ComponentDescriptor) error {
 	}
 	if err := tryRun(ctx, f.New); err != nil {
 		os.Remove(f.New)
-		return fmt.Errorf("update to %s: the new build does not run on this machine (%w): it was deleted, and this build goes on", d.Version, err)
+		return fmt.Errorf("update to %s: %w (%w): it was deleted, and this build goes on", d.Version, errBroken, err)
 	}
 	st, err := LoadState(u.cfg.StatePath)
 	if err != nil {
