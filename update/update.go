@@ -222,7 +222,7 @@ func (u *Updater) apply(ctx context.Context, d wire.ComponentDescriptor) error {
 	}
 	url := u.cfg.Client.FileURL(d.URLPath)
 	u.log.Info("update: downloading", "version", d.Version, "url", fetch.ShowURL(url), "sha256", d.SHA256)
-	o := fetch.Options{Chunk: downloadChunk, Client: u.cfg.Client.HTTPClient(), Logger: u.log}
+	o := fetch.Options{Chunk: downloadChunk, MaxSize: maxBuildSize, Client: u.cfg.Client.HTTPClient(), Logger: u.log}
 	if err := fetch.File(ctx, url, f.New, fetch.Pin{SHA256: d.SHA256}, o); err != nil {
 		return fmt.Errorf("update to %s: %w (what was downloaded is kept beside %s and resumed next time)", d.Version, err, f.Exe)
 	}
@@ -260,6 +260,12 @@ func (u *Updater) apply(ctx context.Context, d wire.ComponentDescriptor) error {
 // chunk (8 MB) is most of a build: a connection cut part of the way
 // would start the download over.
 const downloadChunk = 1 << 20
+
+// maxBuildSize bounds a build's download: the signature covers its
+// sha256, not its size, and a transport that lies could otherwise
+// answer with a file that fills the disk beside the executable. A
+// release of metnos-agent is a few tens of MB. (A variable for tests.)
+var maxBuildSize int64 = 512 << 20
 
 // tryRun runs exe version and wants it to exit 0 within 30 s.
 func tryRun(ctx context.Context, exe string) error {
