@@ -120,6 +120,11 @@ type Options struct {
 	// Backoff is the first pause between attempts (300 ms); it doubles
 	// up to 5 s, with jitter.
 	Backoff time.Duration
+	// MaxSize, when set, bounds a file whose pin has no size: a server
+	// that says the file is larger, or sends more, is refused before
+	// more than that is written (the pin's sha256 alone would only be
+	// checked at the end, with the disk full by then).
+	MaxSize int64
 	// Parallel is how many chunks are fetched at once (1). More overlap
 	// the round trips of a slow link, at the cost of a chunk of memory
 	// each; over loopback one at a time was faster (test/bench). Chunks
@@ -885,6 +890,9 @@ func (d *download) chunk(ctx context.Context, start, end int64) (bool, error) {
 		if d.pin.Size > 0 && total != d.pin.Size {
 			return false, &permanentError{fmt.Errorf("%w: the server says the file is %d bytes, the pin says %d: the pin or the URL is wrong; nothing was installed", ErrPinMismatch, total, d.pin.Size)}
 		}
+		if d.pin.Size == 0 && d.o.MaxSize > 0 && total > d.o.MaxSize {
+			return false, &permanentError{tooLarge(total, d.o.MaxSize)}
+		}
 		if et := resp.Header.Get("ETag"); d.st.ETag != "" && et != "" && et != d.st.ETag && start > 0 {
 			// A server that ignored If-Range: another version.
 			d.restart(resp)
@@ -933,6 +941,12 @@ func (d *download) chunk(ctx context.Context, start, end int64) (bool, error) {
 			return false, &permanentError{fmt.Errorf("%w: the server says the file is %d bytes, the pin says %d: the pin or the URL is wrong; nothing was installed", ErrPinMismatch, resp.ContentLength, d.pin.Size)}
 		}
 		limit := d.pin.Size
+		if limit == 0 && d.o.MaxSize > 0 {
+			if resp.ContentLength > d.o.MaxSize {
+				return false, &permanentError{tooLarge(resp.ContentLength, d.o.MaxSize)}
+			}
+			limit = d.o.MaxSize
+		}
 		if limit == 0 {
 			limit = 1 << 40
 		}
@@ -940,6 +954,10 @@ func (d *download) chunk(ctx context.Context, start, end int64) (bool, error) {
 		if err != nil {
 			d.rewind(0)
 			return false, err
+		}
+		if d.pin.Size == 0 && d.o.MaxSize > 0 && n > d.o.MaxSize {
+			d.rewind(0)
+			return false, &permanentError{tooLarge(n, d.o.MaxSize)}
 		}
 		if d.pin.Size > 0 && n != d.pin.Size {
 			d.rewind(0)
@@ -966,6 +984,11 @@ func (d *download) chunk(ctx context.Context, start, end int64) (bool, error) {
 		return false, errors.New("416 for a range inside the file")
 	}
 	return false, statusError(resp)
+}
+
+// tooLarge is the error of a file larger than Options.MaxSize.
+func tooLarge(size, max int64) error {
+	return fmt.Errorf("the server says the file is %d bytes, more than the %d this download accepts: refused", size, max)
 }
 
 // restart forgets everything: the file changed upstream.

@@ -35,9 +35,11 @@
 //   - Nothing that misses the descriptor's sha256 is ever put in place,
 //     and a descriptor that does not verify downloads nothing.
 //   - A replayed descriptor of an older or equal version is refused once
-//     this device has applied one. The first update accepts any version
-//     the server signs for this target (there is nothing to compare a
-//     mirror version with before then).
+//     this device has applied one, or once the run loop has found the
+//     running executable to be the build of a signed descriptor (a device
+//     installed with the server's current build). Before either, the
+//     first update accepts any version the server signs for this target
+//     (there is nothing to compare a mirror version with).
 //   - A version that was rolled back is not applied again by the run
 //     loop; a newer one is, and `metnos-agent update` can force it.
 //

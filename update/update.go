@@ -147,7 +147,9 @@ type Decision struct {
 
 // Check fetches and verifies the server's descriptor of this build's
 // target and decides whether to apply it. force (an update asked for by
-// hand) lets a version that was rolled back be applied again. An error
+// hand) lets a version that was rolled back be applied again. Not
+// forced (the run loop), a descriptor of the running build records its
+// version as applied (see noteRunning). An error
 // is a descriptor that could not be had or did not verify; a server
 // that publishes no metnos-agent build gives a *client.ServerError with
 // status 404.
@@ -175,6 +177,9 @@ func (u *Updater) Check(ctx context.Context, force bool) (Decision, error) {
 		dec.Why = fmt.Sprintf("the server offers %s, which is not newer than %s, the version this device last applied", d.Version, st.Applied)
 	case sum == d.SHA256:
 		dec.Why = fmt.Sprintf("this executable is already the build of %s", d.Version)
+		if !force {
+			u.noteRunning(d)
+		}
 	case !force && st.Failed != nil && st.Failed.RolledBack && st.Failed.SHA256 == d.SHA256:
 		dec.Why = fmt.Sprintf("the build of %s was rolled back on this device (%s): a newer version is needed, or `metnos-agent update` by hand", d.Version, st.Failed.Reason)
 	case !force && st.Failed != nil && st.Failed.Broken && st.Failed.SHA256 == d.SHA256:
@@ -183,6 +188,27 @@ func (u *Updater) Check(ctx context.Context, force bool) (Decision, error) {
 		dec.Apply = true
 	}
 	return dec, nil
+}
+
+// noteRunning records d's version as applied when the running
+// executable is its build and no newer version was applied: a device
+// installed with the server's current build then refuses an older
+// descriptor replayed to it, as one that updated to it would. Only the
+// run loop's check (not forced) calls it: it holds the lock `run` holds,
+// while `update --check` holds none and must not write the record.
+func (u *Updater) noteRunning(d wire.ComponentDescriptor) {
+	u.work.Lock()
+	defer u.work.Unlock()
+	st, err := LoadState(u.cfg.StatePath)
+	if err != nil || st.Phase == PhaseProbation || (st.Applied != "" && wire.CompareVersions(d.Version, st.Applied) <= 0) {
+		return
+	}
+	st.Applied = d.Version
+	if err := SaveState(u.cfg.StatePath, st); err != nil {
+		u.log.Warn("update: cannot record the version of the running build", "version", d.Version, "err", err)
+		return
+	}
+	u.log.Info("update: this executable is the server's build of "+d.Version+"; older versions are refused from now on", "version", d.Version)
 }
 
 // Apply downloads, checks and swaps in the build d describes (see the
@@ -222,7 +248,7 @@ func (u *Updater) apply(ctx context.Context, d wire.ComponentDescriptor) error {
 	}
 	url := u.cfg.Client.FileURL(d.URLPath)
 	u.log.Info("update: downloading", "version", d.Version, "url", fetch.ShowURL(url), "sha256", d.SHA256)
-	o := fetch.Options{Chunk: downloadChunk, Client: u.cfg.Client.HTTPClient(), Logger: u.log}
+	o := fetch.Options{Chunk: downloadChunk, MaxSize: maxBuildSize, Client: u.cfg.Client.HTTPClient(), Logger: u.log}
 	if err := fetch.File(ctx, url, f.New, fetch.Pin{SHA256: d.SHA256}, o); err != nil {
 		return fmt.Errorf("update to %s: %w (what was downloaded is kept beside %s and resumed next time)", d.Version, err, f.Exe)
 	}
@@ -260,6 +286,12 @@ func (u *Updater) apply(ctx context.Context, d wire.ComponentDescriptor) error {
 // chunk (8 MB) is most of a build: a connection cut part of the way
 // would start the download over.
 const downloadChunk = 1 << 20
+
+// maxBuildSize bounds a build's download: the signature covers its
+// sha256, not its size, and a transport that lies could otherwise
+// answer with a file that fills the disk beside the executable. A
+// release of metnos-agent is a few tens of MB. (A variable for tests.)
+var maxBuildSize int64 = 512 << 20
 
 // tryRun runs exe version and wants it to exit 0 within 30 s.
 func tryRun(ctx context.Context, exe string) error {

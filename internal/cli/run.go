@@ -31,9 +31,14 @@ func runRun(std stdio, args []string) int {
 	// A build on probation counts this start before anything else can
 	// fail (flags, configuration, pairing), so that a build failing at
 	// any of them is rolled back after two starts like one that crashes.
-	early, code, stop := bootEarly(std)
-	if stop {
-		return code
+	// Asking for help is not a start.
+	var early earlyBoot
+	if !asksHelp(args) {
+		var code int
+		var stop bool
+		if early, code, stop = bootEarly(std); stop {
+			return code
+		}
 	}
 	if early.lock != nil {
 		defer early.lock.Release()
@@ -213,6 +218,20 @@ func bootEarly(std stdio) (earlyBoot, int, bool) {
 	}
 	files, out := bootUpdate(lay, slog.New(slog.NewTextHandler(std.err, nil)))
 	return earlyBoot{lock: lock, data: lay.Data, files: files, outcome: out}, 0, false
+}
+
+// asksHelp reports whether args ask for a command's help (-h, -help or
+// --help before any "--").
+func asksHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help", "-h=true", "-help=true", "--help=true":
+			return true
+		}
+	}
+	return false
 }
 
 // bootUpdate runs [update.Boot] on this executable; files.Exe is "" (and

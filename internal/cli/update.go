@@ -46,6 +46,10 @@ func runUpdate(std stdio, args []string) int {
 		}
 		defer lock.Release()
 	}
+	if version() == "dev" {
+		// newUpdater has no updater for it, even by hand.
+		return fail(std, errors.New("this is a development build (version dev), which has no release to be replaced by: install a release of metnos-agent for it to update from the server"))
+	}
 	exe, err := update.Executable()
 	if err != nil {
 		return fail(std, err)
