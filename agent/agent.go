@@ -367,6 +367,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			case client.StatusOf(err) == 0:
 				down.failed(a.log, err)
 			default:
+				if a.cfg.Update != nil {
+					a.cfg.Update.Answered()
+				}
 				a.log.Warn("poll failed; retrying", "err", err)
 			}
 			a.sleep(ctx, &backoff)
@@ -374,6 +377,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		down.answered(a.log)
 		if a.cfg.Update != nil {
+			a.cfg.Update.Answered()
 			a.cfg.Update.Confirm()
 		}
 		a.noteShim(resp.ShimSHA256)

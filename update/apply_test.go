@@ -152,7 +152,7 @@ func TestApplyBuildThatDoesNotRun(t *testing.T) {
 			assertUntouched(t, d, u, read(t, a.old), "does not run")
 			// Not downloaded again by the run loop; by hand it is.
 			dec, err := u.Check(context.Background(), false)
-			if err != nil || dec.Apply || !strings.Contains(dec.Why, "does not run on this device") {
+			if err != nil || dec.Apply || !strings.Contains(dec.Why, "failed here") {
 				t.Fatalf("Check after the refusal: %+v, %v; want it declined", dec, err)
 			}
 			if dec, err := u.Check(context.Background(), true); err != nil || !dec.Apply {

@@ -55,8 +55,9 @@ type Failure struct {
 	// never put in place.
 	RolledBack bool `json:"rolled_back,omitempty"`
 	// Broken says the build was downloaded but does not start here
-	// (`version` failed): like a rolled-back one, the run loop does not
-	// download it again.
+	// (`version` failed), or the server's file does not match its own
+	// signed sha256 (fetched twice alike): like a rolled-back one, the
+	// run loop does not download it again.
 	Broken bool `json:"broken,omitempty"`
 }
 

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/metnos/agent/client"
@@ -61,6 +62,8 @@ type Updater struct {
 	work      sync.Mutex
 	mu        sync.Mutex
 	probation bool
+	// answered is set once the server answered a poll (Answered).
+	answered atomic.Bool
 	summary   string
 }
 
@@ -99,6 +102,15 @@ func (u *Updater) Probation() bool {
 	defer u.mu.Unlock()
 	return u.probation
 }
+
+// Answered notes that the server answered a poll, with success or with
+// an error of its own (an HTTP status): unlike a server that cannot be
+// reached, that says something about this build.
+func (u *Updater) Answered() { u.answered.Store(true) }
+
+// ServerAnswered reports whether [Updater.Answered] was called since
+// the process started.
+func (u *Updater) ServerAnswered() bool { return u.answered.Load() }
 
 // Confirm ends this build's probation: called after each successful
 // poll, it does something only the first time, when the build is on
@@ -183,7 +195,7 @@ func (u *Updater) Check(ctx context.Context, force bool) (Decision, error) {
 	case !force && st.Failed != nil && st.Failed.RolledBack && st.Failed.SHA256 == d.SHA256:
 		dec.Why = fmt.Sprintf("the build of %s was rolled back on this device (%s): a newer version is needed, or `metnos-agent update` by hand", d.Version, st.Failed.Reason)
 	case !force && st.Failed != nil && st.Failed.Broken && st.Failed.SHA256 == d.SHA256:
-		dec.Why = fmt.Sprintf("the build of %s does not run on this device (%s): a newer version is needed, or `metnos-agent update` by hand", d.Version, st.Failed.Reason)
+		dec.Why = fmt.Sprintf("the build of %s failed here (%s): a newer version is needed, or `metnos-agent update` by hand", d.Version, st.Failed.Reason)
 	default:
 		dec.Apply = true
 	}
@@ -228,7 +240,7 @@ func (u *Updater) Apply(ctx context.Context, d wire.ComponentDescriptor) error {
 	}
 	st, _ := LoadState(u.cfg.StatePath)
 	if st.Phase != PhaseProbation {
-		st.Failed = &Failure{Version: d.Version, SHA256: d.SHA256, Reason: err.Error(), At: time.Now().UTC(), Broken: errors.Is(err, errBroken)}
+		st.Failed = &Failure{Version: d.Version, SHA256: d.SHA256, Reason: err.Error(), At: time.Now().UTC(), Broken: errors.Is(err, errBroken) || errors.Is(err, fetch.ErrPinMismatch)}
 		if serr := SaveState(u.cfg.StatePath, st); serr == nil {
 			u.set(st.Summary(), u.Probation())
 		}

@@ -274,18 +274,36 @@ func newUpdater(e environment, c *client.Client, files update.Files, probation b
 		Target: wire.UpdateTarget(goruntime.GOOS, goruntime.GOARCH), ServerKey: key, Client: c, Logger: log, Probation: probation}), nil
 }
 
+// unreachableProbation is how many probation times a build on
+// probation waits, while the server cannot be reached at all, before
+// that counts against it: a laptop that goes offline right after an
+// update does not roll a good build back, and a build that cannot reach
+// anything is rolled back all the same, later.
+const unreachableProbation = 6
+
 // watchProbation stops the run (stop) when the build on probation has
-// not confirmed within d, and sets unconfirmed for `run` to exit 1: a
-// failed start, which the supervisor follows with another, and the
-// start after the last one rolls the build back.
+// not confirmed within d (or, while the server never answered at all,
+// within unreachableProbation times d), and sets unconfirmed for `run`
+// to exit 1: a failed start, which the supervisor follows with another,
+// and the start after the last one rolls the build back.
 func watchProbation(u *update.Updater, d time.Duration, stop context.CancelFunc, unconfirmed *atomic.Bool, log *slog.Logger) {
-	time.AfterFunc(d, func() {
-		if u.Probation() {
-			log.Error("update: this build has not reached a successful poll in its probation time; stopping, which counts as a failed start", "probation", d.String())
-			unconfirmed.Store(true)
-			stop()
+	waited := 0
+	var check func()
+	check = func() {
+		waited++
+		if !u.Probation() {
+			return
 		}
-	})
+		if !u.ServerAnswered() && waited < unreachableProbation {
+			log.Warn("update: this build has not reached the server yet; its probation waits", "probation", d.String(), "waited", waited, "of", unreachableProbation)
+			time.AfterFunc(d, check)
+			return
+		}
+		log.Error("update: this build has not reached a successful poll in its probation time; stopping, which counts as a failed start", "probation", (time.Duration(waited) * d).String())
+		unconfirmed.Store(true)
+		stop()
+	}
+	time.AfterFunc(d, check)
 }
 
 // stopOnSignals returns a context that ends at the first SIGINT or

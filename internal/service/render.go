@@ -311,7 +311,7 @@ func taskXML(c Config) ([]byte, error) {
 // otherwise.
 func restoreArgs(exe string) string {
 	old := update.FilesFor(exe).Old
-	return fmt.Sprintf(`/d /c if not exist "%s" if exist "%s" move /y "%s" "%s"`, exe, old, old, exe)
+	return fmt.Sprintf(`/d /v:off /c if not exist "%s" if exist "%s" move /y "%s" "%s"`, exe, old, old, exe)
 }
 
 // windowsArg quotes one argument as CommandLineToArgvW reads it back.
