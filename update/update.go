@@ -64,7 +64,7 @@ type Updater struct {
 	probation bool
 	// answered is set once the server answered a poll (Answered).
 	answered atomic.Bool
-	summary   string
+	summary  string
 }
 
 // set records the summary for the heartbeat, and the probation.
