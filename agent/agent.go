@@ -168,6 +168,8 @@ type Agent struct {
 	// Run goroutine touches them).
 	seenVersion string
 	updateRetry time.Time
+	// beatNow asks the heartbeat goroutine for a heartbeat now.
+	beatNow chan struct{}
 	// swept is done once the start's sweep of backup blobs and journal
 	// segments has ended: it runs beside the first poll, and the first
 	// run waits for it (see housekeeping).
@@ -225,7 +227,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, client: cfg.Client, server: server, spool: sp, state: st, host: host}
+	a := &Agent{cfg: cfg, log: cfg.Logger, client: cfg.Client, server: server, spool: sp, state: st, host: host, beatNow: make(chan struct{}, 1)}
 	a.halt, a.haltCancel = context.WithCancel(context.Background())
 	if cut := sp.Cut(); cut != "" {
 		a.log.Warn("the ledger's last line was cut short by a crash; removed (its invocation's STARTED marker or result decides)", "ledger", cfg.Layout.Ledger(), "line", cut)
@@ -378,7 +380,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		down.answered(a.log)
 		if a.cfg.Update != nil {
 			a.cfg.Update.Answered()
-			a.cfg.Update.Confirm()
+			if a.cfg.Update.Confirm() {
+				// The server hears at once that the probation ended.
+				select {
+				case a.beatNow <- struct{}{}:
+				default:
+				}
+			}
 		}
 		a.noteShim(resp.ShimSHA256)
 		if resp.Invocation != nil {
@@ -426,9 +434,15 @@ func (a *Agent) updateDue(announced string) bool {
 	return !a.updateRetry.IsZero() && time.Now().After(a.updateRetry)
 }
 
-// updateRetryAfter is how long a failed update check waits before it is
-// tried again (a new announced version tries at once).
-const updateRetryAfter = 30 * time.Minute
+// updateRetryAfter is how long a failed update check, or one that found
+// no build for this target, waits before it is tried again;
+// updateRecheckAfter how long one that found nothing to apply waits (a
+// build can be published under a version the server already
+// announces). A new announced version is checked at once.
+const (
+	updateRetryAfter   = 30 * time.Minute
+	updateRecheckAfter = 6 * time.Hour
+)
 
 // checkUpdate checks for an update and applies it; it reports whether
 // the new build is in place and the agent must exit for it.
@@ -437,7 +451,10 @@ func (a *Agent) checkUpdate(ctx context.Context) bool {
 	dec, err := a.cfg.Update.Check(ctx, false)
 	switch {
 	case client.StatusOf(err) == http.StatusNotFound:
-		a.log.Info("update: the server announces client version "+a.seenVersion+" but publishes no metnos-agent build for this device's target", "err", err)
+		// A build may be published later under the same version: look
+		// again.
+		a.log.Info("update: the server announces client version "+a.seenVersion+" but publishes no metnos-agent build for this device's target yet; looking again later", "err", err)
+		a.updateRetry = time.Now().Add(updateRetryAfter)
 		return false
 	case err != nil:
 		a.log.Warn("update: the check failed; it is tried again later", "err", err)
@@ -445,6 +462,7 @@ func (a *Agent) checkUpdate(ctx context.Context) bool {
 		return false
 	case !dec.Apply:
 		a.log.Info("update: not applied: "+dec.Why, "version", dec.Descriptor.Version)
+		a.updateRetry = time.Now().Add(updateRecheckAfter)
 		return false
 	}
 	err = a.cfg.Update.Apply(ctx, dec.Descriptor)
@@ -609,6 +627,7 @@ func (a *Agent) heartbeats(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-a.beatNow:
 		}
 	}
 }

@@ -83,7 +83,7 @@ func Boot(statePath string, f Files, log *slog.Logger) (Outcome, State, error) {
 		log.Info("update: this build is on probation until its first successful poll", "version", st.Version, "start", st.Boots, "of", MaxBoots)
 		return Probation, st, nil
 	}
-	reason := fmt.Sprintf("it started %d times without reaching a successful poll", st.Boots)
+	reason := fmt.Sprintf("started %d times without reaching a successful poll", st.Boots)
 	if osum, err := FileSHA256(f.Old); err != nil || osum != st.Previous {
 		log.Error("update: the build on probation failed, and the previous build is not there to go back to; keeping this one", "version", st.Version, "old", f.Old, "err", err)
 		st.Failed = &Failure{Version: st.Version, SHA256: st.SHA256, Reason: reason + "; the previous build was missing, so it was kept", At: time.Now().UTC()}

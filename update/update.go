@@ -115,10 +115,10 @@ func (u *Updater) ServerAnswered() bool { return u.answered.Load() }
 // Confirm ends this build's probation: called after each successful
 // poll, it does something only the first time, when the build is on
 // probation. It records the version as applied and deletes the build
-// it replaced.
-func (u *Updater) Confirm() {
+// it replaced. It reports whether it confirmed the build just now.
+func (u *Updater) Confirm() bool {
 	if !u.Probation() {
-		return
+		return false
 	}
 	u.work.Lock()
 	defer u.work.Unlock()
@@ -127,7 +127,7 @@ func (u *Updater) Confirm() {
 		u.mu.Lock()
 		u.probation = false
 		u.mu.Unlock()
-		return
+		return false
 	}
 	st.Applied, st.Phase, st.Boots = st.Version, PhaseNone, 0
 	if st.Failed != nil && wire.CompareVersions(st.Failed.Version, st.Applied) <= 0 {
@@ -137,7 +137,7 @@ func (u *Updater) Confirm() {
 	st.Version, st.SHA256, st.Previous = "", "", ""
 	if err := SaveState(u.cfg.StatePath, st); err != nil {
 		u.log.Error("update: cannot record the confirmation; this build stays on probation", "version", version, "err", err)
-		return
+		return false
 	}
 	u.set(st.Summary(), false)
 	for _, p := range []string{u.cfg.Files.Old, u.cfg.Files.Failed} {
@@ -146,6 +146,7 @@ func (u *Updater) Confirm() {
 		}
 	}
 	u.log.Info("update confirmed: this build reached a successful poll; the previous build is deleted", "version", version, "agent_version", u.cfg.Version)
+	return true
 }
 
 // Decision is what [Updater.Check] concluded about a descriptor.
@@ -262,6 +263,9 @@ func (u *Updater) apply(ctx context.Context, d wire.ComponentDescriptor) error {
 	u.log.Info("update: downloading", "version", d.Version, "url", fetch.ShowURL(url), "sha256", d.SHA256)
 	o := fetch.Options{Chunk: downloadChunk, MaxSize: maxBuildSize, Client: u.cfg.Client.HTTPClient(), Logger: u.log}
 	if err := fetch.File(ctx, url, f.New, fetch.Pin{SHA256: d.SHA256}, o); err != nil {
+		if errors.Is(err, fetch.ErrPinMismatch) {
+			return fmt.Errorf("update to %s: %w", d.Version, err)
+		}
 		return fmt.Errorf("update to %s: %w (what was downloaded is kept beside %s and resumed next time)", d.Version, err, f.Exe)
 	}
 	at("downloaded")

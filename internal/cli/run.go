@@ -103,8 +103,6 @@ func runRun(std stdio, args []string) int {
 	files, boot := early.files, early.outcome
 	if early.lock == nil || early.data != e.lay.Data {
 		files, boot = bootUpdate(e.lay, log)
-	} else if boot == update.Probation {
-		log.Info("update: this build is on probation until its first successful poll", "version", version())
 	}
 	if boot == update.RolledBack {
 		fmt.Fprintln(std.err, rolledBackExit)
@@ -201,8 +199,7 @@ type earlyBoot struct {
 // bootEarly runs the update's boot step first thing, when this device
 // has an update record (agent-update.json): it takes run's lock (a start
 // that finds another agent running is not a start of this build: exit
-// 3) and runs [update.Boot], logging to stderr, which the service's
-// journal keeps. Without a record there is nothing on probation, and
+// 3) and runs [update.Boot], logging to the log file and stderr. Without a record there is nothing on probation, and
 // nothing is touched before run's own checks.
 func bootEarly(std stdio) (earlyBoot, int, bool) {
 	lay, err := layout.Current()
@@ -216,7 +213,12 @@ func bootEarly(std stdio) (earlyBoot, int, bool) {
 	if !ok {
 		return earlyBoot{}, code, true
 	}
-	files, out := bootUpdate(lay, slog.New(slog.NewTextHandler(std.err, nil)))
+	log := slog.New(slog.NewTextHandler(std.err, nil))
+	if logf, err := openLog(lay.Log(), std.err); err == nil {
+		defer logf.Close()
+		log = newLogger(logf, std.err, slog.LevelInfo)
+	}
+	files, out := bootUpdate(lay, log)
 	return earlyBoot{lock: lock, data: lay.Data, files: files, outcome: out}, 0, false
 }
 
