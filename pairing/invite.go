@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/metnos/agent/internal/term"
 )
@@ -29,26 +30,34 @@ type Invite struct {
 // imported, so that package pairing stays below package wire).
 const joinPath = "/agent/client/join/"
 
+// The patterns are compiled at their first use, not at every start of
+// the agent: only pair reads invites.
 var (
 	// joinIDRe is the real server's _JOIN_ID_RE.
-	joinIDRe = regexp.MustCompile(`^[0-9a-f]{8,32}$`)
+	joinIDRe = lazyRE(`^[0-9a-f]{8,32}$`)
 	// tokenRe is the shape of a device token: DEV.<payload>.<signature>,
 	// both base64url.
-	tokenRe = regexp.MustCompile(`^DEV\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$`)
+	tokenRe = lazyRE(`^DEV\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$`)
 	// serverCharsRe are the characters a server URL may hold in an
 	// invite or installer: those of an http URL with a host, a port and
 	// a path (the real server's batch-safe set, without +).
-	serverCharsRe = regexp.MustCompile(`^[A-Za-z0-9._~:/\[\]-]+$`)
+	serverCharsRe = lazyRE(`^[A-Za-z0-9._~:/\[\]-]+$`)
 	// assignRe finds METNOS_SERVER= and METNOS_TOKEN= in a one-liner,
 	// as a shell, PowerShell ($env:) or cmd (set "…") would assign them.
-	assignRe = regexp.MustCompile(`(^|[^A-Za-z0-9_])METNOS_(SERVER|TOKEN)[ \t]*=`)
+	assignRe = lazyRE(`(^|[^A-Za-z0-9_])METNOS_(SERVER|TOKEN)[ \t]*=`)
 	// shPreludeRe is a line of the shell installer's prelude, as the
 	// real server writes it: METNOS_X=<_sh_squote(value)>; export METNOS_X.
-	shPreludeRe = regexp.MustCompile(`^METNOS_(SERVER|TOKEN)=('(?:[^']|'\\'')*'); export METNOS_(SERVER|TOKEN)$`)
+	shPreludeRe = lazyRE(`^METNOS_(SERVER|TOKEN)=('(?:[^']|'\\'')*'); export METNOS_(SERVER|TOKEN)$`)
 	// cmdSetRe is a line of the Windows .cmd installer's head:
 	// set "METNOS_X=value".
-	cmdSetRe = regexp.MustCompile(`^set "METNOS_(SERVER|TOKEN)=([^"]*)"$`)
+	cmdSetRe = lazyRE(`^set "METNOS_(SERVER|TOKEN)=([^"]*)"$`)
 )
+
+// lazyRE returns a function that compiles expr the first time it is
+// called and returns the same *regexp.Regexp after.
+func lazyRE(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
 
 // ParseInvite reads what a user pasted to pair a device: a join link
 // (<server>/agent/client/join/<join_id>, with a trailing slash, spaces,
@@ -63,7 +72,7 @@ func ParseInvite(text string) (Invite, error) {
 	if s == "" {
 		return Invite{}, errors.New("the link is empty: paste the join link the admin sent (…/agent/client/join/…), or the METNOS_SERVER=… METNOS_TOKEN=… command of the Devices page")
 	}
-	if assignRe.MatchString(s) {
+	if assignRe().MatchString(s) {
 		return parseOneLiner(s)
 	}
 	u, err := parseJoinLink(s)
@@ -120,7 +129,7 @@ func parseJoinLink(s string) (string, error) {
 	if j := strings.IndexByte(id, '/'); j >= 0 {
 		return "", fmt.Errorf("the link %s has %s after the join id: %s", q, term.Sanitize(id[j:]), want)
 	}
-	if !joinIDRe.MatchString(id) {
+	if !joinIDRe().MatchString(id) {
 		return "", fmt.Errorf("the link %s has the join id %q, not 8 to 32 lowercase hex digits: %s", q, term.Sanitize(id), want)
 	}
 	base := p.Scheme + "://" + p.Host + path[:i]
@@ -136,7 +145,7 @@ func parseOneLiner(s string) (Invite, error) {
 	// continues it: the lines are one command.
 	s = strings.ReplaceAll(s, "\r\n", "\n")
 	vals := map[string]string{}
-	for _, m := range assignRe.FindAllStringSubmatchIndex(s, -1) {
+	for _, m := range assignRe().FindAllStringSubmatchIndex(s, -1) {
 		name := "METNOS_" + s[m[4]:m[5]]
 		rest := s[m[1]:]
 		if t := strings.TrimLeft(rest, " \t"); t != "" && (t[0] == '\'' || t[0] == '"') {
@@ -187,13 +196,13 @@ func assignedValue(s string) (v string, ok bool) {
 // checkPair checks a server URL and a token read from an invite or an
 // installer, in one sentence.
 func checkPair(server, token string) error {
-	if !serverCharsRe.MatchString(server) {
+	if !serverCharsRe().MatchString(server) {
 		return fmt.Errorf("METNOS_SERVER %q holds characters no server URL of Metnos has", term.Sanitize(server))
 	}
 	if err := CheckServerURL(server); err != nil {
 		return fmt.Errorf("METNOS_SERVER: %w", err)
 	}
-	if !tokenRe.MatchString(token) {
+	if !tokenRe().MatchString(token) {
 		return fmt.Errorf("METNOS_TOKEN %q is not a device token (DEV.….…)", term.Sanitize(shorten(token, 80)))
 	}
 	return nil
@@ -220,12 +229,12 @@ func ParseInstaller(body []byte) (server, token string, err error) {
 	for _, line := range bytes.Split(body, []byte("\n")) {
 		l := string(bytes.TrimSuffix(line, []byte("\r")))
 		var name, v string
-		if m := shPreludeRe.FindStringSubmatch(l); m != nil {
+		if m := shPreludeRe().FindStringSubmatch(l); m != nil {
 			if m[1] != m[3] {
 				continue // exports another variable than it sets: not the prelude
 			}
 			name, v = m[1], unSquote(m[2])
-		} else if m := cmdSetRe.FindStringSubmatch(l); m != nil {
+		} else if m := cmdSetRe().FindStringSubmatch(l); m != nil {
 			name, v = m[1], m[2]
 		} else {
 			continue

@@ -227,7 +227,7 @@ func checkAccepted(t *testing.T, server, token string) {
 	if err := CheckServerURL(server); err != nil {
 		t.Fatalf("accepted server %q: %v", server, err)
 	}
-	if !tokenRe.MatchString(token) {
+	if !tokenRe().MatchString(token) {
 		t.Fatalf("accepted token %q", token)
 	}
 	if strings.ContainsAny(server+token, " \t\r\n'\"`$;&|<>\\%?#") {

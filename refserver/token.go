@@ -24,7 +24,14 @@ const TokenPrefix = "DEV."
 const TokenOwner = "host"
 
 // deviceNameRule is the device name rule of docs/protocol.md §4.1.
-var deviceNameRule = regexp.MustCompile(`^[A-Za-z0-9._-]{1,40}$`)
+// deviceNameRule is unbounded; validName checks the length (40): a
+// bounded repeat compiles to a program that long, at every start of an
+// agent that links the reference server (demo).
+var deviceNameRule = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+// validName reports whether name is a device name Metnos accepts:
+// ^[A-Za-z0-9._-]{1,40}$.
+func validName(name string) bool { return len(name) <= 40 && deviceNameRule.MatchString(name) }
 
 // tokenUse is what the server remembers of an issued token.
 type tokenUse struct {
@@ -45,7 +52,7 @@ type tokenPayload struct {
 // canonical {"exp","name","owner","tid","v":1} signed by the server key.
 // Only tokens issued by this Server (since it was created) register.
 func (s *Server) IssueToken(name string, ttl time.Duration) (string, error) {
-	if !deviceNameRule.MatchString(name) {
+	if !validName(name) {
 		return "", fmt.Errorf("refserver: device name %q is not valid: use 1 to 40 of A-Z a-z 0-9 . _ -", name)
 	}
 	if ttl <= 0 {
@@ -111,7 +118,7 @@ func parseToken(tok string, pub ed25519.PublicKey, now time.Time) (tokenPayload,
 	p.Name, _ = m["name"].(string)
 	p.Owner, _ = m["owner"].(string)
 	p.TID, _ = m["tid"].(string)
-	if p.TID == "" || !deviceNameRule.MatchString(p.Name) {
+	if p.TID == "" || !validName(p.Name) {
 		return tokenPayload{}, errors.New("token payload lacks a tid or a valid name")
 	}
 	if now.Unix() >= p.Exp {

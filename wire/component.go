@@ -48,7 +48,9 @@ var (
 	targetName    = regexp.MustCompile(`^[a-z0-9_\-]+$`)
 	// versionRule is what a published version may hold: it is compared
 	// and shown, never used as a path by the device.
-	versionRule = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+\-]{0,63}$`)
+	// versionRule is unbounded: ValidVersion checks the length (a bounded
+	// repeat compiles to a program that long, at every start).
+	versionRule = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+\-]*$`)
 )
 
 // ValidComponent reports whether name can be a component the server
@@ -61,7 +63,7 @@ func ValidTarget(name string) bool { return targetName.MatchString(name) }
 
 // ValidVersion reports whether v can be a published version: 1 to 64
 // characters of [A-Za-z0-9._+-], starting with a letter or digit.
-func ValidVersion(v string) bool { return versionRule.MatchString(v) }
+func ValidVersion(v string) bool { return len(v) <= 64 && versionRule.MatchString(v) }
 
 // UpdateTarget is metnos-agent's own target name for an OS and
 // architecture (Go's names), such as linux-amd64 or windows-arm64:

@@ -80,13 +80,15 @@ const ledgerWindow = wire.MaxIDAge + 24*time.Hour
 // compactions of the ledger ([Spool.compact]).
 var compactEvery = 1000
 
-var safeName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+// safeName is unbounded; its user checks the length (128): a bounded
+// repeat compiles to a program that long, at every start.
+var safeName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
 // fileName is the spool file name of an id: the id itself when it is a
 // safe name (as the Rust client requires), else a digest of it, so that
 // no id the server can issue is ever refused here.
 func fileName(id string) string {
-	if safeName.MatchString(id) {
+	if len(id) <= 128 && safeName.MatchString(id) {
 		return id
 	}
 	sum := sha256.Sum256([]byte(id))
@@ -547,7 +549,8 @@ type Salvaged struct {
 }
 
 // idField finds the invocation id in what is left of a damaged result.
-var idField = regexp.MustCompile(`"invocation_id"\s*:\s*"([A-Za-z0-9._:-]{8,256})"`)
+// idField is unbounded; its user checks the id's length (8 to 256).
+var idField = regexp.MustCompile(`"invocation_id"\s*:\s*"([A-Za-z0-9._:-]+)"`)
 
 // Salvage moves every spooled result that is not a readable result to
 // dead-results/<name>.damaged.<nanos>.json and, when its invocation is
@@ -576,7 +579,7 @@ func (s *Spool) Salvage(deviceID string) ([]Salvaged, error) {
 		}
 		name := strings.TrimSuffix(filepath.Base(p), ".json")
 		var id string
-		if m := idField.FindSubmatch(b); m != nil && fileName(string(m[1])) == name {
+		if m := idField.FindSubmatch(b); m != nil && len(m[1]) >= 8 && len(m[1]) <= 256 && fileName(string(m[1])) == name {
 			id = string(m[1])
 		} else if wire.ValidID(name) && fileName(name) == name && !digestName.MatchString(name) {
 			id = name
