@@ -45,6 +45,8 @@ type invocation struct {
 	// net is what the run's egress proxy saw (nil without one), for
 	// the audit line.
 	net *sandbox.NetReport
+	// spans times the handling's steps for the debug log.
+	spans *spans
 	// egress is the network the run was narrowed to, nil for none.
 	egress *policy.Egress
 }
@@ -75,7 +77,9 @@ func (a *Agent) handle(ctx context.Context, raw any) error {
 		return err
 	}
 	inv := &invocation{Invocation: w, log: a.log.With("invocation", w.ID, "executor", w.Executor),
-		limit: max(time.Duration(w.DeadlineMS)*time.Millisecond, time.Second)}
+		limit: max(time.Duration(w.DeadlineMS)*time.Millisecond, time.Second), spans: newSpans()}
+	inv.spans.mark("parse")
+	defer inv.spans.log(inv.log)
 	if !wire.ValidID(inv.ID) {
 		inv.log.Error("refusing an invocation id the server cannot issue; not run, no result possible")
 		return nil
@@ -92,6 +96,7 @@ func (a *Agent) handle(ctx context.Context, raw any) error {
 		a.refuse(inv, err)
 		return nil
 	}
+	inv.spans.mark("verify")
 	r, keep := a.execute(ctx, inv)
 	if !keep {
 		return nil
@@ -106,14 +111,18 @@ func (a *Agent) handle(ctx context.Context, raw any) error {
 	if cut {
 		inv.log.Warn("the result was over the server's 4 MiB limit; its payload was dropped and the result says so")
 	}
+	inv.spans.mark("encode")
 	if err := a.spoolResult(inv.ID, body); err != nil {
 		// The run happened: its result is delivered from memory, and
 		// its journal entry and audit line are written all the same.
 		inv.log.Error("could not spool the result (is the data folder full?); delivering it from memory, and spooling it when there is space again; the invocation does not run again",
 			"err", err)
 	}
+	inv.spans.mark("spool")
 	a.finishJournal(inv, r)
+	inv.spans.mark("journal")
 	a.auditRecord(inv, r, body)
+	inv.spans.mark("audit")
 	attrs := []any{"ok", r.OK, "sandbox", r.Sandbox, "elapsed_ms", r.ElapsedMS, "error_class", r.ErrorClass}
 	if r.Error != "" {
 		// The result says why; so does the device's own log.
@@ -145,10 +154,12 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 	// hands the invocation out again later.
 	var err error
 	inv.ex, err = a.executor(ctx, inv)
+	inv.spans.mark("executor")
 	var shimDir string
 	if err == nil {
 		shimDir, err = a.ensureShim(ctx, false)
 	}
+	inv.spans.mark("shim")
 	if err == nil {
 		err = a.pyErr
 	}
@@ -168,6 +179,7 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 	}
 	// A backup blob the run would restore must still be the bytes it
 	// was named after.
+	inv.spans.mark("request")
 	if err := a.checkBlobs(inv); err != nil {
 		return result.DeviceError(fmt.Errorf("executor %s not run: %w", inv.ex.Name, err)), true
 	}
@@ -176,13 +188,16 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 	a.waitSwept()
 	// The marker comes after the executor is known: whether it can
 	// write decides what a crash means (docs/protocol.md §17.3).
+	inv.spans.mark("blobs")
 	if err := a.spool.Start(inv.ID, inv.Reversibility, inv.ex.Manifest.Facts.Writes()); err != nil {
 		return result.DeviceError(fmt.Errorf("writing the STARTED marker: %w", err)), true
 	}
+	inv.spans.mark("started_marker")
 	if err := a.beginJournal(inv, req); err != nil {
 		// Nothing ran yet; a change that could not be journaled is not made.
 		return result.DeviceError(fmt.Errorf("executor %s not run: %w", inv.ex.Name, err)), true
 	}
+	inv.spans.mark("journal_begin")
 	if a.cfg.Watchdog != nil {
 		// It judges the run, not the clock alone: see watchdog.
 		dog := startWatchdog(inv.limit, func() { a.cfg.Watchdog(inv.ID) })
@@ -203,6 +218,7 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 		}
 	})()
 	r, cut := a.run(rctx, inv, req, shimDir)
+	inv.spans.mark("sandbox_run")
 	a.runEnded = time.Now()
 	// Whether the run was cut short is what the sandbox says, not
 	// whether a stop-now came: one that lands after the executor ended
