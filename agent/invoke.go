@@ -45,8 +45,10 @@ type invocation struct {
 	// net is what the run's egress proxy saw (nil without one), for
 	// the audit line.
 	net *sandbox.NetReport
-	// spans times the handling's steps for the debug log.
-	spans *spans
+	// spans times the handling's steps for the debug log, and timing is
+	// the sandbox's own split of the last run (nil: none).
+	spans  *spans
+	timing *sandbox.Timing
 	// egress is the network the run was narrowed to, nil for none.
 	egress *policy.Egress
 }
@@ -79,7 +81,7 @@ func (a *Agent) handle(ctx context.Context, raw any) error {
 	inv := &invocation{Invocation: w, log: a.log.With("invocation", w.ID, "executor", w.Executor),
 		limit: max(time.Duration(w.DeadlineMS)*time.Millisecond, time.Second), spans: newSpans()}
 	inv.spans.mark("parse")
-	defer inv.spans.log(inv.log)
+	defer func() { inv.spans.log(inv.log, inv.timing) }()
 	if !wire.ValidID(inv.ID) {
 		inv.log.Error("refusing an invocation id the server cannot issue; not run, no result possible")
 		return nil
@@ -323,6 +325,7 @@ func (a *Agent) run(ctx context.Context, inv *invocation, req sandbox.Request, s
 			}
 		}
 		out, err := sandbox.Run(ctx, req)
+		inv.timing = out.Timing
 		if errors.Is(err, sandbox.ErrRefused) {
 			return result.DeviceError(fmt.Errorf("executor %s: not run on this device: %w", ex.Name, err)), false
 		}

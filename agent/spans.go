@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/metnos/agent/sandbox"
 )
 
 // spans times the steps of one invocation's handling, for the debug
@@ -32,17 +34,21 @@ func (s *spans) mark(name string) {
 	s.last = now
 }
 
-// log writes one debug line: each step's milliseconds, in order, and
-// the total.
-func (s *spans) log(log *slog.Logger) {
+// log writes one debug line: each step's milliseconds, in order, the
+// total, then the sandbox's own stages when t is not nil.
+func (s *spans) log(log *slog.Logger, t *sandbox.Timing) {
 	if s == nil || !log.Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
-	attrs := make([]any, 0, 2*len(s.names)+2)
+	attrs := make([]any, 0, 2*len(s.names)+10)
 	for i, n := range s.names {
 		attrs = append(attrs, n+"_ms", ms(s.took[i]))
 	}
 	attrs = append(attrs, "total_ms", ms(s.last.Sub(s.start)))
+	if t != nil {
+		attrs = append(attrs, "sandbox_prepare_ms", ms(t.Prepare), "sandbox_setup_ms", ms(t.Setup),
+			"sandbox_command_ms", ms(t.Command), "sandbox_finish_ms", ms(t.Finish))
+	}
 	log.Debug("timing", attrs...)
 }
 

@@ -94,6 +94,9 @@ type Output struct {
 	// Network is what the run's egress proxy saw, for a Policy with
 	// Egress (and Network false); nil otherwise.
 	Network *NetReport `json:"network,omitempty"`
+	// Timing is where the run's time went, where the platform measures
+	// it (Linux); nil elsewhere.
+	Timing *Timing `json:"timing,omitempty"`
 }
 
 // ErrRefused is wrapped by every error that refuses a run because the
@@ -160,4 +163,22 @@ func FormatBytes(n int64) string {
 		return "1 byte"
 	}
 	return fmt.Sprintf("%d bytes", n)
+}
+
+// Timing splits a run's time into its stages, each measured by the
+// agent (the shim's ready line marks the end of the set-up).
+type Timing struct {
+	// Prepare is the plan, the layout, the cgroup, the placeholder
+	// locks and the descriptors, before anything is started.
+	Prepare time.Duration `json:"prepare_ns"`
+	// Setup is from the start of bwrap (or the shim) to the shim's
+	// ready line, just before it executes the command: namespaces,
+	// mounts, Landlock, seccomp. 0 when no ready line came.
+	Setup time.Duration `json:"setup_ns"`
+	// Command is from the ready line to the command's exit (for a
+	// Python executor, the interpreter's start, its imports and the
+	// executor's own work).
+	Command time.Duration `json:"command_ns"`
+	// Finish is the reaping and reading of the outcome after the exit.
+	Finish time.Duration `json:"finish_ns"`
 }

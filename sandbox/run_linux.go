@@ -147,6 +147,7 @@ func run(ctx context.Context, req Request) (Output, error) {
 // (shimSpec), set the launch up with bwrap or without it (newLaunch),
 // run it (execute), and read how it went (outcome).
 func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
+	began := time.Now()
 	pl := planFor(c, req.Policy, req.MinSandbox)
 	out := Output{Policy: req.Policy.Fingerprint(), Sandbox: "none"}
 	if pl.Refused != "" {
@@ -167,7 +168,9 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 		return out, false, err
 	}
 	out.LimitsBy = ln.cg.by()
+	prepared := time.Now()
 	ex, err := ln.execute(ctx, req.Stdin, req.Limits)
+
 	if ln.proxy != nil {
 		// The tree is gone: what it left open through the proxy ends
 		// with it.
@@ -179,7 +182,9 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 	if pl.lay.bwrap {
 		out.Sandbox = "bwrap" // until the shim says what it applied
 	}
-	return outcome(out, pl, ln, ex, req.Argv[0])
+	o, broke, err := outcome(out, pl, ln, ex, req.Argv[0])
+	o.Timing = ex.timing(prepared.Sub(began))
+	return o, broke, err
 }
 
 // runLayout is p as this run mounts it. The agent's own binary and the
@@ -504,6 +509,20 @@ type executed struct {
 	werr, ctxErr   error
 	timedOut       bool
 	wall           time.Duration
+	// started, ready and ended are when the launch started, when the
+	// shim's ready line came (zero: none) and when it ended.
+	started, ready, ended time.Time
+}
+
+// timing is ex's stages, with prepare before them; Finish runs to now.
+func (ex executed) timing(prepare time.Duration) *Timing {
+	t := &Timing{Prepare: prepare, Finish: time.Since(ex.ended)}
+	if ex.ready.IsZero() || ex.ready.After(ex.ended) {
+		t.Command = ex.ended.Sub(ex.started)
+		return t
+	}
+	t.Setup, t.Command = ex.ready.Sub(ex.started), ex.ended.Sub(ex.ready)
+	return t
 }
 
 // execute starts the launch and waits for it until it exits, the
@@ -524,6 +543,7 @@ func (ln *launch) execute(ctx context.Context, stdin io.Reader, lim Limits) (exe
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: sig}
 
 	start := time.Now()
+	ex.started = start
 	err := cmd.Start()
 	ln.statusW.Close()
 	if ln.proxyChild != nil {
@@ -542,7 +562,8 @@ func (ln *launch) execute(ctx context.Context, stdin io.Reader, lim Limits) (exe
 	// is reported ended.
 	defer ln.reapOrphan(childc)
 	statusc := make(chan []shim.Status, 1)
-	go func() { statusc <- readStatus(ln.statusR) }()
+	readyc := make(chan time.Time, 1)
+	go func() { statusc <- readStatus(ln.statusR, readyc) }()
 	waitc := make(chan error, 1)
 	go func() { waitc <- cmd.Wait() }()
 
@@ -565,8 +586,13 @@ func (ln *launch) execute(ctx context.Context, stdin io.Reader, lim Limits) (exe
 			ex.werr = killTree(cmd, ln.supervise, waitc)
 		}
 	}
-	ex.wall = time.Since(start)
+	ex.ended = time.Now()
+	ex.wall = ex.ended.Sub(start)
 	ex.statuses = <-statusc
+	select {
+	case ex.ready = <-readyc:
+	default:
+	}
 	ex.state = cmd.ProcessState
 	return ex, nil
 }
@@ -766,12 +792,17 @@ func killTree(cmd *exec.Cmd, supervised bool, waitc chan error) error {
 	return <-waitc
 }
 
-func readStatus(r *os.File) []shim.Status {
+// readStatus reads the shim's status lines until the pipe closes, and
+// sends on ready (buffered) when the line that says it is ready came.
+func readStatus(r *os.File, ready chan<- time.Time) []shim.Status {
 	var out []shim.Status
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		var s shim.Status
 		if json.Unmarshal(sc.Bytes(), &s) == nil {
+			if s.Ready && len(ready) == 0 {
+				ready <- time.Now()
+			}
 			out = append(out, s)
 		}
 	}
