@@ -46,6 +46,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +115,7 @@ func TestStartupRatios(t *testing.T) {
 			continue
 		}
 		var inWord string
+		var stages []*sandbox.Timing
 		variants := []variant{
 			{"bare", command(w, nil)},
 			{"bwrap-minimal", command(append([]string{bwrap, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent"}, w...), nil)},
@@ -127,6 +129,7 @@ func TestStartupRatios(t *testing.T) {
 					return d, err
 				}
 				inWord = out.Sandbox
+				stages = append(stages, out.Timing)
 				if out.ExitCode != 0 || out.Signal != "" {
 					return d, fmt.Errorf("exit %d %s: %s", out.ExitCode, out.Signal, bytes.TrimSpace(out.Stderr))
 				}
@@ -147,6 +150,7 @@ func TestStartupRatios(t *testing.T) {
 			}
 		}
 		t.Log(report(w, variants, times, n, word, inWord))
+		t.Log(stagesReport(w, stages[min(warmups, len(stages)):]))
 		if os.Getenv("METNOS_REQUIRE_SANDBOX") == "1" && inWord != fullWord {
 			t.Errorf("METNOS_REQUIRE_SANDBOX=1: sandbox.Run applied %q, want %q", inWord, fullWord)
 		}
@@ -154,6 +158,27 @@ func TestStartupRatios(t *testing.T) {
 	if os.Getenv("METNOS_REQUIRE_SANDBOX") == "1" && word != fullWord {
 		t.Errorf("METNOS_REQUIRE_SANDBOX=1: metnos-agent exec applied %q, want %q", word, fullWord)
 	}
+}
+
+// stagesReport is where sandbox.Run's time went (Output.Timing), the
+// median of each stage over the runs.
+func stagesReport(w []string, ts []*sandbox.Timing) string {
+	var prep, setup, cmd, fin []time.Duration
+	for _, t := range ts {
+		if t == nil {
+			continue
+		}
+		prep, setup, cmd, fin = append(prep, t.Prepare), append(setup, t.Setup), append(cmd, t.Command), append(fin, t.Finish)
+	}
+	if len(prep) == 0 {
+		return fmt.Sprintf("%q: sandbox.Run reports no stages here", strings.Join(w, " "))
+	}
+	med := func(d []time.Duration) string {
+		slices.Sort(d)
+		return fmt.Sprintf("%.2f ms", float64(d[len(d)/2].Microseconds())/1000)
+	}
+	return fmt.Sprintf("%q, sandbox.Run's stages (medians of %d): prepare %s, setup (bwrap and the shim up to its ready line) %s, command %s, finish %s",
+		strings.Join(w, " "), len(prep), med(prep), med(setup), med(cmd), med(fin))
 }
 
 // command returns a variant that runs argv with stdin and stdout on
