@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,7 +33,12 @@ import (
 // the same run and interleaved, the baseline: the same executor run
 // bare (python3 entry.py, same stdin and PYTHONPATH). The share of the
 // latency spent starting the sandbox is (sandboxed run − bare run) /
-// latency, at the medians. Information only: nothing fails on a number.
+// latency, at the medians. The agent runs at METNOS_LOG=debug, and the
+// medians of the steps its timing lines name (verification, executor
+// cache, request, journal, sandbox stages, spool, journal and audit
+// fsyncs...) are printed too, as is a delivery step measured from the
+// agent's log: from the timing line to "result delivered". Information
+// only: nothing fails on a number.
 //
 //	go test ./test/bench -run Latency -count=1 -v
 func TestLatency(t *testing.T) {
@@ -69,8 +76,8 @@ func TestLatency(t *testing.T) {
 	}
 	st, _ := pairing.LoadState(layout.Layout{Data: filepath.Join(home, ".local", "share", "metnos")})
 	agent := exec.Command(filepath.Join(dir, "metnos-agent"), "run")
-	agent.Env = append(env, "METNOS_LOG=warn")
-	var logBuf bytes.Buffer
+	agent.Env = append(env, "METNOS_LOG=debug")
+	var logBuf syncBuffer
 	agent.Stderr = &logBuf
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)
@@ -148,7 +155,94 @@ func TestLatency(t *testing.T) {
 	fmt.Fprintf(&b, "  latency / bare run: %.2f×   sandboxed run / bare run: %.2f×\n", ratio(p50, bare50), ratio(in50, bare50))
 	fmt.Fprintf(&b, "  share of the latency spent starting the sandbox: %.0f%%   (the rest: python %.0f%%, poll, verification, spool and delivery %.0f%%)\n",
 		100*float64(in50-bare50)/float64(p50), 100*float64(bare50)/float64(p50), 100*float64(p50-in50)/float64(p50))
+	b.WriteString(stepMedians(logBuf.String(), 5))
 	t.Log("\n" + b.String())
+}
+
+// syncBuffer is a bytes.Buffer safe for the writer goroutine of
+// os/exec and the test's readers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// stepMedians reads the agent's debug log (slog's text format) and
+// returns, for the steps its "timing" lines name, the median of each
+// in order, skipping the first warm invocations; and the delivery: the
+// time from each timing line to the "result delivered" line of the
+// same invocation.
+func stepMedians(log string, warm int) string {
+	var order []string
+	steps := map[string][]float64{}
+	timed := map[string]time.Time{}
+	var deliver []float64
+	seen := 0
+	for _, line := range strings.Split(log, "\n") {
+		fields := map[string]string{}
+		for _, f := range strings.Fields(line) {
+			if k, v, ok := strings.Cut(f, "="); ok {
+				fields[k] = strings.Trim(v, `"`)
+			}
+		}
+		at, _ := time.Parse(time.RFC3339Nano, fields["time"])
+		switch {
+		case strings.Contains(line, "msg=timing"):
+			seen++
+			timed[fields["invocation"]] = at
+			if seen <= warm {
+				continue
+			}
+			for _, f := range strings.Fields(line) {
+				k, v, ok := strings.Cut(f, "=")
+				if !ok || !strings.HasSuffix(k, "_ms") {
+					continue
+				}
+				var x float64
+				if _, err := fmt.Sscan(v, &x); err != nil {
+					continue
+				}
+				if _, ok := steps[k]; !ok {
+					order = append(order, k)
+				}
+				steps[k] = append(steps[k], x)
+			}
+		case strings.Contains(line, `msg="result delivered"`):
+			if t0, ok := timed[fields["invocation"]]; ok && seen > warm && !at.IsZero() {
+				deliver = append(deliver, float64(at.Sub(t0).Microseconds())/1000)
+			}
+		}
+	}
+	if len(order) == 0 {
+		return "  (the agent logged no timing lines)\n"
+	}
+	var b strings.Builder
+	b.WriteString("  the agent's steps, medians in ms (its METNOS_LOG=debug timing lines):\n   ")
+	for _, k := range order {
+		fmt.Fprintf(&b, " %s %.2f", strings.TrimSuffix(k, "_ms"), medianF(steps[k]))
+	}
+	if len(deliver) > 0 {
+		fmt.Fprintf(&b, "\n    then deliver (timing line → result delivered) %.2f", medianF(deliver))
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+func medianF(x []float64) float64 {
+	s := slices.Clone(x)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // copyFS copies the tree sub of fsys into dir.
