@@ -64,12 +64,10 @@ func runUpdate(std stdio, args []string) int {
 	if node != nil {
 		defer node.Close()
 	}
+	// METNOS_UPDATE=off turns off the run loop's updates, not this
+	// command's.
+	e.cfg.UpdateOff = false
 	u, err := newUpdater(e, c, files, false, log)
-	if err == nil && u == nil {
-		// Off for the run loop, not by hand.
-		e.cfg.UpdateOff = false
-		u, err = newUpdater(e, c, files, false, log)
-	}
 	if err != nil {
 		return fail(std, err)
 	}
