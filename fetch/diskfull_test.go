@@ -13,8 +13,9 @@ import (
 	"testing"
 )
 
-// TestDiskFull: on a full disk the download fails with the system's
-// reason, keeps dst.part (and what it committed) for later, and installs
+// TestDiskFull: on a full disk the download fails at once with the
+// system's reason (no attempt is repeated: the pause does not free the
+// disk), keeps dst.part (and what it committed) for later, and installs
 // nothing. The disk is a 1 MiB tmpfs the test mounts, so root only.
 func TestDiskFull(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -30,10 +31,13 @@ func TestDiskFull(t *testing.T) {
 	pin := Pin{SHA256: hex.EncodeToString(sum[:]), Size: int64(len(m.data))}
 	dst := filepath.Join(disk, "python.tar.gz")
 	o := quick()
-	o.Chunk, o.Attempts = 256_000, 2
+	o.Chunk, o.Attempts = 256_000, 5
 	err := File(context.Background(), srv.URL, dst, pin, o)
 	if err == nil || !strings.Contains(err.Error(), "no space left") {
 		t.Fatalf("error %v, want the disk's own reason", err)
+	}
+	if strings.Contains(err.Error(), "attempts") {
+		t.Fatalf("error %v: a full disk was retried", err)
 	}
 	if _, err := os.Stat(dst); err == nil {
 		t.Fatal("a file was installed")

@@ -827,10 +827,12 @@ func (e *stallError) Error() string {
 const maxStalls = 3
 
 // transient reports whether another attempt may succeed after err: not
-// for a [permanentError], nor after maxStalls stalls in a row.
+// for a [permanentError], nor a full disk (which the seconds between
+// attempts do not free; the caller tries again later, resuming from
+// what was committed), nor after maxStalls stalls in a row.
 func transient(err error, stalls *int) bool {
 	var perm *permanentError
-	if errors.As(err, &perm) {
+	if errors.As(err, &perm) || diskFull(err) {
 		return false
 	}
 	var se *stallError
