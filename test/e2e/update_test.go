@@ -66,6 +66,13 @@ func (u *updateWorld) publish(v, exe string) string {
 	return e.SHA256
 }
 
+// wake enqueues an echo, without waiting for it: a long-poll that
+// would block for 25 s answers at once, and the agent acts on the
+// answer's server_client_version, as it would on any poll's.
+func (u *updateWorld) wake() {
+	u.enqueue("echo_args", map[string]any{"wake": true}, refserver.EnqueueOptions{})
+}
+
 func (u *updateWorld) state() update.State {
 	u.t.Helper()
 	st, err := update.LoadState(filepath.Join(u.dataDir(), "agent-update.json"))
@@ -124,6 +131,7 @@ func TestSelfUpdate(t *testing.T) {
 
 	// Published while the agent runs: the next poll announces it.
 	v2 := u.publish("1.1.0", v2exe)
+	u.wake()
 	if code := a.exitCode(t, 90*time.Second); code != 0 {
 		t.Fatalf("the agent exited %d after applying the update, want 0", code)
 	}
@@ -142,6 +150,7 @@ func TestSelfUpdate(t *testing.T) {
 
 	// The supervisor starts the new build.
 	b := u.startExe(u.exe, nil)
+	u.wake() // its first poll's answer confirms the build
 	u.waitProfile("version 2.0.0", profileHas("client_version", "2.0.0"))
 	deadline := time.Now().Add(30 * time.Second)
 	for u.state().Phase != update.PhaseNone && time.Now().Before(deadline) {
@@ -180,6 +189,7 @@ func TestSelfUpdateRollback(t *testing.T) {
 	v3 := u.publish("1.1.0", u.build("3.0.0", "release-3"))
 
 	a := u.startExe(u.exe, nil)
+	u.wake()
 	if code := a.exitCode(t, 90*time.Second); code != 0 {
 		t.Fatalf("the agent exited %d after applying the update, want 0", code)
 	}
@@ -224,7 +234,8 @@ func TestSelfUpdateRollback(t *testing.T) {
 		t.Fatalf("client_version after the rollback: %q, want 1.0.0", v)
 	}
 	// The check follows the first poll's answer, which a long-poll
-	// holds up to 25 s.
+	// holds up to 25 s unless there is work.
+	u.wake()
 	deadline := time.Now().Add(60 * time.Second)
 	for !logHas(q, "rolled back on this device") && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
