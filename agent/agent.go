@@ -139,9 +139,11 @@ type Agent struct {
 	shimMu  sync.Mutex
 	shimDir string
 	shimSHA string
-	// shimFiles are the loaded shim's files, and bc keeps the
+	// shimFiles are the loaded shim's files, shimSums their SHA-256
+	// (checked on every use), and bc keeps the
 	// bytecode of the shim and the executors (see python.go).
 	shimFiles []string
+	shimSums  map[string][32]byte
 	bc        *pyc.Bytecode
 	journal   *undo.Journal
 	audit     *audit.Log

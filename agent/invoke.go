@@ -275,11 +275,18 @@ func (a *Agent) noteShim(sha string) {
 }
 
 // ensureShim returns the verified shim's directory, fetching it once
-// per process (and again when force is set or it drifted), with its
-// bytecode verified (or compiled) on every call.
+// per process (and again when force is set, it drifted, or the copy in
+// the cache no longer verifies), its files and its bytecode verified (or
+// compiled) on every call.
 func (a *Agent) ensureShim(ctx context.Context, force bool) (string, error) {
 	a.shimMu.Lock()
 	defer a.shimMu.Unlock()
+	if a.shimDir != "" && !force {
+		if err := bundle.CheckShim(a.shimDir, a.shimSums); err != nil {
+			a.log.Warn("the shim in the cache no longer verifies; fetching it again", "err", err)
+			force = true
+		}
+	}
 	if a.shimDir == "" || force {
 		b, err := a.client.Shim(ctx)
 		if err != nil {
@@ -291,6 +298,7 @@ func (a *Agent) ensureShim(ctx context.Context, force bool) (string, error) {
 		}
 		a.shimDir, a.shimSHA = dir, sha
 		a.shimFiles = slices.Sorted(maps.Keys(b.Files))
+		a.shimSums = bundle.ShimSums(b)
 	}
 	a.prepareBytecode(a.log, "shim", a.shimDir, a.shimFiles)
 	return a.shimDir, nil

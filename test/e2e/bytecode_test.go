@@ -150,8 +150,9 @@ func (w *world) outside(t *testing.T, py, dir string) string {
 // TestPlantedBytecodeNeverLoads: bytecode planted in the cache — for
 // the executor's own module and for the shim's, its checked-hash header
 // matching the real source so that Python itself accepts it — and a
-// module planted beside the executor's code that shadows the standard
-// library's json are each loaded by Python run outside the agent with
+// module that shadows the standard library's json, planted beside the
+// executor's code or in the shim's folder, are each loaded by Python
+// run outside the agent with
 // the agent's PYTHONPATH (the attack works), and never by the agent's
 // run, which returns the real result and says what it found.
 func TestPlantedBytecodeNeverLoads(t *testing.T) {
@@ -172,6 +173,11 @@ func TestPlantedBytecodeNeverLoads(t *testing.T) {
 			os.WriteFile(p, []byte("print('PWNED')\nfrom importlib import import_module as _i\nimport sys as _s\n"), 0o644)
 			return p
 		}, "its cache folder holds json.py"},
+		{"shim-stdlib-shadow", func(t *testing.T, w *world, dir string) string {
+			p := filepath.Join(w.cacheDir(), "shim", "json.py")
+			os.WriteFile(p, []byte("print('PWNED')\n"), 0o644)
+			return p
+		}, "the shim in the cache no longer verifies"},
 	}
 	for _, c := range plants {
 		t.Run(c.name, func(t *testing.T) {

@@ -250,9 +250,17 @@ func write(tmp, dir string, m Manifest, manifest, sig []byte, code func(string) 
 // signature, its code files (and their folders), the bytecode list and
 // __pycache__ folders of regular files beside a folder of the code.
 func foreign(dir, name string, code []string) error {
-	want := map[string]bool{"manifest.toml": true, "manifest.toml.sig": true, pyc.ListName: true}
+	return onlyFiles(dir, "executor "+name, append([]string{"manifest.toml", "manifest.toml.sig"}, code...))
+}
+
+// onlyFiles returns an error wrapping [ErrUnverified] when dir (the
+// folder of what) holds a file or folder other than files (slash paths)
+// and their folders, the bytecode list, and __pycache__ folders of
+// regular files beside a folder of files.
+func onlyFiles(dir, what string, files []string) error {
+	want := map[string]bool{pyc.ListName: true}
 	dirs := map[string]bool{".": true}
-	for _, f := range code {
+	for _, f := range files {
 		want[f] = true
 		for d := path.Dir(f); d != "."; d = path.Dir(d) {
 			dirs[d] = true
@@ -260,7 +268,7 @@ func foreign(dir, name string, code []string) error {
 	}
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			return fmt.Errorf("%w: executor %s: %v", ErrUnverified, name, err)
+			return fmt.Errorf("%w: %s: %v", ErrUnverified, what, err)
 		}
 		rel, err := filepath.Rel(dir, p)
 		if err != nil {
@@ -278,7 +286,7 @@ func foreign(dir, name string, code []string) error {
 		case d.Type().IsRegular() && path.Base(parent) == pyc.CacheDir && dirs[path.Dir(parent)]:
 			return nil
 		}
-		return fmt.Errorf("%w: executor %s: its cache folder holds %s, which the agent did not write", ErrUnverified, name, rel)
+		return fmt.Errorf("%w: %s: its cache folder holds %s, which the agent did not write", ErrUnverified, what, rel)
 	})
 }
 
