@@ -5,7 +5,9 @@ import (
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -75,11 +77,14 @@ func ShimSums(b wire.ShimBundle) map[string][32]byte {
 }
 
 // CheckShim verifies the installed shim in dir again, as on every use:
-// it holds each file of sums with that SHA-256, and nothing else but
-// their folders and the bytecode package pyc checks (a module planted in
-// the shim folder, which is on Python's path before the standard
-// library, would shadow the library's). An error wraps [ErrUnverified]:
-// install the shim again.
+// each file of sums it holds has that SHA-256, and it holds nothing
+// else but their folders and the bytecode package pyc checks (a module
+// planted in the shim folder, which is on Python's path before the
+// standard library, would shadow the library's). A missing file is not
+// an error: Python then finds no module or one of the interpreter's
+// own, and a run missing a module of the shim fetches it again
+// (docs/protocol.md §8.3). An error wraps [ErrUnverified]: install the
+// shim again.
 func CheckShim(dir string, sums map[string][32]byte) error {
 	files := slices.Sorted(maps.Keys(sums))
 	if err := onlyFiles(dir, "shim", files); err != nil {
@@ -87,6 +92,9 @@ func CheckShim(dir string, sums map[string][32]byte) error {
 	}
 	for _, f := range files {
 		data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(f)))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("%w: shim: %v", ErrUnverified, err)
 		}
