@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/metnos/agent/agent/internal/pyc"
 	"github.com/metnos/agent/agent/internal/spool"
 	"github.com/metnos/agent/audit"
 	"github.com/metnos/agent/client"
@@ -116,6 +117,9 @@ type Config struct {
 	// the supervisor to restart the agent (which then reports the
 	// invocation as execution_outcome_unknown).
 	Watchdog func(invocationID string)
+	// BytecodeOff keeps no compiled bytecode for the executors and the
+	// shim (METNOS_BYTECODE=off): every run compiles them from source.
+	BytecodeOff bool
 }
 
 // Agent is a paired device's run loop: it long-polls the server,
@@ -135,8 +139,14 @@ type Agent struct {
 	shimMu  sync.Mutex
 	shimDir string
 	shimSHA string
-	journal *undo.Journal
-	audit   *audit.Log
+	// shimFiles are the loaded shim's files, shimSums their SHA-256
+	// (checked on every use), and bc keeps the
+	// bytecode of the shim and the executors (see python.go).
+	shimFiles []string
+	shimSums  map[string][32]byte
+	bc        *pyc.Bytecode
+	journal   *undo.Journal
+	audit     *audit.Log
 	// auditPrunedAt is when the audit log was last pruned (UnixNano).
 	auditPrunedAt atomic.Int64
 
@@ -279,6 +289,7 @@ func New(cfg Config) (*Agent, error) {
 	} else {
 		a.log.Info("python", "path", a.python.Path, "source", a.python.Source, "note", a.python.Note)
 	}
+	a.bc = a.bytecode()
 	a.best = sandbox.PlanFor(cfg.Sandbox, policy.Policy{}, policy.LevelNone).Best
 	return a, nil
 }

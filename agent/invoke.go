@@ -237,6 +237,7 @@ func (a *Agent) executor(ctx context.Context, inv *invocation) (bundle.Executor,
 	ex, err := bundle.Cached(a.cfg.Layout, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
 	switch {
 	case err == nil:
+		a.executorBytecode(inv, ex)
 		return ex, nil
 	case errors.Is(err, bundle.ErrUnverified):
 		a.log.Warn("a cached executor no longer verifies; fetching it again", "executor", inv.Executor, "err", err)
@@ -249,7 +250,18 @@ func (a *Agent) executor(ctx context.Context, inv *invocation) (bundle.Executor,
 	if err != nil {
 		return bundle.Executor{}, err
 	}
-	return bundle.Materialize(a.cfg.Layout, b, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
+	ex, err = bundle.Materialize(a.cfg.Layout, b, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
+	if err == nil {
+		a.executorBytecode(inv, ex)
+	}
+	return ex, err
+}
+
+// executorBytecode prepares the bytecode of ex's modules: all its code
+// files but the entry, which runs as __main__ and which Python never
+// loads from bytecode.
+func (a *Agent) executorBytecode(inv *invocation, ex bundle.Executor) {
+	a.prepareBytecode(inv.log, "executor "+ex.Name, ex.Dir, ex.Manifest.Code.Files[1:])
 }
 
 // noteShim drops the loaded shim when the server announces another.
@@ -263,23 +275,33 @@ func (a *Agent) noteShim(sha string) {
 }
 
 // ensureShim returns the verified shim's directory, fetching it once
-// per process (and again when force is set or it drifted).
+// per process (and again when force is set, it drifted, or the copy in
+// the cache no longer verifies), its files and its bytecode verified (or
+// compiled) on every call.
 func (a *Agent) ensureShim(ctx context.Context, force bool) (string, error) {
 	a.shimMu.Lock()
 	defer a.shimMu.Unlock()
 	if a.shimDir != "" && !force {
-		return a.shimDir, nil
+		if err := bundle.CheckShim(a.shimDir, a.shimSums); err != nil {
+			a.log.Warn("the shim in the cache no longer verifies; fetching it again", "err", err)
+			force = true
+		}
 	}
-	b, err := a.client.Shim(ctx)
-	if err != nil {
-		return "", err
+	if a.shimDir == "" || force {
+		b, err := a.client.Shim(ctx)
+		if err != nil {
+			return "", err
+		}
+		dir, sha, err := bundle.InstallShim(a.cfg.Layout, b, a.server)
+		if err != nil {
+			return "", err
+		}
+		a.shimDir, a.shimSHA = dir, sha
+		a.shimFiles = slices.Sorted(maps.Keys(b.Files))
+		a.shimSums = bundle.ShimSums(b)
 	}
-	dir, sha, err := bundle.InstallShim(a.cfg.Layout, b, a.server)
-	if err != nil {
-		return "", err
-	}
-	a.shimDir, a.shimSHA = dir, sha
-	return dir, nil
+	a.prepareBytecode(a.log, "shim", a.shimDir, a.shimFiles)
+	return a.shimDir, nil
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

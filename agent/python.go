@@ -3,14 +3,17 @@ package agent
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 
+	"github.com/metnos/agent/agent/internal/pyc"
 	"github.com/metnos/agent/internal/fspath"
 	"github.com/metnos/agent/internal/layout"
+	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 )
@@ -180,4 +183,40 @@ func (p Python) Version() (string, error) {
 		return "", fmt.Errorf("python %s: %w", p.Path, err)
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// bytecode is how the agent keeps the compiled bytecode of the shim and
+// the executors: compiled by a.python, its lists authenticated with a
+// key derived from the device key (which the sandbox never sees). Off
+// (METNOS_BYTECODE=off), without an interpreter or without the device
+// key, it keeps none.
+func (a *Agent) bytecode() *pyc.Bytecode {
+	if a.cfg.BytecodeOff || a.pyErr != nil {
+		return &pyc.Bytecode{Off: true}
+	}
+	key, err := pairing.LoadKey(a.cfg.Layout)
+	if err != nil {
+		a.log.Warn("no compiled bytecode for the executors: the device key does not load", "err", err)
+		return &pyc.Bytecode{Off: true}
+	}
+	return &pyc.Bytecode{Python: a.python.Path, Key: pyc.KeyFrom(key.Seed())}
+}
+
+// prepareBytecode makes the bytecode of dir (the shim's or an
+// executor's folder, what) safe for the run: verified, or removed and
+// compiled again from sources (slash paths in dir). A failure only
+// means the run compiles from source.
+func (a *Agent) prepareBytecode(log *slog.Logger, what, dir string, sources []string) {
+	o := a.bc.Prepare(dir, sources)
+	if o.Untrusted != nil {
+		log.Warn("bytecode the agent did not write was found; all of the folder's bytecode was removed and compiled again", "folder", dir, "of", what, "err", o.Untrusted)
+	}
+	if o.Stale {
+		log.Info("the bytecode was another interpreter's; compiled again", "folder", dir, "of", what, "python", a.python.Path)
+	}
+	if o.Err != nil {
+		log.Warn("could not compile the bytecode; the run compiles from source", "folder", dir, "of", what, "err", o.Err)
+	} else if o.Compiled {
+		log.Debug("bytecode compiled", "folder", dir, "of", what)
+	}
 }

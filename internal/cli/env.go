@@ -131,6 +131,7 @@ func agentConfig(e environment) (agent.Config, error) {
 		JournalRetention: e.cfg.JournalRetention,
 		AuditRetention:   e.cfg.AuditRetention,
 		HistoryQuota:     e.cfg.HistoryQuotaBytes,
+		BytecodeOff:      e.cfg.BytecodeOff,
 	}, nil
 }
 

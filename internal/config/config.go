@@ -136,6 +136,11 @@ type Config struct {
 	// or 0).
 	UpdateProbation time.Duration
 
+	// BytecodeOff is METNOS_BYTECODE=off (0, off, no, false): the agent
+	// keeps no compiled bytecode of the executors and the shim, so every
+	// run compiles them from source. Default on.
+	BytecodeOff bool
+
 	// DBusSessionBus is DBUS_SESSION_BUS_ADDRESS, whose sockets the
 	// sandbox hides. "" unset.
 	DBusSessionBus string
@@ -309,6 +314,13 @@ func FromEnv(goos string, getenv func(string) string) (Config, error) {
 	case "", "1", "on", "yes", "true":
 	default:
 		r.fail("METNOS_UPDATE", v, "1, on, yes, true or 0, off, no, false")
+	}
+	switch v := getenv("METNOS_BYTECODE"); strings.ToLower(strings.TrimSpace(v)) {
+	case "0", "off", "no", "false":
+		c.BytecodeOff = true
+	case "", "1", "on", "yes", "true":
+	default:
+		r.fail("METNOS_BYTECODE", v, "1, on, yes, true or 0, off, no, false")
 	}
 	c.UpdateProbation = DefaultUpdateProbation
 	if v := getenv("METNOS_UPDATE_PROBATION_S"); strings.TrimSpace(v) != "" {

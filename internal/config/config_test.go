@@ -126,6 +126,11 @@ func TestVariables(t *testing.T) {
 		{name: "update on by default", got: func(c Config) any { return c.UpdateOff }, want: false},
 		{name: "update off", env: map[string]string{"METNOS_UPDATE": "off"}, got: func(c Config) any { return c.UpdateOff }, want: true},
 		{name: "update junk", env: map[string]string{"METNOS_UPDATE": "later"}, err: "METNOS_UPDATE"},
+		// METNOS_BYTECODE: on by default, off by a false word, junk an error.
+		{name: "bytecode default", got: func(c Config) any { return c.BytecodeOff }, want: false},
+		{name: "bytecode off", env: map[string]string{"METNOS_BYTECODE": "off"}, got: func(c Config) any { return c.BytecodeOff }, want: true},
+		{name: "bytecode on", env: map[string]string{"METNOS_BYTECODE": "1"}, got: func(c Config) any { return c.BytecodeOff }, want: false},
+		{name: "bytecode junk", env: map[string]string{"METNOS_BYTECODE": "sometimes"}, err: "METNOS_BYTECODE"},
 		{name: "probation default", got: func(c Config) any { return c.UpdateProbation }, want: DefaultUpdateProbation},
 		{name: "probation seconds", env: map[string]string{"METNOS_UPDATE_PROBATION_S": "20"}, got: func(c Config) any { return c.UpdateProbation }, want: 20 * time.Second},
 		{name: "probation junk", env: map[string]string{"METNOS_UPDATE_PROBATION_S": "10m"}, err: "METNOS_UPDATE_PROBATION_S"},

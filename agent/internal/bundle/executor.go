@@ -21,13 +21,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
 
 	toml "github.com/pelletier/go-toml/v2"
 
+	"github.com/metnos/agent/agent/internal/pyc"
 	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/wire"
@@ -242,8 +245,58 @@ func write(tmp, dir string, m Manifest, manifest, sig []byte, code func(string) 
 	return Executor{Dir: dir, Entry: filepath.Join(dir, filepath.FromSlash(m.Code.Files[0])), Manifest: m}, nil
 }
 
+// foreign returns an error wrapping [ErrUnverified] when the executor
+// folder dir holds a file or folder other than its manifest, its
+// signature, its code files (and their folders), the bytecode list and
+// __pycache__ folders of regular files beside a folder of the code.
+func foreign(dir, name string, code []string) error {
+	return onlyFiles(dir, "executor "+name, append([]string{"manifest.toml", "manifest.toml.sig"}, code...))
+}
+
+// onlyFiles returns an error wrapping [ErrUnverified] when dir (the
+// folder of what) holds a file or folder other than files (slash paths)
+// and their folders, the bytecode list, and __pycache__ folders of
+// regular files beside a folder of files.
+func onlyFiles(dir, what string, files []string) error {
+	want := map[string]bool{pyc.ListName: true}
+	dirs := map[string]bool{".": true}
+	for _, f := range files {
+		want[f] = true
+		for d := path.Dir(f); d != "."; d = path.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrUnverified, what, err)
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		parent := path.Dir(rel)
+		switch {
+		case d.IsDir() && dirs[rel]:
+			return nil
+		case d.IsDir() && d.Name() == pyc.CacheDir && dirs[parent]:
+			return nil
+		case d.Type().IsRegular() && want[rel]:
+			return nil
+		case d.Type().IsRegular() && path.Base(parent) == pyc.CacheDir && dirs[path.Dir(parent)]:
+			return nil
+		}
+		return fmt.Errorf("%w: %s: its cache folder holds %s, which the agent did not write", ErrUnverified, what, rel)
+	})
+}
+
 // Cached returns the cached executor after verifying it again, as on
-// every use (docs/protocol.md §7.3). A cache entry that no longer verifies is deleted and
+// every use (docs/protocol.md §7.3): its manifest and code, and that
+// its folder holds nothing the agent did not write there (a module
+// planted beside the code would shadow the standard library's, the
+// executor's folder being the first on Python's path). The bytecode
+// under __pycache__ and its list ([pyc.ListName]) are left to package
+// pyc, which checks them. A cache entry that no longer verifies is deleted and
 // the error wraps [ErrUnverified]: fetch it again. A missing entry is
 // reported with [os.ErrNotExist].
 func Cached(lay layout.Layout, name, manifestSHA, codeSHA string, server ed25519.PublicKey) (Executor, error) {
@@ -261,6 +314,9 @@ func Cached(lay layout.Layout, name, manifestSHA, codeSHA string, server ed25519
 	}
 	code := func(p string) ([]byte, error) { return os.ReadFile(filepath.Join(dir, filepath.FromSlash(p))) }
 	m, err := verify(name, manifestSHA, codeSHA, manifest, sig, code, server)
+	if err == nil {
+		err = foreign(dir, name, m.Code.Files)
+	}
 	if errors.Is(err, ErrUnverified) {
 		os.RemoveAll(dir)
 		return Executor{}, fmt.Errorf("%w (the cache entry %s was deleted)", err, dir)

@@ -184,3 +184,64 @@ when = { arg = "client", values = ["google_workspace"] }
 		}
 	}
 }
+
+// TestCachedRefusesPlantedFiles: a cache entry holding a file the agent
+// did not write — a module beside the code that would shadow the
+// standard library's (the folder is first on Python's path), a
+// sourceless .pyc, a link, a folder — is refused as unverified and
+// deleted, to be fetched again; the bytecode the agent writes
+// (__pycache__ beside the code, and its list) is left to package pyc.
+func TestCachedRefusesPlantedFiles(t *testing.T) {
+	plants := map[string]func(dir string) error{
+		"module shadowing the stdlib": func(dir string) error {
+			return os.WriteFile(filepath.Join(dir, "pathlib.py"), []byte("print('PWNED')\n"), 0o644)
+		},
+		"sourceless pyc": func(dir string) error {
+			return os.WriteFile(filepath.Join(dir, "lib", "json.pyc"), []byte("x"), 0o644)
+		},
+		"link": func(dir string) error {
+			return os.Symlink("/etc/passwd", filepath.Join(dir, "lib", "passwd"))
+		},
+		"package folder": func(dir string) error {
+			return os.Mkdir(filepath.Join(dir, "email"), 0o755)
+		},
+		"pycache in a folder of no code": func(dir string) error {
+			return os.MkdirAll(filepath.Join(dir, "other", "__pycache__"), 0o755)
+		},
+	}
+	for name, plant := range plants {
+		t.Run(name, func(t *testing.T) {
+			cache := t.TempDir()
+			b, ms, cs := bundle(t, manifestText, code)
+			ex, err := Materialize(layout.Layout{Cache: cache}, b, "echo_args", ms, cs, pub())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := plant(ex.Dir); err != nil {
+				t.Fatal(err)
+			}
+			_, err = Cached(layout.Layout{Cache: cache}, "echo_args", ms, cs, pub())
+			if !errors.Is(err, ErrUnverified) {
+				t.Fatalf("Cached: %v", err)
+			}
+			t.Log(err)
+			if _, err := os.Stat(ex.Dir); !os.IsNotExist(err) {
+				t.Error("the cache entry is still there")
+			}
+		})
+	}
+	t.Run("bytecode", func(t *testing.T) {
+		cache := t.TempDir()
+		b, ms, cs := bundle(t, manifestText, code)
+		ex, err := Materialize(layout.Layout{Cache: cache}, b, "echo_args", ms, cs, pub())
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Mkdir(filepath.Join(ex.Dir, "lib", "__pycache__"), 0o755)
+		os.WriteFile(filepath.Join(ex.Dir, "lib", "__pycache__", "helper.cpython-311.pyc"), []byte("x"), 0o644)
+		os.WriteFile(filepath.Join(ex.Dir, ".metnos-pyc"), []byte("x"), 0o644)
+		if _, err := Cached(layout.Layout{Cache: cache}, "echo_args", ms, cs, pub()); err != nil {
+			t.Fatalf("Cached refuses the bytecode folders: %v", err)
+		}
+	})
+}

@@ -1,11 +1,17 @@
 package bundle
 
 import (
+	"bytes"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/wire"
@@ -55,4 +61,46 @@ func InstallShim(lay layout.Layout, b wire.ShimBundle, server ed25519.PublicKey)
 		return "", "", fmt.Errorf("shim: %w", err)
 	}
 	return dir, wire.ShimDigest(raw), nil
+}
+
+// ShimSums are the SHA-256 of each file of a shim bundle (by its slash
+// path), for [CheckShim]; a file that is not base64 is left out (then
+// InstallShim refused the bundle).
+func ShimSums(b wire.ShimBundle) map[string][32]byte {
+	out := make(map[string][32]byte, len(b.Files))
+	for name, enc := range b.Files {
+		if data, err := base64.StdEncoding.DecodeString(enc); err == nil {
+			out[name] = sha256.Sum256(data)
+		}
+	}
+	return out
+}
+
+// CheckShim verifies the installed shim in dir again, as on every use:
+// each file of sums it holds has that SHA-256, and it holds nothing
+// else but their folders and the bytecode package pyc checks (a module
+// planted in the shim folder, which is on Python's path before the
+// standard library, would shadow the library's). A missing file is not
+// an error: Python then finds no module or one of the interpreter's
+// own, and a run missing a module of the shim fetches it again
+// (docs/protocol.md §8.3). An error wraps [ErrUnverified]: install the
+// shim again.
+func CheckShim(dir string, sums map[string][32]byte) error {
+	files := slices.Sorted(maps.Keys(sums))
+	if err := onlyFiles(dir, "shim", files); err != nil {
+		return err
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(f)))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%w: shim: %v", ErrUnverified, err)
+		}
+		if sum, want := sha256.Sum256(data), sums[f]; !bytes.Equal(sum[:], want[:]) {
+			return fmt.Errorf("%w: shim: %s is not the file the server signed", ErrUnverified, f)
+		}
+	}
+	return nil
 }

@@ -58,3 +58,49 @@ func TestInstallShim(t *testing.T) {
 		t.Error("a refused shim replaced the installed one")
 	}
 }
+
+// TestCheckShim: the installed shim verifies again, with the bytecode
+// the agent compiles beside it; a module planted in its folder (which
+// would shadow the standard library's) and a changed file do not; a
+// missing file is left to the self-heal of a run that misses it.
+func TestCheckShim(t *testing.T) {
+	files := map[string]string{"executor_helpers.py": "def run_stdio(): pass\n", "backends/files/local.py": "X = 1\n"}
+	cases := map[string]func(dir string) error{
+		"planted module": func(dir string) error {
+			return os.WriteFile(filepath.Join(dir, "json.py"), []byte("print('PWNED')\n"), 0o644)
+		},
+		"planted in a package": func(dir string) error {
+			return os.WriteFile(filepath.Join(dir, "backends", "os.py"), []byte("print('PWNED')\n"), 0o644)
+		},
+		"changed file": func(dir string) error {
+			return os.WriteFile(filepath.Join(dir, "backends", "files", "local.py"), []byte("print('PWNED')\n"), 0o644)
+		},
+	}
+	for name, tamper := range cases {
+		t.Run(name, func(t *testing.T) {
+			b := shimBundle(t, files)
+			dir, _, err := InstallShim(layout.Layout{Cache: t.TempDir()}, b, pub())
+			if err != nil {
+				t.Fatal(err)
+			}
+			os.MkdirAll(filepath.Join(dir, "backends", "files", "__pycache__"), 0o755)
+			os.WriteFile(filepath.Join(dir, "backends", "files", "__pycache__", "local.cpython-311.pyc"), []byte("x"), 0o644)
+			os.WriteFile(filepath.Join(dir, ".metnos-pyc"), []byte("x"), 0o644)
+			if err := CheckShim(dir, ShimSums(b)); err != nil {
+				t.Fatalf("the installed shim: %v", err)
+			}
+			os.Remove(filepath.Join(dir, "executor_helpers.py"))
+			if err := CheckShim(dir, ShimSums(b)); err != nil {
+				t.Fatalf("the installed shim missing a file: %v", err)
+			}
+			if err := tamper(dir); err != nil {
+				t.Fatal(err)
+			}
+			err = CheckShim(dir, ShimSums(b))
+			if !errors.Is(err, ErrUnverified) {
+				t.Fatalf("CheckShim: %v", err)
+			}
+			t.Log(err)
+		})
+	}
+}
