@@ -18,11 +18,12 @@ import (
 // run is confined to: pids.max bounds the number of tasks of the whole
 // tree and the memory limit bounds its total, and the kernel's own OOM
 // counter tells when it killed. The shim joins it through descriptors of
-// the cgroup.procs files the agent opens, so even a shim inside bwrap's
-// namespaces lands in it before it executes anything.
+// the files the agent opens (cgroup.procs on v2, tasks on v1, see
+// joinFile), so even a shim inside bwrap's namespaces lands in it before
+// it executes anything.
 type runCgroup struct {
 	dirs    []string   // created directories, removed afterwards
-	procs   []*os.File // cgroup.procs of each, passed to the shim
+	procs   []*os.File // joinFile of each, passed to the shim
 	pids    bool       // pids.max applies
 	memory  bool       // the memory limit applies
 	oomFile string     // memory.events (v2) or memory.oom_control (v1)
@@ -64,7 +65,7 @@ func newRunCgroup(maxProcs int, memBytes int64) *runCgroup {
 		}
 		if writeCgroupFile(child, "pids.max", strconv.Itoa(maxProcs)) != nil ||
 			writeCgroupFile(child, "memory.max", strconv.FormatInt(memBytes, 10)) != nil ||
-			!c.add(child) {
+			!c.add(child, joinFile(true)) {
 			os.Remove(child)
 			continue
 		}
@@ -93,7 +94,7 @@ func newRunCgroup(maxProcs int, memBytes int64) *runCgroup {
 				// With swap accounting, the limit covers swap too.
 				_ = writeCgroupFile(child, "memory.memsw.limit_in_bytes", strconv.FormatInt(memBytes, 10))
 			}
-			if err != nil || !c.add(child) {
+			if err != nil || !c.add(child, joinFile(false)) {
 				os.Remove(child)
 				continue
 			}
@@ -126,8 +127,24 @@ func makeChild(m cgroupMount, path, name string) (string, bool) {
 	return child, true
 }
 
-func (c *runCgroup) add(dir string) bool {
-	f, err := os.OpenFile(filepath.Join(dir, "cgroup.procs"), os.O_WRONLY, 0)
+// joinFile is the file of a cgroup that the shim writes "0" into to
+// join it. On a v1 hierarchy it is tasks, which moves the writing thread
+// alone: cgroup.procs, which moves a whole process, takes a global lock
+// for writing, and that waits for an RCU grace period whenever no other
+// cgroup write came in the last few milliseconds, which is every run
+// (5 to 15 ms here, more than bwrap's whole start). The shim writes from
+// the thread that executes the command, so the command and all it starts
+// are in the cgroup. v2 allows no thread to move alone into a domain
+// cgroup: there it is cgroup.procs.
+func joinFile(v2 bool) string {
+	if v2 {
+		return "cgroup.procs"
+	}
+	return "tasks"
+}
+
+func (c *runCgroup) add(dir, join string) bool {
+	f, err := os.OpenFile(filepath.Join(dir, join), os.O_WRONLY, 0)
 	if err != nil {
 		return false
 	}
