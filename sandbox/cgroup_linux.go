@@ -18,15 +18,100 @@ import (
 // run is confined to: pids.max bounds the number of tasks of the whole
 // tree and the memory limit bounds its total, and the kernel's own OOM
 // counter tells when it killed. The shim joins it through descriptors of
-// the cgroup.procs files the agent opens, so even a shim inside bwrap's
-// namespaces lands in it before it executes anything.
+// the files the agent opens (cgroup.procs on v2, tasks on v1, see
+// joinFile), so even a shim inside bwrap's namespaces lands in it before
+// it executes anything.
 type runCgroup struct {
 	dirs    []string   // created directories, removed afterwards
-	procs   []*os.File // cgroup.procs of each, passed to the shim
+	procs   []*os.File // joinFile of each, passed to the shim
 	pids    bool       // pids.max applies
 	memory  bool       // the memory limit applies
 	oomFile string     // memory.events (v2) or memory.oom_control (v1)
+	// oomBase is the OOM kill count when the run got the cgroup: a
+	// cgroup reused from an earlier run (see cgroupPool) keeps its count.
+	oomBase int
 	v2      bool
+}
+
+// cgroupPool keeps the emptied cgroups of finished runs for the next
+// runs of this process: making a cgroup (in two hierarchies on a v1
+// system) and removing it cost more than setting a reused one's limits.
+// A run gets its own limits written afresh, its OOM count is read
+// against the count it started with, and a cgroup goes back only when
+// no task is left in it. The first cgroup a process releases is removed
+// (a one-shot exec keeps nothing), and the pool empties itself once no
+// run came for cgroupPoolIdle; what a killed agent leaves is removed by
+// the next one (removeStale).
+var cgroupPool struct {
+	sync.Mutex
+	free     []*runCgroup
+	released int
+	idle     *time.Timer
+}
+
+const (
+	cgroupPoolMax  = 4
+	cgroupPoolIdle = 30 * time.Second
+)
+
+// pooledCgroup takes a cgroup from the pool and sets its limits for
+// the run; nil when the pool is empty.
+func pooledCgroup(maxProcs int, memBytes int64) *runCgroup {
+	for {
+		cgroupPool.Lock()
+		n := len(cgroupPool.free)
+		if n == 0 {
+			cgroupPool.Unlock()
+			return nil
+		}
+		c := cgroupPool.free[n-1]
+		cgroupPool.free = cgroupPool.free[:n-1]
+		cgroupPool.Unlock()
+		if c.setLimits(maxProcs, memBytes) == nil {
+			c.oomBase = c.oomCount()
+			return c
+		}
+		c.destroy()
+	}
+}
+
+// setLimits writes the run's limits into every cgroup of c.
+func (c *runCgroup) setLimits(maxProcs int, memBytes int64) error {
+	for _, d := range c.dirs {
+		var err error
+		switch {
+		case c.v2:
+			err = writeCgroupFile(d, "pids.max", strconv.Itoa(maxProcs))
+			if err == nil {
+				err = writeCgroupFile(d, "memory.max", strconv.FormatInt(memBytes, 10))
+			}
+		case fileExists(filepath.Join(d, "pids.max")):
+			err = writeCgroupFile(d, "pids.max", strconv.Itoa(maxProcs))
+		default:
+			err = setMemoryV1(d, memBytes)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setMemoryV1 sets a v1 memory cgroup's limit, and with swap accounting
+// its memory+swap limit to the same: the first may not exceed the
+// second, so whichever order fails first is written again.
+func setMemoryV1(dir string, memBytes int64) error {
+	v := strconv.FormatInt(memBytes, 10)
+	err := writeCgroupFile(dir, "memory.limit_in_bytes", v)
+	if writeCgroupFile(dir, "memory.memsw.limit_in_bytes", v) == nil && err != nil {
+		err = writeCgroupFile(dir, "memory.limit_in_bytes", v)
+	}
+	return err
+}
+
+func fileExists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }
 
 // cgroupMount is one mounted cgroup hierarchy.
@@ -45,6 +130,9 @@ var cgroupSeq atomic.Int64
 // hierarchies (root only, in practice). It returns nil when neither
 // works; then limits fall back to rlimits.
 func newRunCgroup(maxProcs int, memBytes int64) *runCgroup {
+	if c := pooledCgroup(maxProcs, memBytes); c != nil {
+		return c
+	}
 	mounts, self := readCgroupMounts(), readSelfCgroups()
 	name := fmt.Sprintf("metnos-run-%d-%d", os.Getpid(), cgroupSeq.Add(1))
 	c := &runCgroup{}
@@ -64,7 +152,7 @@ func newRunCgroup(maxProcs int, memBytes int64) *runCgroup {
 		}
 		if writeCgroupFile(child, "pids.max", strconv.Itoa(maxProcs)) != nil ||
 			writeCgroupFile(child, "memory.max", strconv.FormatInt(memBytes, 10)) != nil ||
-			!c.add(child) {
+			!c.add(child, joinFile(true)) {
 			os.Remove(child)
 			continue
 		}
@@ -89,11 +177,10 @@ func newRunCgroup(maxProcs int, memBytes int64) *runCgroup {
 			if ctrl == "pids" {
 				err = writeCgroupFile(child, "pids.max", strconv.Itoa(maxProcs))
 			} else {
-				err = writeCgroupFile(child, "memory.limit_in_bytes", strconv.FormatInt(memBytes, 10))
 				// With swap accounting, the limit covers swap too.
-				_ = writeCgroupFile(child, "memory.memsw.limit_in_bytes", strconv.FormatInt(memBytes, 10))
+				err = setMemoryV1(child, memBytes)
 			}
-			if err != nil || !c.add(child) {
+			if err != nil || !c.add(child, joinFile(false)) {
 				os.Remove(child)
 				continue
 			}
@@ -126,8 +213,24 @@ func makeChild(m cgroupMount, path, name string) (string, bool) {
 	return child, true
 }
 
-func (c *runCgroup) add(dir string) bool {
-	f, err := os.OpenFile(filepath.Join(dir, "cgroup.procs"), os.O_WRONLY, 0)
+// joinFile is the file of a cgroup that the shim writes "0" into to
+// join it. On a v1 hierarchy it is tasks, which moves the writing thread
+// alone: cgroup.procs, which moves a whole process, takes a global lock
+// for writing, and that waits for an RCU grace period whenever no other
+// cgroup write came in the last few milliseconds, which is every run
+// (5 to 15 ms here, more than bwrap's whole start). The shim writes from
+// the thread that executes the command, so the command and all it starts
+// are in the cgroup. v2 allows no thread to move alone into a domain
+// cgroup: there it is cgroup.procs.
+func joinFile(v2 bool) string {
+	if v2 {
+		return "cgroup.procs"
+	}
+	return "tasks"
+}
+
+func (c *runCgroup) add(dir, join string) bool {
+	f, err := os.OpenFile(filepath.Join(dir, join), os.O_WRONLY, 0)
 	if err != nil {
 		return false
 	}
@@ -152,30 +255,84 @@ func (c *runCgroup) by() string {
 
 // oomKilled reports whether the kernel OOM-killed a task of the run.
 func (c *runCgroup) oomKilled() bool {
+	return c != nil && c.oomCount() > c.oomBase
+}
+
+// oomCount is how many tasks the kernel OOM-killed in c since it was
+// made.
+func (c *runCgroup) oomCount() int {
 	if c == nil || c.oomFile == "" {
-		return false
+		return 0
 	}
 	f, err := os.Open(c.oomFile)
 	if err != nil {
-		return false
+		return 0
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if k, v, ok := strings.Cut(sc.Text(), " "); ok && k == "oom_kill" {
 			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n > 0
+			return n
 		}
 	}
-	return false
+	return 0
 }
 
-// remove closes the descriptors and removes the run's cgroups; the tree
-// is dead by then, but the last tasks may take a moment to leave.
+// remove ends the run's use of c: back to the pool when no task is
+// left in it (see cgroupPool), else destroyed.
 func (c *runCgroup) remove() {
 	if c == nil {
 		return
 	}
+	if c.empty() && c.pool() {
+		return
+	}
+	c.destroy()
+}
+
+// empty reports whether no task is left in any cgroup of c.
+func (c *runCgroup) empty() bool {
+	for _, d := range c.dirs {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil || len(strings.TrimSpace(string(b))) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// pool puts c in the pool, and reports whether it did.
+func (c *runCgroup) pool() bool {
+	cgroupPool.Lock()
+	defer cgroupPool.Unlock()
+	cgroupPool.released++
+	if cgroupPool.released == 1 || len(cgroupPool.free) >= cgroupPoolMax {
+		return false
+	}
+	cgroupPool.free = append(cgroupPool.free, c)
+	if cgroupPool.idle == nil {
+		cgroupPool.idle = time.AfterFunc(cgroupPoolIdle, drainCgroupPool)
+	} else {
+		cgroupPool.idle.Reset(cgroupPoolIdle)
+	}
+	return true
+}
+
+// drainCgroupPool removes the pooled cgroups.
+func drainCgroupPool() {
+	cgroupPool.Lock()
+	free := cgroupPool.free
+	cgroupPool.free = nil
+	cgroupPool.Unlock()
+	for _, c := range free {
+		c.destroy()
+	}
+}
+
+// destroy closes the descriptors and removes the run's cgroups; the tree
+// is dead by then, but the last tasks may take a moment to leave.
+func (c *runCgroup) destroy() {
 	for _, f := range c.procs {
 		f.Close()
 	}

@@ -943,13 +943,17 @@ func releasePlaceholders(locks map[string]*os.File, log *slog.Logger) {
 		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
 			continue
 		}
+		b, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<16))
+		if err != nil || len(b) == 0 {
+			// No run made a placeholder: the path exists on the host
+			// (/etc/shadow, say). The lock file stays, empty, for the
+			// next run: creating and unlinking one per mask and run
+			// cost more than the rest of the locking.
+			continue
+		}
 		// Last one out: once its placeholders are gone the lock file
 		// goes too (lockShared retries a lock on an unlinked file).
 		defer os.Remove(f.Name())
-		b, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<16))
-		if err != nil || len(b) == 0 {
-			continue
-		}
 		var created []string
 		if json.Unmarshal(b, &created) != nil {
 			continue

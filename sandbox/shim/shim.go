@@ -105,8 +105,9 @@ type Spec struct {
 	ProxyFD int `json:"proxy_fd,omitempty"`
 	// Rlimits to set, by name: "as", "nproc", "fsize", "nofile", "core".
 	Rlimits map[string]uint64 `json:"rlimits,omitempty"`
-	// CgroupFDs are open cgroup.procs files (inherited descriptors) the
-	// shim joins, by writing "0", before anything else: the run's
+	// CgroupFDs are open cgroup.procs (v2) or tasks (v1) files
+	// (inherited descriptors) the shim joins, by writing "0" from the
+	// thread that executes the command, before anything else: the run's
 	// cgroups for its process and memory limits.
 	CgroupFDs []int `json:"cgroup_fds,omitempty"`
 	// Dir is the working directory to enter before restricting.
