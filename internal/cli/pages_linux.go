@@ -18,19 +18,24 @@ import (
 // initialisation of everything linked in, and the kernel mapping 64 KiB
 // around every fault, leave most of a 26 MB executable resident after
 // start-up, which waiting for the server never touches again (issue
-// 16). Writable mappings (data, bss, heap) are never touched. It
-// returns the resident file-backed memory (RssFile, in bytes) before
-// and after.
+// 16). Writable mappings (data, bss, heap) are never touched, and
+// nothing is released while a debugger traces the process (its
+// breakpoints live in private copies of code pages, which this would
+// drop). It returns the resident file-backed memory (RssFile, in bytes)
+// before and after.
 func releaseExecutablePages() (before, after int64, err error) {
+	before, traced := selfStatus()
+	if traced {
+		return before, before, nil
+	}
 	var st unix.Stat_t
 	if err := unix.Stat("/proc/self/exe", &st); err != nil {
-		return 0, 0, err
+		return before, before, err
 	}
 	maps, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
-		return 0, 0, err
+		return before, before, err
 	}
-	before = rssFile()
 	sc := bufio.NewScanner(bytes.NewReader(maps))
 	for sc.Scan() {
 		start, end, ok := readOnlyMappingOf(sc.Text(), st.Dev, st.Ino)
@@ -43,7 +48,8 @@ func releaseExecutablePages() (before, after int64, err error) {
 			err = e
 		}
 	}
-	return before, rssFile(), err
+	after, _ = selfStatus()
+	return before, after, err
 }
 
 // readOnlyMappingOf parses a line of /proc/self/maps ("start-end perms
@@ -78,21 +84,27 @@ func readOnlyMappingOf(line string, dev, ino uint64) (start, end uintptr, ok boo
 	return uintptr(s), uintptr(e), true
 }
 
-// rssFile is this process's resident file-backed memory in bytes, from
-// /proc/self/status (0 when it cannot be read).
-func rssFile() int64 {
+// selfStatus reads /proc/self/status: the resident file-backed memory
+// in bytes (RssFile; 0 when it cannot be read), and whether a tracer
+// (a debugger) is attached.
+func selfStatus() (rssFile int64, traced bool) {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		return 0
+		return 0, false
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "RssFile:"); ok {
-			f := strings.Fields(v)
-			if len(f) > 0 {
-				kb, _ := strconv.ParseInt(f[0], 10, 64)
-				return kb << 10
-			}
+		k, v, _ := strings.Cut(l, ":")
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			continue
+		}
+		switch k {
+		case "RssFile":
+			kb, _ := strconv.ParseInt(f[0], 10, 64)
+			rssFile = kb << 10
+		case "TracerPid":
+			traced = f[0] != "0"
 		}
 	}
-	return 0
+	return rssFile, traced
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -61,5 +62,39 @@ func TestReadOnlyMappingOf(t *testing.T) {
 	s, e, ok := readOnlyMappingOf("00400000-00f64000 r-xp 00000000 fe:00 10002455 /usr/bin/metnos-agent", dev, 10002455)
 	if !ok || s != 0x400000 || e != 0xf64000 {
 		t.Errorf("range %#x-%#x %v, want 0x400000-0xf64000", s, e, ok)
+	}
+}
+
+// TestReleaseExecutablePagesTraced: under a debugger (here strace, a
+// tracer as gdb is) nothing is released, so that breakpoints written
+// into the code stay.
+func TestReleaseExecutablePagesTraced(t *testing.T) {
+	if os.Getenv("METNOS_TEST_PAGES_CHILD") == "1" {
+		before, after, err := releaseExecutablePages()
+		fmt.Printf("pages: %d %d %v\n", before, after, err)
+		return
+	}
+	strace, err := exec.LookPath("strace")
+	if err != nil {
+		t.Skipf("needs strace as the tracer: %v", err)
+	}
+	cmd := exec.Command(strace, "-f", "-o", os.DevNull, os.Args[0], "-test.run=^TestReleaseExecutablePagesTraced$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "METNOS_TEST_PAGES_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "ptrace") {
+			t.Skipf("tracing is not allowed here: %s", out)
+		}
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var before, after int64
+	var errText string
+	i := strings.Index(string(out), "pages: ")
+	if i < 0 {
+		t.Fatalf("the traced child said nothing:\n%s", out)
+	}
+	fmt.Sscanf(string(out[i:]), "pages: %d %d %s", &before, &after, &errText)
+	if before <= 0 || after != before {
+		t.Errorf("traced: RssFile %d KiB before, %d KiB after: want nothing released", before>>10, after>>10)
 	}
 }
