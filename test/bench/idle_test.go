@@ -165,7 +165,7 @@ func TestIdleMemory(t *testing.T) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nidle memory after %d s (KiB; peak: the highest VmRSS after the first 3 s):\n", secs)
-	fmt.Fprintf(&b, "  %-32s %8s %8s %8s %8s %8s %7s %9s\n", "process", "VmRSS", "peak", "RssAnon", "RssFile", "PSS", "threads", "÷ minimal")
+	fmt.Fprintf(&b, "  %-32s %8s %8s %8s %8s %8s %8s %7s %9s\n", "process", "VmRSS", "peak", "VmHWM", "RssAnon", "RssFile", "PSS", "threads", "÷ minimal")
 	base := procStatus(procs[len(procs)-1].cmd.Process.Pid)["VmRSS"]
 	vm := map[string]int64{}
 	for _, p := range procs {
@@ -175,8 +175,9 @@ func TestIdleMemory(t *testing.T) {
 			peak = max(peak, s)
 		}
 		vm[p.name] = max(peak, st["VmRSS"])
-		fmt.Fprintf(&b, "  %-32s %8d %8d %8d %8d %8d %7d %8.2f×\n", p.name, st["VmRSS"], peak, st["RssAnon"], st["RssFile"], pss(p.cmd.Process.Pid), st["Threads"], float64(st["VmRSS"])/float64(max(base, 1)))
+		fmt.Fprintf(&b, "  %-32s %8d %8d %8d %8d %8d %8d %7d %8.2f×\n", p.name, st["VmRSS"], peak, st["VmHWM"], st["RssAnon"], st["RssFile"], pss(p.cmd.Process.Pid), st["Threads"], float64(st["VmRSS"])/float64(max(base, 1)))
 	}
+	fmt.Fprintf(&b, "  (VmHWM is the high-water mark: what the agent held after start-up, before it gave back the executable's pages at idle; PSS splits the pages the agents share)\n")
 	goal := func(what string, kib, limit int64) {
 		met := "met"
 		if kib > limit {
@@ -206,6 +207,7 @@ func TestIdleMemory(t *testing.T) {
 	}
 	mv, mh := median(tv), median(th)
 	fmt.Fprintf(&b, "start-up, %d interleaved runs (medians): metnos-agent version %s, minimal Go program %s: %.2f×\n", n, ms(mv), ms(mh), ratio(mv, mh))
+	fmt.Fprintf(&b, "package initialisation of metnos-agent version (GODEBUG=inittrace=1, medians of 9): %s\n", initSummary(t, agentBin, 9))
 	t.Log(b.String())
 }
 
@@ -293,4 +295,46 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// initSummary runs bin version n times with GODEBUG=inittrace=1 and
+// says, in medians, how many packages initialise, the time their init
+// takes in all, the share of the module's own packages, and when the
+// last one ends after the process started.
+func initSummary(t *testing.T, bin string, n int) string {
+	t.Helper()
+	var total, own, last []time.Duration
+	var count int
+	for range n {
+		cmd := exec.Command(bin, "version")
+		cmd.Env = append(os.Environ(), "GODEBUG=inittrace=1")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("metnos-agent version: %v\n%s", err, stderr.Bytes())
+		}
+		var tot, mine, end time.Duration
+		count = 0
+		for _, l := range strings.Split(stderr.String(), "\n") {
+			// init PKG @AT ms, CLOCK ms clock, BYTES bytes, ALLOCS allocs
+			f := strings.Fields(l)
+			if len(f) < 6 || f[0] != "init" {
+				continue
+			}
+			at, err1 := strconv.ParseFloat(strings.TrimPrefix(f[2], "@"), 64)
+			clock, err2 := strconv.ParseFloat(f[4], 64)
+			if err1 != nil || err2 != nil {
+				continue
+			}
+			count++
+			d := time.Duration(clock * 1e6)
+			tot += d
+			if strings.HasPrefix(f[1], "github.com/metnos/agent") {
+				mine += d
+			}
+			end = max(end, time.Duration(at*1e6)+d)
+		}
+		total, own, last = append(total, tot), append(own, mine), append(last, end)
+	}
+	return fmt.Sprintf("%d packages, %s in all, of which github.com/metnos/agent %s; the last ends %s after start", count, ms(median(total)), ms(median(own)), ms(median(last)))
 }
