@@ -120,6 +120,14 @@ type Config struct {
 	// BytecodeOff keeps no compiled bytecode for the executors and the
 	// shim (METNOS_BYTECODE=off): every run compiles them from source.
 	BytecodeOff bool
+	// OnIdle, when set, is called from the run loop when the agent
+	// settles into waiting: before its first poll, and again before the
+	// poll that follows an empty (or failed) one when an invocation ran
+	// since the last call, or every [IdleAgain] while it only waits. The
+	// command gives back then the memory that start-up, the runs or rarer
+	// work (heartbeats, the garbage collector) touched and waiting does
+	// not need. It runs on the loop's goroutine and must be quick.
+	OnIdle func()
 }
 
 // Agent is a paired device's run loop: it long-polls the server,
@@ -347,7 +355,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	backoff := time.Second
 	restart := false
 	var down reachability
+	// worked: an invocation ran since OnIdle was last called (start-up
+	// counts as one); quiet: the last poll brought none.
+	worked, quiet := true, true
+	var idleAt time.Time
 	for ctx.Err() == nil {
+		if quiet && a.cfg.OnIdle != nil && (worked || time.Since(idleAt) >= IdleAgain) {
+			a.cfg.OnIdle()
+			worked, idleAt = false, time.Now()
+		}
+		quiet = true
 		block := a.cfg.Block
 		if !a.flush(dctx) {
 			// Results wait in the spool: come back soon to retry them
@@ -401,6 +418,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		a.noteShim(resp.ShimSHA256)
 		if resp.Invocation != nil {
+			worked, quiet = true, false
 			if err := a.handle(ctx, resp.Invocation); err != nil {
 				// A malformed invocation counts as a failed poll (docs/protocol.md §7.2
 				// step 1): back off.
@@ -429,6 +447,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent stopped")
 	return nil
 }
+
+// IdleAgain is how often the run loop calls Config.OnIdle while it
+// only waits.
+const IdleAgain = 5 * time.Minute
 
 // updateDue reports whether the server's announced client version
 // calls for an update check: it differs from the last one seen, or a

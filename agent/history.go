@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/metnos/agent/agent/internal/result"
@@ -156,7 +157,7 @@ func (a *Agent) recoverJournal(unknown []string) error {
 	return nil
 }
 
-var blobName = regexp.MustCompile(`^([0-9a-f]{64})\.bin$`)
+var blobName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([0-9a-f]{64})\.bin$`) })
 
 // checkBlobs verifies every backup blob an invocation's arguments name
 // (the server's restore_blob_backup sends move_files with copy:true from
@@ -171,7 +172,7 @@ func (a *Agent) checkBlobs(inv *invocation) error {
 			// path that only looks inside it, with "..").
 			continue
 		}
-		if m := blobName.FindStringSubmatch(filepath.Base(s)); m != nil {
+		if m := blobName().FindStringSubmatch(filepath.Base(s)); m != nil {
 			if err := undo.CheckBlob(history, s, m[1]); err != nil {
 				return err
 			}

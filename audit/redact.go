@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/zeebo/blake3"
 
@@ -176,7 +177,7 @@ func isFlag(s string) bool {
 // looksSecret reports whether the string s has the shape of a secret,
 // by the rules [Redact] lists.
 func looksSecret(s string) bool {
-	if pemPrivateKey.MatchString(s) {
+	if pemPrivateKey().MatchString(s) {
 		return true
 	}
 	t := strings.TrimSpace(s)
@@ -185,7 +186,7 @@ func looksSecret(s string) bool {
 
 // pemPrivateKey finds the header of a PEM private key block: PRIVATE
 // KEY, RSA PRIVATE KEY, OPENSSH PRIVATE KEY, PGP PRIVATE KEY BLOCK...
-var pemPrivateKey = regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----`)
+var pemPrivateKey = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----`) })
 
 // authHeader reports whether s is an HTTP credential: "Bearer" or
 // "Basic" (in any case), spaces, and one word of token68 characters.
@@ -287,12 +288,14 @@ func opaque(s string) bool {
 	if len(s) < 32 || !tokenChars(s, "_+/=-") || !hasLetterAndDigit(s) || entropy(s) < 3.5 {
 		return false
 	}
-	return !uuid.MatchString(s) && !metnosID.MatchString(s) && !absPath(s) && !plainWords(s)
+	return !uuid().MatchString(s) && !metnosID().MatchString(s) && !absPath(s) && !plainWords(s)
 }
 
 var (
-	uuid     = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
-	metnosID = regexp.MustCompile(`^(inv|turn)-[A-Za-z0-9._:-]+$`)
+	uuid = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+	})
+	metnosID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(inv|turn)-[A-Za-z0-9._:-]+$`) })
 )
 
 // absPath reports whether s, made only of token characters, is an

@@ -740,7 +740,7 @@ type permanentError struct{ err error }
 func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
-var contentRange = regexp.MustCompile(`^bytes (\d+)-(\d+)/(\d+|\*)$`)
+var contentRange = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^bytes (\d+)-(\d+)/(\d+|\*)$`) })
 
 // get asks for bytes start..end with Range, Accept-Encoding: identity
 // and, when ifRange is set, If-Range. The body it returns cancels the
@@ -880,7 +880,7 @@ func (d *download) chunk(ctx context.Context, start, end int64) (bool, error) {
 	defer done()
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
-		m := contentRange.FindStringSubmatch(resp.Header.Get("Content-Range"))
+		m := contentRange().FindStringSubmatch(resp.Header.Get("Content-Range"))
 		if m == nil || m[1] != strconv.FormatInt(start, 10) {
 			return false, fmt.Errorf("the server answered Content-Range %q to bytes=%d-%d", resp.Header.Get("Content-Range"), start, end)
 		}

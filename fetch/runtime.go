@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/metnos/agent/internal/atomicfile"
@@ -46,7 +47,7 @@ type Runtime struct {
 
 // safeArchiveName is unbounded; its users check the length (240): a
 // bounded repeat compiles to a program that long, at every start.
-var safeArchiveName = regexp.MustCompile(`^[A-Za-z0-9._+-]+$`)
+var safeArchiveName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._+-]+$`) })
 
 // Install downloads (or finds, already verified, in lay's cache) the
 // archive of src, to [layout.Layout.RuntimeArchive], extracts it into a
@@ -61,7 +62,7 @@ func Install(ctx context.Context, lay layout.Layout, src Source, o Options) (Run
 	if src.Filename == "" {
 		src.Filename = filepath.Base(strings.SplitN(src.URL, "?", 2)[0])
 	}
-	if len(src.Filename) > 240 || !safeArchiveName.MatchString(src.Filename) || strings.Contains(src.Filename, "..") {
+	if len(src.Filename) > 240 || !safeArchiveName().MatchString(src.Filename) || strings.Contains(src.Filename, "..") {
 		return Runtime{}, fmt.Errorf("runtime: archive name %q is not a plain file name", src.Filename)
 	}
 	if err := os.MkdirAll(versions, 0o755); err != nil {

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	toml "github.com/pelletier/go-toml/v2"
 
@@ -145,9 +146,9 @@ func reversePatterns(v any) ([]string, error) {
 }
 
 var (
-	tableHeader = regexp.MustCompile(`^\s*\[`)
-	codeHeader  = regexp.MustCompile(`^\s*\[\s*code\s*\]\s*(#.*)?$`)
-	digestLine  = regexp.MustCompile(`^\s*digest\s*=`)
+	tableHeader = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\s*\[`) })
+	codeHeader  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\s*\[\s*code\s*\]\s*(#.*)?$`) })
+	digestLine  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\s*digest\s*=`) })
 )
 
 // SetCodeDigest edits manifest text so that its [code] table has the line
@@ -169,15 +170,15 @@ func SetCodeDigest(manifest []byte, digest string) ([]byte, error) {
 	for i, l := range lines {
 		text := strings.TrimRight(string(l), "\r\n")
 		if header < 0 {
-			if codeHeader.MatchString(text) {
+			if codeHeader().MatchString(text) {
 				header = i
 			}
 			continue
 		}
-		if tableHeader.MatchString(text) {
+		if tableHeader().MatchString(text) {
 			break
 		}
-		if digestLine.MatchString(text) {
+		if digestLine().MatchString(text) {
 			lines[i] = newLine(l)
 			return bytes.Join(lines, nil), nil
 		}

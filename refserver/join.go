@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/metnos/agent/wire"
@@ -43,7 +44,7 @@ const WindowsClientTarget = "x86_64-pc-windows-gnu"
 var joinOrder = map[string]int{JoinCreated: 0, JoinOpened: 1, JoinDownloaded: 2, JoinRegistered: 3, JoinHeartbeat: 4}
 
 // joinIDRule is the real server's _JOIN_ID_RE.
-var joinIDRule = regexp.MustCompile(`^[0-9a-f]{8,32}$`)
+var joinIDRule = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{8,32}$`) })
 
 // JoinInfo is a join session (docs/protocol.md §4.1): a link an admin
 // sends, which leads to an installer with a one-time token baked in.
@@ -166,7 +167,7 @@ func (s *Server) joinHeartbeatLocked(deviceID string) {
 
 // lookupJoin is the real _join_session_or_none.
 func (s *Server) lookupJoin(id string) (JoinInfo, bool) {
-	if !joinIDRule.MatchString(id) {
+	if !joinIDRule().MatchString(id) {
 		return JoinInfo{}, false
 	}
 	return s.Join(id)
@@ -257,7 +258,7 @@ const CmdMarker = "#::METNOS-PS1::#"
 
 // cmdSafe is the real _CMD_SAFE_RE: what a value baked into the batch
 // head may hold.
-var cmdSafe = regexp.MustCompile(`^[A-Za-z0-9._:/+\[\]\-]+$`)
+var cmdSafe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._:/+\[\]\-]+$`) })
 
 // cmdEnv is one baked variable of the Windows installer.
 type cmdEnv struct{ name, value string }
@@ -280,7 +281,7 @@ func windowsCmdInstaller(env []cmdEnv, ps1 string) ([]byte, error) {
 		"rem aperta a fine corsa con l'esito (mai un errore che sparisce).",
 	}
 	for _, e := range env {
-		if !cmdSafe.MatchString(e.value) {
+		if !cmdSafe().MatchString(e.value) {
 			return nil, fmt.Errorf("valore non batch-safe per %s: %q", e.name, e.value)
 		}
 		lines = append(lines, `set "`+e.name+"="+e.value+`"`)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/metnos/agent/wire"
 )
@@ -23,16 +24,16 @@ const RustClientComponent = "client"
 
 var (
 	// mirrorFileName is the real mirror's _safe_filename rule.
-	mirrorFileName = regexp.MustCompile(`^[A-Za-z0-9._+-]+$`)
+	mirrorFileName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._+-]+$`) })
 	// componentRoute and targetRoute are the real routes' rules.
-	componentRoute = regexp.MustCompile(`^[a-z][a-z0-9_\-]*$`)
-	targetRoute    = regexp.MustCompile(`^[a-z0-9_\-]+$`)
+	componentRoute = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9_\-]*$`) })
+	targetRoute    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9_\-]+$`) })
 )
 
 // safeMirrorName reports whether name may be one path segment under
 // the mirror, as the real server's _safe_filename does.
 func safeMirrorName(name string) bool {
-	return mirrorFileName.MatchString(name) && !strings.Contains(name, "..")
+	return mirrorFileName().MatchString(name) && !strings.Contains(name, "..")
 }
 
 // errNoManifest and errBadManifest tell why [Server.readManifest]
@@ -152,7 +153,7 @@ func entryString(e map[string]any, k string) string {
 // without the component (docs/protocol.md §9.1).
 func (s *Server) handleClientDescriptor(w http.ResponseWriter, r *http.Request) {
 	target := r.PathValue("target")
-	if !targetRoute.MatchString(target) {
+	if !targetRoute().MatchString(target) {
 		writeError(w, http.StatusBadRequest, "bad_target", "target %q is not valid", target)
 		return
 	}
@@ -175,11 +176,11 @@ func (s *Server) handleClientDescriptor(w http.ResponseWriter, r *http.Request) 
 // /agent/component/{component}/update/{target} (docs/protocol.md §9.4).
 func (s *Server) handleComponentDescriptor(w http.ResponseWriter, r *http.Request) {
 	component, target := r.PathValue("component"), r.PathValue("target")
-	if !componentRoute.MatchString(component) {
+	if !componentRoute().MatchString(component) {
 		writeError(w, http.StatusBadRequest, "bad_component", "component %q is not valid", component)
 		return
 	}
-	if !targetRoute.MatchString(target) {
+	if !targetRoute().MatchString(target) {
 		writeError(w, http.StatusBadRequest, "bad_target", "target %q is not valid", target)
 		return
 	}

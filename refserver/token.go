@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/metnos/agent/wire"
@@ -27,11 +28,11 @@ const TokenOwner = "host"
 // deviceNameRule is unbounded; validName checks the length (40): a
 // bounded repeat compiles to a program that long, at every start of an
 // agent that links the reference server (demo).
-var deviceNameRule = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+var deviceNameRule = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._-]+$`) })
 
 // validName reports whether name is a device name Metnos accepts:
 // ^[A-Za-z0-9._-]{1,40}$.
-func validName(name string) bool { return len(name) <= 40 && deviceNameRule.MatchString(name) }
+func validName(name string) bool { return len(name) <= 40 && deviceNameRule().MatchString(name) }
 
 // tokenUse is what the server remembers of an issued token.
 type tokenUse struct {

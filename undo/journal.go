@@ -1159,7 +1159,7 @@ func (r Row) blob() (path, sum string) {
 		sum = r.PrevBlobSHA256
 	}
 	sum = strings.ToLower(strings.TrimPrefix(sum, "sha256:"))
-	if m := blobName.FindStringSubmatch(filepath.Base(path)); sum == "" && m != nil {
+	if m := blobName().FindStringSubmatch(filepath.Base(path)); sum == "" && m != nil {
 		sum = m[1]
 	}
 	return path, sum
@@ -1179,7 +1179,7 @@ func (r Row) overwrite() bool {
 }
 
 // blobName is how the shims name a blob: its SHA-256, in hex, .bin.
-var blobName = regexp.MustCompile(`^([0-9a-f]{64})\.bin$`)
+var blobName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([0-9a-f]{64})\.bin$`) })
 
 // now is the path where the row left a file, if any.
 func (r Row) now() string {

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/metnos/agent/internal/term"
 )
@@ -44,26 +45,26 @@ type ComponentDescriptor struct {
 }
 
 var (
-	componentName = regexp.MustCompile(`^[a-z][a-z0-9_\-]*$`)
-	targetName    = regexp.MustCompile(`^[a-z0-9_\-]+$`)
+	componentName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9_\-]*$`) })
+	targetName    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9_\-]+$`) })
 	// versionRule is what a published version may hold: it is compared
 	// and shown, never used as a path by the device.
 	// versionRule is unbounded: ValidVersion checks the length (a bounded
 	// repeat compiles to a program that long, at every start).
-	versionRule = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+\-]*$`)
+	versionRule = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+\-]*$`) })
 )
 
 // ValidComponent reports whether name can be a component the server
 // publishes (the server's own rule).
-func ValidComponent(name string) bool { return componentName.MatchString(name) }
+func ValidComponent(name string) bool { return componentName().MatchString(name) }
 
 // ValidTarget reports whether name can be a target the server
 // publishes for (the server's own rule).
-func ValidTarget(name string) bool { return targetName.MatchString(name) }
+func ValidTarget(name string) bool { return targetName().MatchString(name) }
 
 // ValidVersion reports whether v can be a published version: 1 to 64
 // characters of [A-Za-z0-9._+-], starting with a letter or digit.
-func ValidVersion(v string) bool { return len(v) <= 64 && versionRule.MatchString(v) }
+func ValidVersion(v string) bool { return len(v) <= 64 && versionRule().MatchString(v) }
 
 // UpdateTarget is metnos-agent's own target name for an OS and
 // architecture (Go's names), such as linux-amd64 or windows-arm64:

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // Paths of the device endpoints (docs/protocol.md §5.1). The ones ending in '/' take the
@@ -139,10 +140,10 @@ const ExecutorNamePattern = `^[a-z][a-z0-9_-]{1,64}$`
 // executorName is ExecutorNamePattern without its bound, which
 // ValidExecutorName checks on the length: a bounded repeat compiles to a
 // program that long, at every start of the agent.
-var executorName = regexp.MustCompile(`^[a-z][a-z0-9_-]+$`)
+var executorName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9_-]+$`) })
 
 // ValidExecutorName reports whether name matches [ExecutorNamePattern].
-func ValidExecutorName(name string) bool { return len(name) <= 65 && executorName.MatchString(name) }
+func ValidExecutorName(name string) bool { return len(name) <= 65 && executorName().MatchString(name) }
 
 // ServerFingerprint is the server's fingerprint of a device: SHA-256 of
 // the raw public key, lower-case hex (docs/protocol.md §2.3), the value state.json keeps.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // RuntimeDescriptor is the server's signed description of a Python
@@ -19,13 +20,13 @@ type RuntimeDescriptor struct {
 	ArchiveSize   int64  `json:"archive_size"`
 }
 
-var runtimeNameRule = regexp.MustCompile(`^[A-Za-z0-9._+-]+$`)
+var runtimeNameRule = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._+-]+$`) })
 
 // ValidRuntimeName reports whether name is a runtime archive name a
 // device may ask for (docs/protocol.md §11): non-empty, at most 240 characters of
 // [A-Za-z0-9._+-], no "..", ending in .tar.gz.
 func ValidRuntimeName(name string) bool {
-	return len(name) <= 240 && runtimeNameRule.MatchString(name) &&
+	return len(name) <= 240 && runtimeNameRule().MatchString(name) &&
 		!strings.Contains(name, "..") && strings.HasSuffix(name, ".tar.gz")
 }
 

@@ -16,6 +16,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/metnos/agent/internal/term"
@@ -408,15 +409,17 @@ func parseInterspersed(fs *flag.FlagSet, args []string, interspersed bool) error
 // more, and returns the usage exit status.
 // goFlagName matches a flag as package flag's errors name it, with one
 // dash, and the words before it.
-var goFlagName = regexp.MustCompile(`(flag provided but not defined: |flag needs an argument: |for flag |for )-([A-Za-z0-9][A-Za-z0-9_.-]*)`)
+var goFlagName = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(flag provided but not defined: |flag needs an argument: |for flag |for )-([A-Za-z0-9][A-Za-z0-9_.-]*)`)
+})
 
 // flagError says a parse error of package flag the way the help shows
 // flags: --name (a one-letter flag keeps its one dash, as the synopses
 // write it), "unknown flag" for one that is not defined, and the user's
 // text sanitised.
 func flagError(err error) string {
-	msg := goFlagName.ReplaceAllStringFunc(err.Error(), func(m string) string {
-		sub := goFlagName.FindStringSubmatch(m)
+	msg := goFlagName().ReplaceAllStringFunc(err.Error(), func(m string) string {
+		sub := goFlagName().FindStringSubmatch(m)
 		name := "-" + sub[2]
 		if len(sub[2]) > 1 {
 			name = "--" + sub[2]

@@ -141,6 +141,10 @@ func runRun(std stdio, args []string) int {
 		}
 	}
 	ac.Watchdog = exitOnOverrun(log)
+	ac.OnIdle = func() {
+		before, after, err := releaseExecutablePages()
+		log.Debug("idle: released the executable's pages", "rss_file_before", before, "rss_file_after", after, "err", err)
+	}
 	ac.Halt = halt
 	var unconfirmed atomic.Bool
 	if files.Exe != "" {

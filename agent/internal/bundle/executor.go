@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	toml "github.com/pelletier/go-toml/v2"
 
@@ -98,7 +99,7 @@ type Executor struct {
 // bundle or cache entry: nothing from it may run.
 var ErrUnverified = errors.New("executor does not verify")
 
-var digestRule = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+var digestRule = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-fA-F]{64}$`) })
 
 // checkRequest applies the rules the client checks before asking the
 // server for an executor (docs/protocol.md §5.6): the name's shape and 64-hex digests.
@@ -106,7 +107,7 @@ func checkRequest(name, manifestSHA, codeSHA string) error {
 	if !wire.ValidExecutorName(name) {
 		return fmt.Errorf("executor name %q is not one the server serves", name)
 	}
-	if !digestRule.MatchString(manifestSHA) || !digestRule.MatchString(codeSHA) {
+	if !digestRule().MatchString(manifestSHA) || !digestRule().MatchString(codeSHA) {
 		return fmt.Errorf("executor %s: manifest and code digests must be 64 hex digits", name)
 	}
 	return nil

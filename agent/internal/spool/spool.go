@@ -25,6 +25,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/metnos/agent/agent/internal/result"
@@ -82,13 +83,13 @@ var compactEvery = 1000
 
 // safeName is unbounded; its user checks the length (128): a bounded
 // repeat compiles to a program that long, at every start.
-var safeName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+var safeName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_-]+$`) })
 
 // fileName is the spool file name of an id: the id itself when it is a
 // safe name (as the Rust client requires), else a digest of it, so that
 // no id the server can issue is ever refused here.
 func fileName(id string) string {
-	if len(id) <= 128 && safeName.MatchString(id) {
+	if len(id) <= 128 && safeName().MatchString(id) {
 		return id
 	}
 	sum := sha256.Sum256([]byte(id))
@@ -550,7 +551,7 @@ type Salvaged struct {
 
 // idField finds the invocation id in what is left of a damaged result.
 // idField is unbounded; its user checks the id's length (8 to 256).
-var idField = regexp.MustCompile(`"invocation_id"\s*:\s*"([A-Za-z0-9._:-]+)"`)
+var idField = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`"invocation_id"\s*:\s*"([A-Za-z0-9._:-]+)"`) })
 
 // Salvage moves every spooled result that is not a readable result to
 // dead-results/<name>.damaged.<nanos>.json and, when its invocation is
@@ -579,9 +580,9 @@ func (s *Spool) Salvage(deviceID string) ([]Salvaged, error) {
 		}
 		name := strings.TrimSuffix(filepath.Base(p), ".json")
 		var id string
-		if m := idField.FindSubmatch(b); m != nil && len(m[1]) >= 8 && len(m[1]) <= 256 && fileName(string(m[1])) == name {
+		if m := idField().FindSubmatch(b); m != nil && len(m[1]) >= 8 && len(m[1]) <= 256 && fileName(string(m[1])) == name {
 			id = string(m[1])
-		} else if wire.ValidID(name) && fileName(name) == name && !digestName.MatchString(name) {
+		} else if wire.ValidID(name) && fileName(name) == name && !digestName().MatchString(name) {
 			id = name
 		}
 		dead := filepath.Join(s.dead, fmt.Sprintf("%s.damaged.%d.json", name, time.Now().UnixNano()))
@@ -608,7 +609,7 @@ func (s *Spool) Salvage(deviceID string) ([]Salvaged, error) {
 }
 
 // digestName is the file name of an id that is not a safe name.
-var digestName = regexp.MustCompile(`^id-[0-9a-f]{40}$`)
+var digestName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^id-[0-9a-f]{40}$`) })
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 

@@ -115,7 +115,7 @@ func TestDamagedLedgerRefusesToStart(t *testing.T) {
 
 func TestUnsafeIDsGetSafeFileNames(t *testing.T) {
 	for _, id := range []string{"inv:with:colons", "a.b.c.d.e.f", "inv-ok_name"} {
-		if n := fileName(id); !safeName.MatchString(n) {
+		if n := fileName(id); !safeName().MatchString(n) {
 			t.Errorf("fileName(%q) = %q", id, n)
 		}
 	}
