@@ -12,7 +12,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -157,25 +156,6 @@ func TestLatency(t *testing.T) {
 		100*float64(in50-bare50)/float64(p50), 100*float64(bare50)/float64(p50), 100*float64(p50-in50)/float64(p50))
 	b.WriteString(stepMedians(logBuf.String(), 5))
 	t.Log("\n" + b.String())
-}
-
-// syncBuffer is a bytes.Buffer safe for the writer goroutine of
-// os/exec and the test's readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // stepMedians reads the agent's debug log (slog's text format) and
