@@ -11,6 +11,9 @@
 //   - bare: W itself;
 //   - bwrap-minimal: bwrap --ro-bind / / --unshare-all --die-with-parent W,
 //     the baseline every ratio is taken against;
+//   - bwrap-policy: bwrap with the very arguments the agent gives it for
+//     W (its namespaces, mounts and masks), running W with no shim;
+//   - go-minimal: a Go program with an empty main, built as the agent is;
 //   - agent-exec: metnos-agent exec -- W, every layer the CLI applies by
 //     default, through the lean metnos-shim (stdout discarded);
 //   - agent-exec-selfshim: the same without a sibling metnos-shim, which
@@ -23,7 +26,10 @@
 // It prints, per workload, the median, p10 and p90 in milliseconds, each
 // median's ratio to bwrap-minimal's median and agent-exec / bare, and
 // whether issue 16's target for agent-exec is met (≤ 1.6× bwrap-minimal
-// for /bin/true, ≤ 1.15× for python3 -c pass). Timings
+// for /bin/true, ≤ 1.15× for python3 -c pass), next to the floor no
+// change to the agent's code can go below with every layer on:
+// bwrap-policy plus two go-minimal starts (the agent and the shim are
+// two Go programs; see floor_test.go). Timings
 // are information only: the machine may be shared and noisy, so nothing
 // fails on a number. The test fails only when a variant does not run
 // cleanly, or, with METNOS_REQUIRE_SANDBOX=1, when the agent did not
@@ -111,6 +117,7 @@ func TestStartupRatios(t *testing.T) {
 	// Which layers the agent applies.
 	word := agentSandboxWord(t, agent, childEnv)
 	policy := defaultPolicy(t)
+	goMinimal := buildGoMinimal(t, soloDir)
 
 	baseline := os.Getenv("METNOS_BENCH_BASELINE")
 	// Issue 16's targets for agent-exec / bwrap-minimal, per workload.
@@ -121,11 +128,14 @@ func TestStartupRatios(t *testing.T) {
 			t.Logf("workload %q skipped: %v", strings.Join(w, " "), err)
 			continue
 		}
+		policyArgv := append(policyBwrapArgv(t, bwrap, policy, w), w...)
 		var inWord string
 		var stages []*sandbox.Timing
 		variants := []variant{
 			{"bare", command(w, nil)},
 			{"bwrap-minimal", command(append([]string{bwrap, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent"}, w...), nil)},
+			{"bwrap-policy", command(policyArgv, nil)},
+			{"go-minimal", command([]string{goMinimal}, nil)},
 			{"agent-exec", command(append([]string{agent, "exec", "--"}, w...), childEnv)},
 			{"agent-exec-selfshim", command(append([]string{soloAgent, "exec", "--"}, w...), childEnv)},
 			{"sandbox.Run", func() (time.Duration, error) {
@@ -270,6 +280,11 @@ func report(w []string, vs []variant, times [][]time.Duration, n int, word, inWo
 		met = "NOT met"
 	}
 	fmt.Fprintf(&b, "target: agent-exec ≤ %.2f× bwrap-minimal: %s (%.2f×)", target, met, ratio(ae, base))
+	named := map[string]time.Duration{}
+	for name, i := range idx {
+		named[name] = med[i]
+	}
+	b.WriteString(floorReport(named, target))
 	if i, ok := idx["agent-exec-baseline"]; ok {
 		fmt.Fprintf(&b, "\nagent-exec / agent-exec-baseline: %.2f×", ratio(ae, med[i]))
 	}
