@@ -13,7 +13,7 @@
 //     the baseline every ratio is taken against;
 //   - bwrap-policy: bwrap with the very arguments the agent gives it for
 //     W (its namespaces, mounts and masks), running W with no shim;
-//   - go-minimal: a Go program with an empty main, built as the agent is;
+//   - go-minimal: a Go program that prints a line, built as the agent is;
 //   - agent-exec: metnos-agent exec -- W, every layer the CLI applies by
 //     default, through the lean metnos-shim (stdout discarded);
 //   - agent-exec-selfshim: the same without a sibling metnos-shim, which
@@ -117,7 +117,7 @@ func TestStartupRatios(t *testing.T) {
 	// Which layers the agent applies.
 	word := agentSandboxWord(t, agent, childEnv)
 	policy := defaultPolicy(t)
-	goMinimal := buildGoMinimal(t, soloDir)
+	goMinimal := buildMinimal(t, soloDir)
 
 	baseline := os.Getenv("METNOS_BENCH_BASELINE")
 	// Issue 16's targets for agent-exec / bwrap-minimal, per workload.

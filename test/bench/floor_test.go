@@ -5,9 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -26,9 +24,9 @@ import (
 //     it for the workload (the namespaces, mounts and masks of the
 //     supervised profile), running the workload directly: no shim, so
 //     no Landlock, no seccomp and no cgroup;
-//   - go-minimal: a Go program whose main is empty, built as the agent is
-//     (CGO_ENABLED=0, -trimpath, -s -w): the least a Go program costs to
-//     start and end here. agent-exec starts two: the agent and the shim.
+//   - go-minimal: minimalGo, built as the agent is (CGO_ENABLED=0,
+//     -trimpath, -s -w): about the least a Go program costs to start and
+//     end here. agent-exec starts two: the agent and the shim.
 
 // policyBwrapArgv runs w once through sandbox.Run with a bubblewrap that
 // records its arguments, and returns bubblewrap's command line as the
@@ -78,27 +76,6 @@ func policyBwrapArgv(t *testing.T, bwrap string, p policy.Policy, w []string) []
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-// buildGoMinimal builds a Go program with an empty main into dir, the
-// way testbin.Build builds the agent, and returns its path.
-func buildGoMinimal(t *testing.T, dir string) string {
-	t.Helper()
-	src := t.TempDir()
-	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module minimal\n\ngo 1.26\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(src, "main.go"), []byte("package main\n\nfunc main() {}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "go-minimal")
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-ldflags=-s -w", "-o", out, ".")
-	cmd.Dir = src
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false", "GOWORK=off")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building a minimal Go program: %v\n%s", err, b)
-	}
-	return out
-}
 
 // floorReport says what agent-exec cannot go below with its layers:
 // bwrap-policy plus the start of two Go programs, against the target.

@@ -24,24 +24,6 @@ import (
 	"github.com/metnos/agent/refserver"
 )
 
-// minimalGo is the baseline: a Go program that prints a line and
-// exits, or with an argument idles, waking every second.
-const minimalGo = `package main
-
-import (
-	"fmt"
-	"os"
-	"time"
-)
-
-func main() {
-	fmt.Println("hello")
-	for len(os.Args) > 1 {
-		time.Sleep(time.Second)
-	}
-}
-`
-
 // TestIdleMemory measures issue 16's memory at idle and start-up of
 // the agent binary, built as releases are (CGO_ENABLED=0, -trimpath,
 // -ldflags=-s -w), against a minimal Go program built the same way, in
@@ -217,30 +199,6 @@ func TestIdleMemory(t *testing.T) {
 	fmt.Fprintf(&b, "start-up, %d interleaved runs (medians): metnos-agent version %s, minimal Go program %s: %.2f×\n", n, ms(mv), ms(mh), ratio(mv, mh))
 	fmt.Fprintf(&b, "package initialisation of metnos-agent version (GODEBUG=inittrace=1, medians of 9): %s\n", initSummary(t, agentBin, 9))
 	t.Log(b.String())
-}
-
-// buildMinimal builds minimalGo into dir as releases are built and
-// returns its path.
-func buildMinimal(t *testing.T, dir string) string {
-	t.Helper()
-	src := filepath.Join(dir, "minimal")
-	if err := os.Mkdir(src, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(src, "main.go"), []byte(minimalGo), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module minimal\n\ngo 1.22\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "minimal-go")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, ".")
-	build.Dir = src
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false", "GOWORK=off")
-	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the minimal Go program: %v\n%s", err, b)
-	}
-	return out
 }
 
 // closedPort is a loopback address where nothing listens.
