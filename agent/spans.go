@@ -40,13 +40,15 @@ func (s *spans) log(log *slog.Logger, t *sandbox.Timing) {
 	if s == nil || !log.Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
-	attrs := make([]any, 0, 2*len(s.names)+10)
+	attrs := make([]any, 0, 2*len(s.names)+18)
 	for i, n := range s.names {
 		attrs = append(attrs, n+"_ms", ms(s.took[i]))
 	}
 	attrs = append(attrs, "total_ms", ms(s.last.Sub(s.start)))
 	if t != nil {
 		attrs = append(attrs, "sandbox_prepare_ms", ms(t.Prepare), "sandbox_setup_ms", ms(t.Setup),
+			"sandbox_bwrap_ms", ms(t.Bwrap), "sandbox_shim_ms", ms(t.Shim),
+			"sandbox_landlock_ms", ms(t.Landlock), "sandbox_seccomp_ms", ms(t.Seccomp),
 			"sandbox_command_ms", ms(t.Command), "sandbox_finish_ms", ms(t.Finish))
 	}
 	log.Debug("timing", attrs...)

@@ -21,7 +21,7 @@ func TestSpans(t *testing.T) {
 	s.mark("sandbox_run")
 	s.log(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), &sandbox.Timing{Setup: 3 * time.Millisecond})
 	line := buf.String()
-	if !regexp.MustCompile(`(?m)` + `msg=timing verify_ms=[0-9.]+ sandbox_run_ms=[0-9.]+ total_ms=[0-9.]+ sandbox_prepare_ms=0 sandbox_setup_ms=3 sandbox_command_ms=0 sandbox_finish_ms=0$`).MatchString(line) {
+	if !regexp.MustCompile(`(?m)` + `msg=timing verify_ms=[0-9.]+ sandbox_run_ms=[0-9.]+ total_ms=[0-9.]+ sandbox_prepare_ms=0 sandbox_setup_ms=3 sandbox_bwrap_ms=0 sandbox_shim_ms=0 sandbox_landlock_ms=0 sandbox_seccomp_ms=0 sandbox_command_ms=0 sandbox_finish_ms=0$`).MatchString(line) {
 		t.Fatalf("timing line %q", line)
 	}
 	if s.took[1] < 2*time.Millisecond || s.last.Sub(s.start) != s.took[0]+s.took[1] {

@@ -175,6 +175,17 @@ type Timing struct {
 	// ready line, just before it executes the command: namespaces,
 	// mounts, Landlock, seccomp. 0 when no ready line came.
 	Setup time.Duration `json:"setup_ns"`
+	// Bwrap, Shim, Landlock and Seccomp split Setup by the shim's own
+	// clock (shim.Clock), zero where it reported none: Bwrap runs to
+	// the shim's main (bwrap, its namespaces and mounts, the shim's exec
+	// and its Go runtime's start); Shim is the shim's work before
+	// Landlock (cgroups, environment, rlimits, capabilities,
+	// no_new_privs); Landlock and Seccomp are their enforcing. What is
+	// left of Setup is the ready line's way back.
+	Bwrap    time.Duration `json:"bwrap_ns,omitempty"`
+	Shim     time.Duration `json:"shim_ns,omitempty"`
+	Landlock time.Duration `json:"landlock_ns,omitempty"`
+	Seccomp  time.Duration `json:"seccomp_ns,omitempty"`
 	// Command is from the ready line to the command's exit (for a
 	// Python executor, the interpreter's start, its imports and the
 	// executor's own work).

@@ -512,6 +512,8 @@ type executed struct {
 	// started, ready and ended are when the launch started, when the
 	// shim's ready line came (zero: none) and when it ended.
 	started, ready, ended time.Time
+	// clock is the shim's clock from its ready line (nil: none).
+	clock *shim.Clock
 }
 
 // timing is ex's stages, with prepare before them; Finish runs to now.
@@ -522,7 +524,38 @@ func (ex executed) timing(prepare time.Duration) *Timing {
 		return t
 	}
 	t.Setup, t.Command = ex.ready.Sub(ex.started), ex.ended.Sub(ex.ready)
+	t.Bwrap, t.Shim, t.Landlock, t.Seccomp = setupSteps(ex.started, ex.clock)
 	return t
+}
+
+// setupSteps splits a run's set-up, from started (this process's wall
+// clock when it started the launch) by the shim's clock c. A step whose
+// instants are out of order, as when the wall clock was set meanwhile,
+// is left zero rather than reported wrong.
+func setupSteps(started time.Time, c *shim.Clock) (bwrap, shimWork, landlock, seccomp time.Duration) {
+	if c == nil || c.Main == 0 || c.Done == 0 {
+		return
+	}
+	step := func(from, to int64) time.Duration {
+		if from == 0 || to < from {
+			return 0
+		}
+		return time.Duration(to - from)
+	}
+	// Each step runs to the next one the shim took.
+	next := func(ts ...int64) int64 {
+		for _, t := range ts {
+			if t != 0 {
+				return t
+			}
+		}
+		return 0
+	}
+	bwrap = step(started.UnixNano(), c.Main)
+	shimWork = step(c.Main, next(c.Landlock, c.Seccomp, c.Done))
+	landlock = step(c.Landlock, next(c.Seccomp, c.Done))
+	seccomp = step(c.Seccomp, c.Done)
+	return
 }
 
 // execute starts the launch and waits for it until it exits, the
@@ -592,6 +625,11 @@ func (ln *launch) execute(ctx context.Context, stdin io.Reader, lim Limits) (exe
 	select {
 	case ex.ready = <-readyc:
 	default:
+	}
+	for _, s := range ex.statuses {
+		if s.Ready {
+			ex.clock = s.Clock
+		}
 	}
 	ex.state = cmd.ProcessState
 	return ex, nil

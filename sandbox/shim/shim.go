@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"time"
 )
 
 // Arg is the hidden first argument that turns a binary into the shim:
@@ -142,7 +143,30 @@ type Status struct {
 	Exited   bool   `json:"exited,omitempty"`
 	ExitCode int    `json:"exit_code,omitempty"`
 	Signal   string `json:"signal,omitempty"`
+	// Clock, on the ready line, is when the shim reached each of its
+	// steps, for the agent's timing of the run's set-up.
+	Clock *Clock `json:"clock,omitempty"`
 }
+
+// Clock holds wall-clock instants of the shim's run, in nanoseconds
+// since the Unix epoch: the wall clock is the one the agent and the
+// shim share across namespaces (bwrap makes no time namespace). Zero
+// is a step the shim did not take.
+type Clock struct {
+	// Main is when the shim's main began: bwrap, its namespaces and
+	// mounts, the shim's exec and its Go runtime's start came before.
+	Main int64 `json:"main"`
+	// Landlock is when it began enforcing Landlock, after the cgroups,
+	// environment, rlimits, capabilities and no_new_privs.
+	Landlock int64 `json:"landlock,omitempty"`
+	// Seccomp is when it began installing the seccomp filters.
+	Seccomp int64 `json:"seccomp,omitempty"`
+	// Done is when it was about to write the ready line.
+	Done int64 `json:"done"`
+}
+
+// mainAt is when Main began.
+var mainAt time.Time
 
 // EncodeArgs returns the argv, after the binary itself, that runs argv
 // under the shim with spec.
@@ -167,6 +191,7 @@ func MainIfShim() {
 // Main runs the shim on args (spec JSON, "--", command...) and returns
 // an exit status only when it fails; on success it does not return.
 func Main(args []string) int {
+	mainAt = time.Now()
 	status := os.NewFile(StatusFD, "shim-status")
 	if len(args) < 3 || args[1] != "--" {
 		return fail(status, fmt.Errorf("usage: %s SPEC -- COMMAND [ARG...]", Arg))

@@ -111,13 +111,16 @@ func run(status *os.File, spec Spec, argv []string) int {
 			return fail(status, fmt.Errorf("the plan needs Landlock ABI 3 for %s, and this kernel gives %d", r.Path, st.LandlockABI))
 		}
 	}
+	clock := &Clock{Main: mainAt.UnixNano()}
 	if spec.Landlock && st.LandlockABI > 0 {
+		clock.Landlock = time.Now().UnixNano()
 		if err := applyLandlock(spec); err != nil {
 			return fail(status, err)
 		}
 		st.Landlock = true
 	}
 	if spec.Seccomp {
+		clock.Seccomp = time.Now().UnixNano()
 		if err := applySeccomp(spec.Filters); err != nil {
 			return fail(status, err)
 		}
@@ -141,6 +144,8 @@ func run(status *os.File, spec Spec, argv []string) int {
 		return fail(status, fmt.Errorf("closing inherited descriptors: %w", err))
 	}
 	st.Ready = true
+	clock.Done = time.Now().UnixNano()
+	st.Clock = clock
 	report(status, st)
 	pathp, err := syscall.BytePtrFromString(path)
 	if err != nil {

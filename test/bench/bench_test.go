@@ -183,12 +183,13 @@ func TestStartupRatios(t *testing.T) {
 // stagesReport is where sandbox.Run's time went (Output.Timing), the
 // median of each stage over the runs.
 func stagesReport(w []string, ts []*sandbox.Timing) string {
-	var prep, setup, cmd, fin []time.Duration
+	var prep, setup, bw, sh, ll, sc, cmd, fin []time.Duration
 	for _, t := range ts {
 		if t == nil {
 			continue
 		}
 		prep, setup, cmd, fin = append(prep, t.Prepare), append(setup, t.Setup), append(cmd, t.Command), append(fin, t.Finish)
+		bw, sh, ll, sc = append(bw, t.Bwrap), append(sh, t.Shim), append(ll, t.Landlock), append(sc, t.Seccomp)
 	}
 	if len(prep) == 0 {
 		return fmt.Sprintf("%q: sandbox.Run reports no stages here", strings.Join(w, " "))
@@ -197,8 +198,9 @@ func stagesReport(w []string, ts []*sandbox.Timing) string {
 		slices.Sort(d)
 		return fmt.Sprintf("%.2f ms", float64(d[len(d)/2].Microseconds())/1000)
 	}
-	return fmt.Sprintf("%q, sandbox.Run's stages (medians of %d): prepare %s, setup (bwrap and the shim up to its ready line) %s, command %s, finish %s",
-		strings.Join(w, " "), len(prep), med(prep), med(setup), med(cmd), med(fin))
+	return fmt.Sprintf("%q, sandbox.Run's stages (medians of %d): prepare %s, setup (bwrap and the shim up to its ready line) %s "+
+		"[bwrap to the shim's main %s, the shim's own work %s, landlock %s, seccomp %s], command %s, finish %s",
+		strings.Join(w, " "), len(prep), med(prep), med(setup), med(bw), med(sh), med(ll), med(sc), med(cmd), med(fin))
 }
 
 // command returns a variant that runs argv with stdin and stdout on
