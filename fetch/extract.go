@@ -35,8 +35,8 @@ var ErrUnsafeArchive = errors.New("fetch: unsafe archive")
 // names, "..", links whose target leaves the tree, hard links to
 // anything but a file already extracted, devices, FIFOs and sockets,
 // entries over the limits, and duplicate names; it strips setuid,
-// setgid and sticky bits; and it reads the compressed stream to its end,
-// so that its checksum is checked.
+// setgid and sticky bits; it keeps each file's modification time; and it
+// reads the compressed stream to its end, so that its checksum is checked.
 func Extract(archive, dir string, lim Limits) (err error) {
 	if lim.Bytes <= 0 {
 		lim.Bytes = 4 << 30
@@ -139,6 +139,14 @@ func Extract(archive, dir string, lim Limits) (err error) {
 			}
 			if err != nil || w != h.Size {
 				return fmt.Errorf("extract %s: %s: %d of %d bytes: %v", archive, name, w, h.Size, err)
+			}
+			// The file keeps the archive's modification time, as tar
+			// leaves it: a Python's bytecode (timestamp .pyc files) is
+			// valid only for sources of the time it recorded, and a
+			// runtime whose every source looks newer compiles its whole
+			// standard library again on each start.
+			if err := root.Chtimes(name, h.ModTime, h.ModTime); err != nil {
+				return fmt.Errorf("extract %s: %s: %w", archive, name, err)
 			}
 			files[name] = true
 		case tar.TypeSymlink:

@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"compress/gzip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
@@ -18,6 +20,7 @@ type entry struct {
 	typ        byte
 	mode       int64
 	body       string
+	mtime      time.Time
 }
 
 func tarball(t *testing.T, comp string, es []entry) []byte {
@@ -25,7 +28,7 @@ func tarball(t *testing.T, comp string, es []entry) []byte {
 	var raw bytes.Buffer
 	tw := tar.NewWriter(&raw)
 	for _, e := range es {
-		h := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: e.typ, Mode: e.mode, Size: int64(len(e.body))}
+		h := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: e.typ, Mode: e.mode, Size: int64(len(e.body)), ModTime: e.mtime}
 		if h.Mode == 0 {
 			h.Mode = 0o644
 		}
@@ -86,6 +89,78 @@ func TestExtractFormats(t *testing.T) {
 				t.Errorf("mode %v: set-id bits were kept", fi.Mode())
 			}
 		})
+	}
+}
+
+// TestExtractedBytecodeStaysValid: a runtime's bytecode still matches
+// its sources once extracted. A timestamp .pyc records its source's
+// modification time; an extraction that gave every file the time of
+// the extraction made Python find all of it stale, so that a standalone
+// Python compiled its standard library again on every start (inside the
+// sandbox it cannot write the result). Python itself is the judge here.
+func TestExtractedBytecodeStaysValid(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("METNOS_REQUIRE_SANDBOX") == "1" {
+			t.Fatalf("python3 not found (METNOS_REQUIRE_SANDBOX=1 makes this a failure): %v", err)
+		}
+		t.Skipf("python3 not found: %v", err)
+	}
+	src := t.TempDir()
+	mod := filepath.Join(src, "metnosmod.py")
+	body := "VALUE = 42\n"
+	if err := os.WriteFile(mod, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	when := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	if err := os.Chtimes(mod, when, when); err != nil {
+		t.Fatal(err)
+	}
+	// A timestamp .pyc, as `make install` writes them without
+	// SOURCE_DATE_EPOCH.
+	compile := exec.Command(py, "-c", "import py_compile, sys; print(py_compile.compile(sys.argv[1], doraise=True, invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP))", mod)
+	out, err := compile.Output()
+	if err != nil {
+		t.Fatalf("compiling %s: %v", mod, err)
+	}
+	pyc := strings.TrimSpace(string(out))
+	code, err := os.ReadFile(pyc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, _ := filepath.Rel(src, pyc)
+	arc := filepath.Join(t.TempDir(), "runtime.tar.gz")
+	os.WriteFile(arc, tarball(t, "gz", []entry{
+		{name: "lib/", typ: tar.TypeDir, mode: 0o755},
+		{name: "lib/metnosmod.py", typ: tar.TypeReg, body: body, mtime: when},
+		{name: "lib/__pycache__/", typ: tar.TypeDir, mode: 0o755},
+		{name: "lib/" + filepath.ToSlash(rel), typ: tar.TypeReg, body: string(code), mtime: time.Now()},
+	}), 0o644)
+	dir := filepath.Join(t.TempDir(), "runtime")
+	if err := Extract(arc, dir, Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, "lib", "metnosmod.py"))
+	if err != nil || !fi.ModTime().Equal(when) {
+		t.Errorf("the extracted source's modification time is %v (%v), the archive's %v", fi.ModTime(), err, when)
+	}
+	run := exec.Command(py, "-B", "-v", "-c", "import metnosmod; print(metnosmod.VALUE)")
+	run.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(dir, "lib"))
+	var stderr strings.Builder
+	run.Stderr = &stderr
+	got, err := run.Output()
+	if err != nil || strings.TrimSpace(string(got)) != "42" {
+		t.Fatalf("importing the extracted module: %v, %q\n%s", err, got, stderr.String())
+	}
+	used := "code object from '" + filepath.Join(dir, "lib", filepath.FromSlash(rel)) + "'"
+	if strings.Contains(stderr.String(), "bytecode is stale for 'metnosmod'") || !strings.Contains(stderr.String(), used) {
+		var lines []string
+		for _, l := range strings.Split(stderr.String(), "\n") {
+			if strings.Contains(l, "metnosmod") {
+				lines = append(lines, l)
+			}
+		}
+		t.Errorf("Python did not use the extracted bytecode (want %q):\n%s", used, strings.Join(lines, "\n"))
 	}
 }
 

@@ -131,10 +131,10 @@ func Install(ctx context.Context, lay layout.Layout, src Source, o Options) (Run
 
 // unpacked returns the runtime unpacked in final, unpacking the archive
 // there first when final is not a complete copy (its .complete marker,
-// written only after every file was synced to disk, names the pin);
+// written only after every file was synced to disk, is completeMark);
 // the interpreter must run.
 func unpacked(ctx context.Context, archive, final, pin string) (Runtime, error) {
-	if b, err := os.ReadFile(filepath.Join(final, ".complete")); err != nil || strings.TrimSpace(string(b)) != pin {
+	if b, err := os.ReadFile(filepath.Join(final, ".complete")); err != nil || strings.TrimSpace(string(b)) != completeMark(pin) {
 		os.RemoveAll(final)
 		staging := filepath.Join(filepath.Dir(final), fmt.Sprintf(".staging-%d", time.Now().UnixNano()))
 		if err := Extract(archive, staging, Limits{}); err != nil {
@@ -149,7 +149,7 @@ func unpacked(ctx context.Context, archive, final, pin string) (Runtime, error) 
 			os.RemoveAll(staging)
 			return Runtime{}, fmt.Errorf("runtime: %w", err)
 		}
-		if err := atomicfile.WriteFile(filepath.Join(staging, ".complete"), []byte(pin+"\n"), 0o644); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(staging, ".complete"), []byte(completeMark(pin)+"\n"), 0o644); err != nil {
 			os.RemoveAll(staging)
 			return Runtime{}, fmt.Errorf("runtime: %w", err)
 		}
@@ -170,6 +170,13 @@ func unpacked(ctx context.Context, archive, final, pin string) (Runtime, error) 
 	}
 	return rt, nil
 }
+
+// completeMark is what a complete copy's .complete marker holds: the
+// pin, then "mtimes": its files keep the archive's modification times.
+// A copy unpacked before [Extract] kept them is unpacked again, once: its
+// standard library's bytecode was all stale, and Python compiled the
+// modules it imports on every start.
+func completeMark(pin string) string { return pin + " mtimes" }
 
 // syncTree makes every file and folder under root durable.
 func syncTree(root string) error {

@@ -197,6 +197,53 @@ func TestInstallRepairsDamagedCopy(t *testing.T) {
 	}
 }
 
+// TestInstallUnpacksOldCopyAgain: a copy unpacked by an agent whose
+// extraction did not keep modification times (its marker names the pin
+// alone) is unpacked again at the next install, and its files then have
+// the archive's times.
+func TestInstallUnpacksOldCopyAgain(t *testing.T) {
+	lay := layout.Layout{Cache: t.TempDir()}
+	when := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	arc := tarball(t, "gz", []entry{
+		{name: "python/bin/python3", typ: tar.TypeReg, mode: 0o755, body: "#!/bin/sh\necho 3.99.9\n", mtime: when},
+		{name: "python/lib/python3.99/os.py", typ: tar.TypeReg, body: "import sys\n", mtime: when},
+	})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.ServeContent(w, r, "a", time.Unix(0, 0), bytes.NewReader(arc))
+	}))
+	defer srv.Close()
+	sum := sha256.Sum256(arc)
+	pin := hex.EncodeToString(sum[:])
+	src := Source{URL: srv.URL + "/cpython.tar.gz", Pin: Pin{SHA256: pin}}
+	rt, err := Install(context.Background(), lay, src, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	osPy := filepath.Join(rt.Dir, "lib", "python3.99", "os.py")
+	if fi, err := os.Stat(osPy); err != nil || !fi.ModTime().Equal(when) {
+		t.Fatalf("os.py after install: %v %v, want the archive's time %v", fi.ModTime(), err, when)
+	}
+	// What the earlier extraction left: every file of the time it was
+	// unpacked, and a marker with the pin alone.
+	now := time.Now()
+	os.Chtimes(osPy, now, now)
+	os.WriteFile(filepath.Join(filepath.Dir(rt.Dir), ".complete"), []byte(pin+"\n"), 0o644)
+	if rt, err = Install(context.Background(), lay, src, Options{}); err != nil || rt.Version != "3.99.9" {
+		t.Fatalf("install over the old copy: %+v %v", rt, err)
+	}
+	if fi, err := os.Stat(osPy); err != nil || !fi.ModTime().Equal(when) {
+		t.Errorf("os.py after the second install: %v %v, want the archive's time %v (the old copy was kept)", fi.ModTime(), err, when)
+	}
+	// A copy with the current marker is kept as it is.
+	os.Chtimes(osPy, now, now)
+	if _, err = Install(context.Background(), lay, src, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(osPy); !fi.ModTime().Equal(now) {
+		t.Errorf("a complete copy was unpacked again (os.py's time %v)", fi.ModTime())
+	}
+}
+
 // TestTwoDownloadsOfOneFile: a second download to the same file while
 // one runs fails at once rather than cutting the first's .part.
 func TestTwoDownloadsOfOneFile(t *testing.T) {
