@@ -123,10 +123,13 @@ type Config struct {
 	// OnIdle, when set, is called from the run loop when the agent
 	// settles into waiting: before its first poll, and again before the
 	// poll that follows an empty (or failed) one when an invocation ran
-	// since the last call, or every [IdleAgain] while it only waits. The
+	// since the last call, or every [IdleAgain] while it only waits; and
+	// when the poll that follows a run has waited [IdleAfterWork] with
+	// no invocation, without waiting for that long-poll to return. The
 	// command gives back then the memory that start-up, the runs or rarer
 	// work (heartbeats, the garbage collector) touched and waiting does
-	// not need. It runs on the loop's goroutine and must be quick.
+	// not need. It must be quick, and may run on a goroutine of its own;
+	// two calls never run at once.
 	OnIdle func()
 }
 
@@ -188,6 +191,8 @@ type Agent struct {
 	updateRetry time.Time
 	// beatNow asks the heartbeat goroutine for a heartbeat now.
 	beatNow chan struct{}
+	// idleMu keeps two calls of Config.OnIdle from running at once.
+	idleMu sync.Mutex
 	// swept is done once the start's sweep of backup blobs and journal
 	// segments has ended: it runs beside the first poll, and the first
 	// run waits for it (see housekeeping).
@@ -361,7 +366,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	var idleAt time.Time
 	for ctx.Err() == nil {
 		if quiet && a.cfg.OnIdle != nil && (worked || time.Since(idleAt) >= IdleAgain) {
-			a.cfg.OnIdle()
+			a.idle()
 			worked, idleAt = false, time.Now()
 		}
 		quiet = true
@@ -383,7 +388,22 @@ func (a *Agent) Run(ctx context.Context) error {
 		// already keeps anything from running twice, and the server
 		// hands out again only invocations without a result, after
 		// their deadline.
+		// After a run, the long-poll's wait is idle time already.
+		var idleTimer *time.Timer
+		var idledMidPoll atomic.Bool
+		if worked && a.cfg.OnIdle != nil {
+			idleTimer = time.AfterFunc(IdleAfterWork, func() {
+				a.idle()
+				idledMidPoll.Store(true)
+			})
+		}
 		resp, err := a.client.Poll(ctx, "", block)
+		if idleTimer != nil {
+			idleTimer.Stop()
+			if idledMidPoll.Load() {
+				worked, idleAt = false, time.Now()
+			}
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -446,6 +466,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("agent stopped")
 	return nil
+}
+
+// IdleAfterWork is how long the poll that follows a run waits with no
+// invocation before the run loop calls Config.OnIdle, while that
+// long-poll goes on waiting.
+const IdleAfterWork = 2 * time.Second
+
+// idle calls Config.OnIdle, one call at a time.
+func (a *Agent) idle() {
+	a.idleMu.Lock()
+	defer a.idleMu.Unlock()
+	a.cfg.OnIdle()
 }
 
 // IdleAgain is how often the run loop calls Config.OnIdle while it

@@ -17,10 +17,20 @@ import (
 	"github.com/metnos/agent/sandbox"
 )
 
-// TestOnIdle: the run loop calls Config.OnIdle once before its first
-// poll, not again while it only waits, and once more when it is waiting
-// again after running an invocation.
-func TestOnIdle(t *testing.T) {
+// idler is an agent whose Config.OnIdle reports, on idle, whether the
+// server had seen a poll by then; it polls the reference server with
+// long-polls of block.
+type idler struct {
+	srv    *refserver.Server
+	device string
+	idle   chan bool
+	logs   *syncBuffer
+	ctx    context.Context
+	stop   func() error
+}
+
+func startIdler(t *testing.T, block time.Duration) *idler {
+	t.Helper()
 	srv, err := refserver.New(refserver.Config{Executors: examples.Executors, Shim: examples.Shim, PollCheck: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +51,7 @@ func TestOnIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	reg, err := client.New(url, key, "", nil).Register(ctx, tok)
 	if err != nil {
 		t.Fatal(err)
@@ -49,17 +59,15 @@ func TestOnIdle(t *testing.T) {
 	if err := pairing.SaveState(lay, pairing.State{DeviceID: &reg.DeviceID, ServerURL: &url, ServerPublicKey: reg.ServerPublicKey}); err != nil {
 		t.Fatal(err)
 	}
-	// Each call says whether the server had seen a poll by then.
-	idle := make(chan bool, 10)
-	var logs syncBuffer
+	d := &idler{srv: srv, device: reg.DeviceID, idle: make(chan bool, 10), logs: &syncBuffer{}, ctx: ctx}
 	a, err := New(Config{Layout: lay, Client: client.New(url, key, reg.DeviceID, nil),
 		Host:   policy.Host{Home: dir, UID: os.Getuid(), AgentDataDirs: lay.AgentDirs()},
 		Python: os.Getenv("METNOS_PYTHON"), Path: os.Getenv("PATH"),
 		Sandbox: sandbox.Options{SearchPath: os.Getenv("PATH"), Bwrap: os.Getenv("METNOS_BWRAP")},
-		Logger:  slog.New(slog.NewTextHandler(&logs, nil)), Block: 200 * time.Millisecond,
+		Logger:  slog.New(slog.NewTextHandler(d.logs, nil)), Block: block,
 		OnIdle: func() {
 			info, _ := srv.Device(reg.DeviceID)
-			idle <- !info.LastPoll.IsZero()
+			d.idle <- !info.LastPoll.IsZero()
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -67,40 +75,82 @@ func TestOnIdle(t *testing.T) {
 	t.Cleanup(func() { a.Close() })
 	ran := make(chan error, 1)
 	go func() { ran <- a.Run(ctx) }()
+	d.stop = func() error { cancel(); return <-ran }
+	return d
+}
 
+// run has the agent run one echo and waits for its result.
+func (d *idler) run(t *testing.T) {
+	t.Helper()
+	id, err := d.srv.Enqueue(d.device, "echo_args", map[string]any{"i": 1}, refserver.EnqueueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.srv.Wait(d.ctx, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOnIdle: the run loop calls Config.OnIdle once before its first
+// poll, not again while it only waits, and once more when it is waiting
+// again after running an invocation.
+func TestOnIdle(t *testing.T) {
+	d := startIdler(t, 200*time.Millisecond)
 	select {
-	case polled := <-idle:
+	case polled := <-d.idle:
 		if polled {
 			t.Error("OnIdle was first called after a poll, want before the first")
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("OnIdle was not called at start-up\n%s", logs.String())
+		t.Fatalf("OnIdle was not called at start-up\n%s", d.logs.String())
 	}
 	quiet := func(what string) {
 		t.Helper()
 		select {
-		case <-idle:
+		case <-d.idle:
 			t.Errorf("OnIdle was called again %s", what)
 		case <-time.After(time.Second): // about five empty long-polls
 		}
 	}
 	quiet("while the agent only waited")
 
-	id, err := srv.Enqueue(reg.DeviceID, "echo_args", map[string]any{"i": 1}, refserver.EnqueueOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := srv.Wait(ctx, id); err != nil {
-		t.Fatal(err)
-	}
+	d.run(t)
 	select {
-	case <-idle:
+	case <-d.idle:
 	case <-time.After(30 * time.Second):
-		t.Fatalf("OnIdle was not called when the agent waited again after a run\n%s", logs.String())
+		t.Fatalf("OnIdle was not called when the agent waited again after a run\n%s", d.logs.String())
 	}
 	quiet("while the agent only waited after the run")
-	cancel()
-	if err := <-ran; err != nil {
+	if err := d.stop(); err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+// TestOnIdleDuringLongPoll: after a run, OnIdle comes while the next
+// long-poll still waits (IdleAfterWork into it), not only once that
+// poll returns empty, which here would take a minute; and once.
+func TestOnIdleDuringLongPoll(t *testing.T) {
+	d := startIdler(t, time.Minute)
+	select {
+	case <-d.idle: // start-up
+	case <-time.After(30 * time.Second):
+		t.Fatalf("OnIdle was not called at start-up\n%s", d.logs.String())
+	}
+	d.run(t)
+	select {
+	case polled := <-d.idle:
+		if !polled {
+			t.Error("OnIdle came before any poll")
+		}
+	case <-time.After(30 * time.Second): // half the long-poll
+		t.Fatalf("OnIdle was not called while the long-poll after the run waited\n%s", d.logs.String())
+	}
+	select {
+	case <-d.idle:
+		t.Error("OnIdle was called twice after one run")
+	case <-time.After(3 * IdleAfterWork):
+	}
+	if err := d.stop(); err != nil {
 		t.Errorf("Run: %v", err)
 	}
 }
