@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -90,7 +91,7 @@ func Install(ctx context.Context, lay layout.Layout, src Source, o Options) (Run
 	pin := strings.ToLower(src.Pin.SHA256)
 	final := filepath.Join(versions, pin[:16])
 	previous, _ := Current(lay)
-	rt, err := unpacked(ctx, archive, final, pin)
+	rt, err := unpacked(ctx, archive, final, pin, o.Logger)
 	switch {
 	case errors.Is(err, ErrUnsafeArchive):
 		// The verified archive is what it is: unpacking it again cannot
@@ -105,7 +106,7 @@ func Install(ctx context.Context, lay layout.Layout, src Source, o Options) (Run
 		// A damaged copy (a crash, a disk error): once more from the archive.
 		o.Logger.Warn("the unpacked runtime does not run; unpacking it again", "dir", final, "err", err)
 		os.RemoveAll(final)
-		if rt, err = unpacked(ctx, archive, final, pin); err != nil {
+		if rt, err = unpacked(ctx, archive, final, pin, o.Logger); err != nil {
 			return Runtime{}, fmt.Errorf("runtime %s: the interpreter does not run here, the previous runtime stays: %w", src.Filename, err)
 		}
 	}
@@ -133,17 +134,23 @@ func Install(ctx context.Context, lay layout.Layout, src Source, o Options) (Run
 // there first when final is not a complete copy (its .complete marker,
 // written only after every file was synced to disk, is completeMark);
 // the interpreter must run.
-func unpacked(ctx context.Context, archive, final, pin string) (Runtime, error) {
+func unpacked(ctx context.Context, archive, final, pin string, log *slog.Logger) (Runtime, error) {
 	if b, err := os.ReadFile(filepath.Join(final, ".complete")); err != nil || strings.TrimSpace(string(b)) != completeMark(pin) {
 		os.RemoveAll(final)
 		staging := filepath.Join(filepath.Dir(final), fmt.Sprintf(".staging-%d", time.Now().UnixNano()))
 		if err := Extract(archive, staging, Limits{}); err != nil {
 			return Runtime{}, err
 		}
-		if _, err := interpreterIn(filepath.Join(staging, "python")); err != nil {
+		interp, err := interpreterIn(filepath.Join(staging, "python"))
+		if err != nil {
 			// Straight from the verified archive: not a damaged copy.
 			os.RemoveAll(staging)
 			return Runtime{}, fmt.Errorf("%w (%w)", errNotRuntime, err)
+		}
+		log.Info("compiling the runtime's standard library to bytecode, once", "dir", final)
+		if err := compileStdlib(ctx, interp); err != nil {
+			// It still runs, each start compiling what it imports.
+			log.Warn("the runtime's standard library was not all compiled to bytecode; executors start slower", "dir", final, "err", err)
 		}
 		if err := syncTree(staging); err != nil {
 			os.RemoveAll(staging)
@@ -172,11 +179,44 @@ func unpacked(ctx context.Context, archive, final, pin string) (Runtime, error) 
 }
 
 // completeMark is what a complete copy's .complete marker holds: the
-// pin, then "mtimes": its files keep the archive's modification times.
-// A copy unpacked before [Extract] kept them is unpacked again, once: its
-// standard library's bytecode was all stale, and Python compiled the
-// modules it imports on every start.
-func completeMark(pin string) string { return pin + " mtimes" }
+// pin, then "mtimes bytecode": its files keep the archive's modification
+// times, and its standard library was compiled (compileStdlib). A copy
+// unpacked before either was done is unpacked again, once: Python
+// compiled the modules it imports on every start there.
+func completeMark(pin string) string { return pin + " mtimes bytecode" }
+
+// compileScript compiles a runtime's standard library into __pycache__
+// beside its modules, as timestamp .pyc files (valid while the sources
+// keep the times [Extract] gave them), but for the test suites and
+// tools no executor imports. python-build-standalone ships no bytecode,
+// and the sandbox shows the runtime read-only: without this step every
+// executor's start compiles the modules it imports, again and again.
+const compileScript = `import compileall, py_compile, re, sys, sysconfig
+skip = re.compile(r"[/\\](test|tests|idlelib|tkinter|turtledemo|lib2to3|ensurepip|site-packages)[/\\]|bad_coding|badsyntax")
+ok = compileall.compile_dir(sysconfig.get_path("stdlib"), quiet=1, workers=0, rx=skip,
+                            invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+sys.exit(0 if ok else 1)
+`
+
+// compileStdlib runs compileScript with interp, the runtime's own
+// interpreter, outside any sandbox: it compiles the verified archive's
+// sources, as the first start of any Python would.
+func compileStdlib(ctx context.Context, interp string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, interp, "-I", "-c", compileScript)
+	cmd.Env = []string{}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s: compiling the standard library: %v: %s", interp, err, lastLines(string(out), 5))
+	}
+	return nil
+}
+
+// lastLines is the last n lines of s, trimmed.
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(l[max(0, len(l)-n):], "\n")
+}
 
 // syncTree makes every file and folder under root durable.
 func syncTree(root string) error {

@@ -85,8 +85,9 @@ func TestRuntimeFromSystemPython(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := sandbox.Run(context.Background(), sandbox.Request{
-		// Resolved, as the agent's FindPython gives it.
-		Argv:  []string{rt.Interpreter, filepath.Join(exDir, "echo.py")},
+		// Resolved, as the agent's FindPython gives it; -v: Python says
+		// where each module's code came from.
+		Argv:  []string{rt.Interpreter, "-v", filepath.Join(exDir, "echo.py")},
 		Stdin: strings.NewReader(`{"q":"città"}`), Env: []string{"PATH=/usr/bin:/bin"}, Policy: pol, Limits: sandbox.Limits{Timeout: 30 * time.Second}, Options: testbin.SandboxOptions(),
 	})
 	if err != nil {
@@ -101,6 +102,13 @@ func TestRuntimeFromSystemPython(t *testing.T) {
 		t.Fatalf("the executor under %s: %s / %s", out.Sandbox, out.Stdout, out.Stderr)
 	}
 	t.Logf("ran with the installed runtime under %s, sys.prefix %s", out.Sandbox, r.Prefix)
+	// The standard library's bytecode, compiled at the install (the
+	// archive has none), is what the read-only runtime runs.
+	stderr := string(out.Stderr)
+	used := "code object from '" + filepath.Join(rt.Dir, "lib", "python"+ver, "json", "__pycache__")
+	if !strings.Contains(stderr, used) || strings.Contains(stderr, "bytecode is stale") {
+		t.Errorf("json did not come from the runtime's compiled bytecode (want %q):\n%s", used, grepLines(stderr, "json"))
+	}
 
 	// A second archive whose interpreter does not run: the first stays.
 	bad := tarball(t, "gz", []entry{{name: "python/bin/python3", typ: tar.TypeReg, mode: 0o755, body: "#!/bin/false\n"}})
@@ -291,4 +299,15 @@ func TestInstallNotARuntime(t *testing.T) {
 	if ents, _ := os.ReadDir(lay.RuntimeVersions()); len(ents) > 0 {
 		t.Errorf("left in %s: %v", lay.RuntimeVersions(), ents)
 	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -1,8 +1,8 @@
 // Package pbstest builds, for tests and benchmarks, a
 // python-build-standalone-layout archive from this machine's own
 // Python: python/bin/python3.X, python/bin/python3 -> python3.X and
-// python/lib/python3.X/... with its bytecode, which a standalone
-// interpreter finds beside itself.
+// python/lib/python3.X/... (sources only, as python-build-standalone
+// ships them), which a standalone interpreter finds beside itself.
 package pbstest
 
 import (
@@ -32,10 +32,10 @@ func System() (exe, lib, version string, err error) {
 	return "", "", "", ErrNoPython
 }
 
-// skip are standard-library folders a runtime can do without. The
-// bytecode (__pycache__) stays: python-build-standalone ships it, and
-// whether it stays valid once unpacked is part of what is tested.
-var skip = map[string]bool{"test": true, "idlelib": true, "tkinter": true, "ensurepip": true, "lib2to3": true, "turtledemo": true, "site-packages": true, "dist-packages": true, "pydoc_data": true}
+// skip are standard-library folders a runtime can do without, and the
+// bytecode (__pycache__): python-build-standalone's install_only
+// archives come without it.
+var skip = map[string]bool{"__pycache__": true, "test": true, "idlelib": true, "tkinter": true, "ensurepip": true, "lib2to3": true, "turtledemo": true, "site-packages": true, "dist-packages": true, "pydoc_data": true}
 
 // Write writes the archive, gzip-compressed at level, to w and returns
 // the Python version ("3.11").
