@@ -381,13 +381,6 @@ func (a *Agent) Run(ctx context.Context) error {
 			// that it is back, rather than a whole long-poll later.
 			block = min(block, 2*time.Second)
 		}
-		// The cursor is always null. The Rust client sends the last id
-		// it saw, which hides from it every invocation with a smaller
-		// id: one a dead agent's orphaned long-poll claimed (docs/protocol.md §6.5),
-		// or any ordinary one after a durable id (docs/protocol.md §17.1). The ledger
-		// already keeps anything from running twice, and the server
-		// hands out again only invocations without a result, after
-		// their deadline.
 		// After a run, the long-poll's wait is idle time already.
 		var idleTimer *time.Timer
 		var idledMidPoll atomic.Bool
@@ -397,6 +390,13 @@ func (a *Agent) Run(ctx context.Context) error {
 				idledMidPoll.Store(true)
 			})
 		}
+		// The cursor is always null. The Rust client sends the last id
+		// it saw, which hides from it every invocation with a smaller
+		// id: one a dead agent's orphaned long-poll claimed (docs/protocol.md §6.5),
+		// or any ordinary one after a durable id (docs/protocol.md §17.1). The ledger
+		// already keeps anything from running twice, and the server
+		// hands out again only invocations without a result, after
+		// their deadline.
 		resp, err := a.client.Poll(ctx, "", block)
 		if idleTimer != nil {
 			idleTimer.Stop()
