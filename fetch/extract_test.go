@@ -13,6 +13,8 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
+
+	"github.com/metnos/agent/internal/testbin"
 )
 
 type entry struct {
@@ -154,13 +156,7 @@ func TestExtractedBytecodeStaysValid(t *testing.T) {
 	}
 	used := "code object from '" + filepath.Join(dir, "lib", filepath.FromSlash(rel)) + "'"
 	if strings.Contains(stderr.String(), "bytecode is stale for 'metnosmod'") || !strings.Contains(stderr.String(), used) {
-		var lines []string
-		for _, l := range strings.Split(stderr.String(), "\n") {
-			if strings.Contains(l, "metnosmod") {
-				lines = append(lines, l)
-			}
-		}
-		t.Errorf("Python did not use the extracted bytecode (want %q):\n%s", used, strings.Join(lines, "\n"))
+		t.Errorf("Python did not use the extracted bytecode (want %q):\n%s", used, testbin.Grep(stderr.String(), "metnosmod"))
 	}
 }
 

@@ -107,7 +107,7 @@ func TestRuntimeFromSystemPython(t *testing.T) {
 	stderr := string(out.Stderr)
 	used := "code object from '" + filepath.Join(rt.Dir, "lib", "python"+ver, "json", "__pycache__")
 	if !strings.Contains(stderr, used) || strings.Contains(stderr, "bytecode is stale") {
-		t.Errorf("json did not come from the runtime's compiled bytecode (want %q):\n%s", used, grepLines(stderr, "json"))
+		t.Errorf("json did not come from the runtime's compiled bytecode (want %q):\n%s", used, testbin.Grep(stderr, "json"))
 	}
 
 	// A second archive whose interpreter does not run: the first stays.
@@ -299,15 +299,4 @@ func TestInstallNotARuntime(t *testing.T) {
 	if ents, _ := os.ReadDir(lay.RuntimeVersions()); len(ents) > 0 {
 		t.Errorf("left in %s: %v", lay.RuntimeVersions(), ents)
 	}
-}
-
-// grepLines returns the lines of s that contain sub.
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 )
 
 // Build builds both commands into dir (CGO_ENABLED=0, as releases are
@@ -43,4 +44,16 @@ func Prepare() (dir string, cleanup func(), err error) {
 		return "", nil, err
 	}
 	return dir, func() { os.RemoveAll(dir) }, nil
+}
+
+// Grep returns the lines of s that contain sub, for a failure message
+// that shows the lines that matter of a long output.
+func Grep(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

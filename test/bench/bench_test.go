@@ -80,6 +80,28 @@ type variant struct {
 	run  func() (time.Duration, error)
 }
 
+// interleave runs the variants in rounds, round-robin, the starting
+// variant rotating each round: warmups rounds, then n timed ones, whose
+// times it returns per variant. A variant that fails fails the test
+// (what names the workload in the message).
+func interleave(t *testing.T, vs []variant, n int, what string) [][]time.Duration {
+	t.Helper()
+	times := make([][]time.Duration, len(vs))
+	for round := 0; round < warmups+n; round++ {
+		for k := range vs {
+			i := (round + k) % len(vs)
+			d, err := vs[i].run()
+			if err != nil {
+				t.Fatalf("%s%s: %v", vs[i].name, what, err)
+			}
+			if round >= warmups {
+				times[i] = append(times[i], d)
+			}
+		}
+	}
+	return times
+}
+
 func TestStartupRatios(t *testing.T) {
 	if testing.Short() {
 		t.Skip("startup benchmark skipped under -short")
@@ -156,19 +178,7 @@ func TestStartupRatios(t *testing.T) {
 		if baseline != "" {
 			variants = append(variants, variant{"agent-exec-baseline", command(append([]string{filepath.Join(baseline, "metnos-agent"), "exec", "--"}, w...), childEnv)})
 		}
-		times := make([][]time.Duration, len(variants))
-		for round := 0; round < warmups+n; round++ {
-			for k := range variants {
-				i := (round + k) % len(variants)
-				d, err := variants[i].run()
-				if err != nil {
-					t.Fatalf("%s of %q: %v", variants[i].name, strings.Join(w, " "), err)
-				}
-				if round >= warmups {
-					times[i] = append(times[i], d)
-				}
-			}
-		}
+		times := interleave(t, variants, n, fmt.Sprintf(" of %q", strings.Join(w, " ")))
 		t.Log(report(w, variants, times, n, word, inWord, targets[wi]))
 		t.Log(stagesReport(w, stages[min(warmups, len(stages)):]))
 		if os.Getenv("METNOS_REQUIRE_SANDBOX") == "1" && inWord != fullWord {

@@ -20,6 +20,7 @@ import (
 	"github.com/metnos/agent/fetch"
 	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/internal/pbstest"
+	"github.com/metnos/agent/internal/testbin"
 )
 
 // stdlibImports are standard-library modules the real Metnos shim
@@ -83,10 +84,10 @@ func TestRuntimeBytecode(t *testing.T) {
 		return stderr.String()
 	}
 	if v := verbose(rt.Interpreter); !strings.Contains(v, "code object from '"+filepath.Join(rt.Dir, "lib")) {
-		t.Errorf("the installed runtime did not use bytecode of its own for json:\n%s", grepLines(v, "json"))
+		t.Errorf("the installed runtime did not use bytecode of its own for json:\n%s", testbin.Grep(v, "json"))
 	}
 	if v := verbose(shippedPy); strings.Contains(v, "code object from '"+filepath.Join(shipped, "python", "lib")) {
-		t.Errorf("the archive as shipped has bytecode: this bench measures nothing:\n%s", grepLines(v, "json"))
+		t.Errorf("the archive as shipped has bytecode: this bench measures nothing:\n%s", testbin.Grep(v, "json"))
 	}
 
 	variants := []variant{
@@ -95,19 +96,7 @@ func TestRuntimeBytecode(t *testing.T) {
 		{"runtime, as shipped", command([]string{shippedPy, "-B", "-c", stdlibImports}, []string{})},
 	}
 	n := 30
-	times := make([][]time.Duration, len(variants))
-	for round := 0; round < warmups+n; round++ {
-		for k := range variants {
-			i := (round + k) % len(variants)
-			d, err := variants[i].run()
-			if err != nil {
-				t.Fatalf("%s: %v", variants[i].name, err)
-			}
-			if round >= warmups {
-				times[i] = append(times[i], d)
-			}
-		}
-	}
+	times := interleave(t, variants, n, "")
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nstarting Python and importing %d standard-library modules, %d interleaved rounds, medians:\n", strings.Count(stdlibImports, ",")+1, n)
 	base := median(times[0])
@@ -116,15 +105,4 @@ func TestRuntimeBytecode(t *testing.T) {
 		fmt.Fprintf(&b, "  %-24s %8s  %5.2f× the system's python3\n", v.name, ms(m), ratio(m, base))
 	}
 	t.Log(b.String())
-}
-
-// grepLines returns the lines of s that contain sub.
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }
