@@ -120,16 +120,20 @@ type Config struct {
 	// BytecodeOff keeps no compiled bytecode for the executors and the
 	// shim (METNOS_BYTECODE=off): every run compiles them from source.
 	BytecodeOff bool
-	// OnIdle, when set, is called from the run loop when the agent
-	// settles into waiting: before its first poll, and again before the
-	// poll that follows an empty (or failed) one when an invocation ran
-	// since the last call, or every [IdleAgain] while it only waits; and
-	// when the poll that follows a run has waited [IdleAfterWork] with
-	// no invocation, without waiting for that long-poll to return. The
-	// command gives back then the memory that start-up, the runs or rarer
-	// work (heartbeats, the garbage collector) touched and waiting does
-	// not need. It must be quick, and may run on a goroutine of its own;
-	// two calls never run at once.
+	// OnIdle, when set, is called when the agent settles into waiting:
+	//   - from the run loop, before its first poll, and again before the
+	//     poll that follows an empty (or failed) one when an invocation
+	//     ran since the last call, or every [IdleAgain];
+	//   - when the poll that follows a run, or a long-poll that timed
+	//     out after [IdleAfterWork] or more, has waited [IdleAfterWork]
+	//     with no invocation, without waiting for that long-poll to
+	//     return;
+	//   - after each heartbeat but the first while no invocation runs.
+	//
+	// The command gives back then the memory that start-up, the runs or
+	// rarer work (polls' answers, heartbeats, the garbage collector)
+	// touched and waiting does not need. It must be quick, and may run
+	// on a goroutine of its own; two calls never run at once.
 	OnIdle func()
 }
 
@@ -193,6 +197,11 @@ type Agent struct {
 	beatNow chan struct{}
 	// idleMu keeps two calls of Config.OnIdle from running at once.
 	idleMu sync.Mutex
+	// working is set while the Run goroutine handles an invocation,
+	// and workEnded is when it last finished one (UnixNano): the
+	// heartbeat goroutine reads them (see idleAfterBeat).
+	working   atomic.Bool
+	workEnded atomic.Int64
 	// swept is done once the start's sweep of backup blobs and journal
 	// segments has ended: it runs beside the first poll, and the first
 	// run waits for it (see housekeeping).
@@ -361,8 +370,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	restart := false
 	var down reachability
 	// worked: an invocation ran since OnIdle was last called (start-up
-	// counts as one); quiet: the last poll brought none.
-	worked, quiet := true, true
+	// counts as one); quiet: the last poll brought none; waited: it was
+	// answered, empty, after IdleAfterWork or more (a long-poll that
+	// timed out: answering it, and sending the next, touch code that
+	// waiting does not need).
+	worked, quiet, waited := true, true, false
 	var idleAt time.Time
 	for ctx.Err() == nil {
 		if quiet && a.cfg.OnIdle != nil && (worked || time.Since(idleAt) >= IdleAgain) {
@@ -381,15 +393,18 @@ func (a *Agent) Run(ctx context.Context) error {
 			// that it is back, rather than a whole long-poll later.
 			block = min(block, 2*time.Second)
 		}
-		// After a run, the long-poll's wait is idle time already.
+		// After a run, or a long-poll that timed out, the long-poll's
+		// wait is idle time already: once its request has gone (which
+		// touches code as answering does).
 		var idleTimer *time.Timer
 		var idledMidPoll atomic.Bool
-		if worked && a.cfg.OnIdle != nil {
+		if (worked || waited) && a.cfg.OnIdle != nil {
 			idleTimer = time.AfterFunc(IdleAfterWork, func() {
 				a.idle()
 				idledMidPoll.Store(true)
 			})
 		}
+		waited = false
 		// The cursor is always null. The Rust client sends the last id
 		// it saw, which hides from it every invocation with a smaller
 		// id: one a dead agent's orphaned long-poll claimed (docs/protocol.md §6.5),
@@ -397,7 +412,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		// already keeps anything from running twice, and the server
 		// hands out again only invocations without a result, after
 		// their deadline.
+		polled := time.Now()
 		resp, err := a.client.Poll(ctx, "", block)
+		if err == nil && resp.Invocation == nil && time.Since(polled) >= IdleAfterWork {
+			waited = true
+		}
 		if idleTimer != nil {
 			idleTimer.Stop()
 			if idledMidPoll.Load() {
@@ -439,7 +458,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.noteShim(resp.ShimSHA256)
 		if resp.Invocation != nil {
 			worked, quiet = true, false
-			if err := a.handle(ctx, resp.Invocation); err != nil {
+			a.working.Store(true)
+			err := a.handle(ctx, resp.Invocation)
+			a.workEnded.Store(time.Now().UnixNano())
+			a.working.Store(false)
+			if err != nil {
 				// A malformed invocation counts as a failed poll (docs/protocol.md §7.2
 				// step 1): back off.
 				a.sleep(ctx, &backoff)
@@ -478,6 +501,22 @@ func (a *Agent) idle() {
 	a.idleMu.Lock()
 	defer a.idleMu.Unlock()
 	a.cfg.OnIdle()
+}
+
+// idleAfterBeat calls Config.OnIdle after a heartbeat while the agent
+// only waits: no invocation runs, nor ended in the last IdleAfterWork.
+// A heartbeat's connection, signing and encoding touch code all over
+// the binary, which the kernel faults in by the 64 KiB: a few MB
+// that would otherwise stay resident until IdleAgain. The first
+// heartbeat is left out, as the start's call follows or overlaps it.
+func (a *Agent) idleAfterBeat() {
+	if a.cfg.OnIdle == nil || a.working.Load() {
+		return
+	}
+	if time.Since(time.Unix(0, a.workEnded.Load())) < IdleAfterWork {
+		return
+	}
+	a.idle()
 }
 
 // IdleAgain is how often the run loop calls Config.OnIdle while it
@@ -673,7 +712,7 @@ func (a *Agent) heartbeats(ctx context.Context) {
 	t := time.NewTicker(a.cfg.HeartbeatEvery)
 	defer t.Stop()
 	failing := false
-	for {
+	for beat := 0; ; beat++ {
 		err := a.client.Heartbeat(ctx, a.profile())
 		switch {
 		case err == nil:
@@ -687,6 +726,9 @@ func (a *Agent) heartbeats(ctx context.Context) {
 		}
 		if a.cfg.OnHeartbeat != nil {
 			a.cfg.OnHeartbeat(ctx)
+		}
+		if beat > 0 {
+			a.idleAfterBeat()
 		}
 		select {
 		case <-ctx.Done():

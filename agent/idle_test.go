@@ -19,7 +19,8 @@ import (
 
 // idler is an agent whose Config.OnIdle reports, on idle, whether the
 // server had seen a poll by then; it polls the reference server with
-// long-polls of block.
+// long-polls of block, and sends a heartbeat every beat (the default
+// when 0).
 type idler struct {
 	srv    *refserver.Server
 	device string
@@ -29,7 +30,7 @@ type idler struct {
 	stop   func() error
 }
 
-func startIdler(t *testing.T, block time.Duration) *idler {
+func startIdler(t *testing.T, block, beat time.Duration) *idler {
 	t.Helper()
 	srv, err := refserver.New(refserver.Config{Executors: examples.Executors, Shim: examples.Shim, PollCheck: 20 * time.Millisecond})
 	if err != nil {
@@ -64,7 +65,7 @@ func startIdler(t *testing.T, block time.Duration) *idler {
 		Host:   policy.Host{Home: dir, UID: os.Getuid(), AgentDataDirs: lay.AgentDirs()},
 		Python: os.Getenv("METNOS_PYTHON"), Path: os.Getenv("PATH"),
 		Sandbox: sandbox.Options{SearchPath: os.Getenv("PATH"), Bwrap: os.Getenv("METNOS_BWRAP")},
-		Logger:  slog.New(slog.NewTextHandler(d.logs, nil)), Block: block,
+		Logger:  slog.New(slog.NewTextHandler(d.logs, nil)), Block: block, HeartbeatEvery: beat,
 		OnIdle: func() {
 			info, _ := srv.Device(reg.DeviceID)
 			d.idle <- !info.LastPoll.IsZero()
@@ -95,7 +96,7 @@ func (d *idler) run(t *testing.T) {
 // poll, not again while it only waits, and once more when it is waiting
 // again after running an invocation.
 func TestOnIdle(t *testing.T) {
-	d := startIdler(t, 200*time.Millisecond)
+	d := startIdler(t, 200*time.Millisecond, 0)
 	select {
 	case polled := <-d.idle:
 		if polled {
@@ -130,7 +131,7 @@ func TestOnIdle(t *testing.T) {
 // long-poll still waits (IdleAfterWork into it), not only once that
 // poll returns empty, which here would take a minute; and once.
 func TestOnIdleDuringLongPoll(t *testing.T) {
-	d := startIdler(t, time.Minute)
+	d := startIdler(t, time.Minute, 0)
 	select {
 	case <-d.idle: // start-up
 	case <-time.After(30 * time.Second):
@@ -149,6 +150,42 @@ func TestOnIdleDuringLongPoll(t *testing.T) {
 	case <-d.idle:
 		t.Error("OnIdle was called twice after one run")
 	case <-time.After(3 * IdleAfterWork):
+	}
+	if err := d.stop(); err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+// TestOnIdleAfterHeartbeat: while the agent only waits (one long-poll
+// of a minute), each heartbeat after the first is followed by OnIdle,
+// which gives back what the heartbeat touched; without it the next
+// call would come IdleAgain later.
+func TestOnIdleAfterHeartbeat(t *testing.T) {
+	d := startIdler(t, time.Minute, 300*time.Millisecond)
+	for i := range 4 { // start-up, then three heartbeats
+		select {
+		case <-d.idle:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("OnIdle was called %d times in 30 s of heartbeats every 300 ms, want 4\n%s", i, d.logs.String())
+		}
+	}
+	if err := d.stop(); err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+// TestOnIdleAfterLongPoll: after a long-poll that timed out empty, OnIdle
+// comes IdleAfterWork into the next one, and gives back what answering
+// the one and sending the other touched; short polls (TestOnIdle) do
+// not call it.
+func TestOnIdleAfterLongPoll(t *testing.T) {
+	d := startIdler(t, 2*IdleAfterWork, 0)
+	for i := range 3 { // start-up, then two long-polls
+		select {
+		case <-d.idle:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("OnIdle was called %d times in 30 s of empty long-polls of %v, want 3\n%s", i, 2*IdleAfterWork, d.logs.String())
+		}
 	}
 	if err := d.stop(); err != nil {
 		t.Errorf("Run: %v", err)
