@@ -727,7 +727,7 @@ func (a *Agent) heartbeats(ctx context.Context) {
 		if a.cfg.OnHeartbeat != nil {
 			a.cfg.OnHeartbeat(ctx)
 		}
-		if beat > 0 {
+		if beat > 0 && ctx.Err() == nil {
 			a.idleAfterBeat()
 		}
 		select {
