@@ -14,7 +14,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
 
-	"github.com/metnos/agent/internal/testbin"
+	"github.com/metnos/agent/testkit/testbin"
 )
 
 type entry struct {

@@ -22,10 +22,10 @@ import (
 
 	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/internal/lockfile"
-	"github.com/metnos/agent/internal/pbstest"
-	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
+	"github.com/metnos/agent/testkit/pbstest"
+	"github.com/metnos/agent/testkit/testbin"
 )
 
 // standaloneFromSystem is pbstest's archive of this machine's Python.

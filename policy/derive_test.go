@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/metnos/agent/internal/golden"
+	"github.com/metnos/agent/testkit/golden"
 )
 
 func TestDeriveHintRoot(t *testing.T) {

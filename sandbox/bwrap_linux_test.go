@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/metnos/agent/internal/golden"
 	"github.com/metnos/agent/policy"
+	"github.com/metnos/agent/testkit/golden"
 )
 
 func planFixture(t *testing.T) (string, policy.Policy) {

@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sys/windows"
 
-	"github.com/metnos/agent/internal/winetest"
 	"github.com/metnos/agent/policy"
+	"github.com/metnos/agent/testkit/winetest"
 )
 
 func TestWindowsPlanFor(t *testing.T) {

@@ -22,8 +22,8 @@ import (
 
 	"golang.org/x/sys/windows"
 
-	"github.com/metnos/agent/internal/winetest"
 	"github.com/metnos/agent/policy"
+	"github.com/metnos/agent/testkit/winetest"
 )
 
 // helperEnv, when set in a process of this test binary, makes it a

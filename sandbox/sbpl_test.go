@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/text/unicode/norm"
 
-	"github.com/metnos/agent/internal/golden"
 	"github.com/metnos/agent/policy"
+	"github.com/metnos/agent/testkit/golden"
 )
 
 // sbplScratch is the TMPDIR the golden profiles are generated with.

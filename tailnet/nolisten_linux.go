@@ -37,7 +37,7 @@ import (
 //     nothing.
 //
 // The agent calls it from one place, when a command joins a tailnet
-// (internal/cli's connect step), and only then: without a tailnet
+// (cmd/metnos-agent/cli's connect step), and only then: without a tailnet
 // configured, nothing is filtered.
 func DenyListen() error {
 	f := seccomp.Filter{

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/metnos/agent/internal/winetest"
+	"github.com/metnos/agent/testkit/winetest"
 )
 
 // TestWindowsSwapRunningExecutable runs the Windows swap for real, on a

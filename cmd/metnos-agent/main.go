@@ -6,7 +6,7 @@ package main
 import (
 	"os"
 
-	"github.com/metnos/agent/internal/cli"
+	"github.com/metnos/agent/cmd/metnos-agent/cli"
 	"github.com/metnos/agent/sandbox/shim"
 )
 

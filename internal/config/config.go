@@ -37,6 +37,8 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -249,7 +251,8 @@ func (e *VarError) Error() string {
 
 // FromEnv reads the agent's configuration on goos from the environment
 // getenv (os.Getenv, or a test's). The error joins a [*VarError] for
-// every variable that is not valid.
+// every variable that is not valid; with it, the Config holds only its
+// [Paths].
 func FromEnv(goos string, getenv func(string) string) (Config, error) {
 	r := reader{getenv: getenv}
 	c := Config{
@@ -347,10 +350,19 @@ func FromEnv(goos string, getenv func(string) string) (Config, error) {
 	c.SpoolRetention = r.days("METNOS_SPOOL_RETENTION_DAYS", DefaultSpoolRetention)
 	c.Warnings = r.warnings
 	if len(r.errs) > 0 {
-		return Config{}, errors.Join(r.errs...)
+		// The folders still count: run's early update boot finds the
+		// build on probation by them, so that a build that refuses the
+		// environment is still rolled back.
+		return Config{Paths: c.Paths}, errors.Join(r.errs...)
 	}
 	return c, nil
 }
+
+// FromProcess reads the agent's configuration from this process's
+// environment: [FromEnv] of os.Getenv on this operating system. It is
+// the one place the agent reads its environment; the command line calls
+// it once, at its start.
+func FromProcess() (Config, error) { return FromEnv(runtime.GOOS, os.Getenv) }
 
 // reader gathers the errors and warnings of one FromEnv.
 type reader struct {

@@ -36,7 +36,6 @@ package layout
 import (
 	"errors"
 	"fmt"
-	"os"
 	"os/user"
 	"path"
 	"path/filepath"
@@ -214,9 +213,6 @@ func (l Layout) override(getenv func(string) string, name string) (string, error
 	}
 	return l.clean(v), nil
 }
-
-// Current returns this process's layout: [CurrentWith] of os.Getenv.
-func Current() (Layout, error) { return CurrentWith(os.Getenv) }
 
 // CurrentWith returns the layout on this operating system for this
 // user, with the environment getenv: [For] with the home folder of

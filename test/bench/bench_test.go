@@ -62,9 +62,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
+	"github.com/metnos/agent/testkit/testbin"
 )
 
 const (

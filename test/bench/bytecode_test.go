@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/metnos/agent/internal/layout"
-	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/refserver"
+	"github.com/metnos/agent/testkit/testbin"
 )
 
 // realShim maps the shim's wire names to their place in a Metnos

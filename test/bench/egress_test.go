@@ -21,10 +21,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/sandbox/egress"
+	"github.com/metnos/agent/testkit/testbin"
 )
 
 // Issue 14's speed goals for the egress proxy.

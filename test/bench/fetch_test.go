@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/metnos/agent/fetch"
-	"github.com/metnos/agent/internal/pbstest"
+	"github.com/metnos/agent/testkit/pbstest"
 )
 
 func median(d []time.Duration) time.Duration {

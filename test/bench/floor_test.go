@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
+	"github.com/metnos/agent/testkit/testbin"
 )
 
 // The floor variants show what issue 16's start-up targets are measured

@@ -18,10 +18,10 @@ import (
 
 	"github.com/metnos/agent/examples"
 	"github.com/metnos/agent/internal/layout"
-	"github.com/metnos/agent/internal/tailnettest"
-	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/refserver"
+	"github.com/metnos/agent/testkit/tailnettest"
+	"github.com/metnos/agent/testkit/testbin"
 )
 
 // TestIdleMemory measures issue 16's memory at idle and start-up of

@@ -18,9 +18,9 @@ import (
 
 	"github.com/metnos/agent/examples"
 	"github.com/metnos/agent/internal/layout"
-	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/refserver"
+	"github.com/metnos/agent/testkit/testbin"
 )
 
 // TestLatency measures what a user waits for: enqueue → done of the

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/metnos/agent/internal/tailnettest"
+	"github.com/metnos/agent/testkit/tailnettest"
 )
 
 // TestMain runs the benchmarks in a network namespace holding only

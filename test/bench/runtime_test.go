@@ -19,8 +19,8 @@ import (
 
 	"github.com/metnos/agent/fetch"
 	"github.com/metnos/agent/internal/layout"
-	"github.com/metnos/agent/internal/pbstest"
-	"github.com/metnos/agent/internal/testbin"
+	"github.com/metnos/agent/testkit/pbstest"
+	"github.com/metnos/agent/testkit/testbin"
 )
 
 // stdlibImports are standard-library modules the real Metnos shim

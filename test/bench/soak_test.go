@@ -18,9 +18,9 @@ import (
 
 	"github.com/metnos/agent/examples"
 	"github.com/metnos/agent/internal/layout"
-	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/refserver"
+	"github.com/metnos/agent/testkit/testbin"
 )
 
 // TestSoak runs METNOS_SOAK_N invocations (default 300) one after the

@@ -24,10 +24,10 @@ import (
 	"time"
 
 	"github.com/metnos/agent/examples"
-	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/refserver"
 	"github.com/metnos/agent/sandbox"
+	"github.com/metnos/agent/testkit/testbin"
 	"github.com/metnos/agent/wire"
 )
 

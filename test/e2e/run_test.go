@@ -16,9 +16,9 @@ import (
 
 	"github.com/metnos/agent/examples"
 	"github.com/metnos/agent/internal/layout"
-	"github.com/metnos/agent/internal/pbstest"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/refserver"
+	"github.com/metnos/agent/testkit/pbstest"
 )
 
 // TestPairing: register writes state.json as the Rust client does, and

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/refserver"
+	"github.com/metnos/agent/testkit/testbin"
 	"github.com/metnos/agent/update"
 	"github.com/metnos/agent/wire"
 )
@@ -44,7 +44,7 @@ func (w *world) build(version, dir string) string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		w.t.Fatal(err)
 	}
-	if err := testbin.Build(dir, "-ldflags=-X github.com/metnos/agent/internal/cli.Version="+version); err != nil {
+	if err := testbin.Build(dir, "-ldflags=-X github.com/metnos/agent/cmd/metnos-agent/cli.Version="+version); err != nil {
 		w.t.Fatal(err)
 	}
 	return filepath.Join(dir, "metnos-agent")

@@ -30,10 +30,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/sandbox/egress"
+	"github.com/metnos/agent/testkit/testbin"
 )
 
 // The egress proxy of issue 14: a run whose Policy has Egress (and no

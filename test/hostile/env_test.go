@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
+	"github.com/metnos/agent/testkit/testbin"
 )
 
 // TestPreloadDoesNotReachHost: the command's environment is the

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
+	"github.com/metnos/agent/testkit/testbin"
 )
 
 // TestFallback: without bwrap (hidden, or present but broken) Run falls

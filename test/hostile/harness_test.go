@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
+	"github.com/metnos/agent/testkit/testbin"
 )
 
 // python is the system interpreter, the same inside and outside.

@@ -21,30 +21,22 @@ var envReaders = map[string]bool{"Getenv": true, "LookupEnv": true, "Environ": t
 // envAllowed are the folders (relative to the module root, with all
 // below them) whose non-test files may read the environment, and why.
 var envAllowed = map[string]string{
-	// The configuration: it reads every variable once, for the CLI.
+	// The configuration: it reads every variable once, for the CLI,
+	// which passes it down.
 	"internal/config": "reads the environment into a typed Config",
-	// Current and CurrentWith find the home folder; only the CLI calls
-	// them.
-	"internal/layout": "finds this process's home folder for the CLI",
-	// The command line: it reads the environment once and passes it down.
-	"internal/cli": "the one reader of the configuration",
-	"cmd":          "programs' main packages",
 	// The shim's own startup: it reads its own, deliberately minimal,
 	// environment (the one the sandbox built for the command) before
 	// it execs the command; it is not the agent's configuration.
 	"sandbox/shim": "the shim's own environment at its startup",
-	// Test helpers, used only by tests: they build binaries with the
-	// tests' environment and read the tests' own switches.
-	"internal/testbin":     "a test helper",
-	"internal/tailnettest": "a test helper",
-	"internal/pbstest":     "a test helper",
-	"internal/winetest":    "a test helper",
-	"test":                 "the repository's test suites",
+	// Test helpers and suites, used only by tests: they build binaries
+	// with the tests' environment and read the tests' own switches.
+	"testkit": "the test helpers",
+	"test":    "the repository's test suites",
 }
 
-// TestNoEnvInLibraries: no library package reads the environment (or
-// the home folder from it): the CLI reads it once, into internal/config
-// and internal/layout, and passes it down.
+// TestNoEnvInLibraries: only internal/config reads the agent's
+// environment (or the home folder from it): the CLI has it read once,
+// at its start, and passes the Config down.
 func TestNoEnvInLibraries(t *testing.T) {
 	walkGo(t, func(rel string, f *ast.File, fset *token.FileSet) {
 		for dir := range envAllowed {
@@ -177,7 +169,7 @@ func walkGo(t *testing.T, f func(rel string, file *ast.File, fset *token.FileSet
 // side can be read, built and changed on its own.
 func TestRefServerImportsNoDeviceCode(t *testing.T) {
 	const mod = "github.com/metnos/agent/"
-	device := []string{"agent", "client", "sandbox", "policy", "undo", "audit", "fetch", "pairing", "internal/service", "internal/lockfile", "tailnet"}
+	device := []string{"agent", "client", "sandbox", "policy", "undo", "audit", "fetch", "pairing", "cmd/metnos-agent", "internal/lockfile", "tailnet"}
 	for _, pkg := range []string{"./refserver", "./cmd/metnos-refserver", "./wire"} {
 		deps := goList(t, "-deps", root+"/"+strings.TrimPrefix(pkg, "./"))
 		if len(deps) < 10 {

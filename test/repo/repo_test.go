@@ -1,18 +1,13 @@
 // Package repo holds checks on the repository itself: every package says
-// what it is, the sandbox shim, started for every run, stays lean, the
-// packaged service unit is the one the agent installs, no library reads
+// what it is, the sandbox shim, started for every run, stays lean, no library reads
 // the environment, the sandbox and the policy spell none of the agent's
 // folders, and the reference server imports no device code.
 package repo
 
 import (
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/metnos/agent/internal/service"
 )
 
 func goList(t *testing.T, args ...string) []string {
@@ -53,32 +48,5 @@ func TestShimStaysLean(t *testing.T) {
 				t.Errorf("cmd/metnos-shim links %s", dep)
 			}
 		}
-	}
-}
-
-// TestPackagedUnit: the systemd user unit the deb and rpm carry is the
-// one `metnos-agent install` writes, for /usr/bin/metnos-agent (comments
-// aside).
-func TestPackagedUnit(t *testing.T) {
-	want, err := service.SystemdUnit(service.Config{Exe: "/usr/bin/metnos-agent", Args: []string{"run"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The test runs in test/repo.
-	got, err := os.ReadFile(filepath.Join("..", "..", "packaging", "linux", "metnos-agent.service"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	strip := func(b []byte) string {
-		var keep []string
-		for _, l := range strings.Split(string(b), "\n") {
-			if !strings.HasPrefix(l, "#") {
-				keep = append(keep, l)
-			}
-		}
-		return strings.Join(keep, "\n")
-	}
-	if strip(got) != strip(want) {
-		t.Fatalf("packaging/linux/metnos-agent.service differs from service.SystemdUnit:\n%s\nwant:\n%s", got, want)
 	}
 }

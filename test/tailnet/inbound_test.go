@@ -22,8 +22,8 @@ import (
 
 	"tailscale.com/tailcfg"
 
-	"github.com/metnos/agent/internal/tailnettest"
 	"github.com/metnos/agent/refserver"
+	"github.com/metnos/agent/testkit/tailnettest"
 )
 
 // TestNoInboundOnTailnet: no peer of the tailnet can open a connection

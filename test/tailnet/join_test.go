@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/metnos/agent/internal/tailnettest"
+	"github.com/metnos/agent/testkit/tailnettest"
 )
 
 // TestJoinBadControl: register with a control URL that is not one is

@@ -25,12 +25,12 @@ import (
 
 	"github.com/metnos/agent/examples"
 	"github.com/metnos/agent/internal/layout"
-	"github.com/metnos/agent/internal/tailnettest"
-	"github.com/metnos/agent/internal/testbin"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/refserver"
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/tailnet"
+	"github.com/metnos/agent/testkit/tailnettest"
+	"github.com/metnos/agent/testkit/testbin"
 )
 
 var binDir string

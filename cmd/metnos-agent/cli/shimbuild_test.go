@@ -21,8 +21,8 @@ func TestSameBuild(t *testing.T) {
 	build := func(name, commit string) string {
 		out := filepath.Join(dir, name)
 		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", out,
-			"-ldflags=-X github.com/metnos/agent/internal/cli.Commit="+commit, "./cmd/metnos-shim")
-		cmd.Dir = filepath.Join("..", "..")
+			"-ldflags=-X github.com/metnos/agent/cmd/metnos-agent/cli.Commit="+commit, "./cmd/metnos-shim")
+		cmd.Dir = filepath.Join("..", "..", "..")
 		cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0")
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("building the shim: %v\n%s", err, b)

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"unicode/utf16"
 
-	"github.com/metnos/agent/internal/golden"
 	"github.com/metnos/agent/internal/lockfile"
+	"github.com/metnos/agent/testkit/golden"
 )
 
 // The same awkward names on every OS: spaces, quotes, unicode, systemd's

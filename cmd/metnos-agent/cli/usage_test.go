@@ -10,7 +10,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/metnos/agent/internal/golden"
+	"github.com/metnos/agent/testkit/golden"
 )
 
 // runCLI runs the command line on args with a fresh HOME and returns its

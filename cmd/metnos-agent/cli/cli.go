@@ -24,7 +24,7 @@ import (
 
 // Version is the agent's version, set at build time with
 //
-//	-ldflags "-X github.com/metnos/agent/internal/cli.Version=v1.2.3"
+//	-ldflags "-X github.com/metnos/agent/cmd/metnos-agent/cli.Version=v1.2.3"
 //
 // When it is left at "dev", the module version recorded in the binary
 // (go install ...@v1.2.3) is used instead, if there is one.
@@ -33,7 +33,7 @@ var Version = "dev"
 // Commit is the source revision the agent was built from, set at build
 // time (by goreleaser) with
 //
-//	-ldflags "-X github.com/metnos/agent/internal/cli.Commit=abc1234"
+//	-ldflags "-X github.com/metnos/agent/cmd/metnos-agent/cli.Commit=abc1234"
 //
 // When it is empty, the VCS revision recorded by the go command is
 // used, with "+dirty" when the tree had changes; "unknown" without one.
@@ -188,7 +188,7 @@ func init() {
 // makes every command that needs the configuration fail, naming it;
 // a value replaced by its default is logged as a warning.
 func Main(args []string) int {
-	e, err := readEnvironment(os.Getenv)
+	e, err := processEnvironment()
 	level := slog.LevelWarn // a command's stderr carries only what needs attention...
 	if e.cfg.LogLevelSet {
 		level = e.cfg.LogLevel // ...unless METNOS_LOG says otherwise

@@ -210,8 +210,9 @@ type earlyBoot struct {
 // 3) and runs [update.Boot], logging to the log file and stderr. Without a record there is nothing on probation, and
 // nothing is touched before run's own checks.
 func bootEarly(std stdio) (earlyBoot, int, bool) {
-	lay, err := layout.Current()
-	if err != nil {
+	e, _ := std.environment() // a variable run refuses later does not keep a failed build on probation
+	lay := e.lay
+	if lay.Data == "" {
 		return earlyBoot{}, 0, false
 	}
 	if _, err := os.Lstat(lay.UpdateState()); err != nil {

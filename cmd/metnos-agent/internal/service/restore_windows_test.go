@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/metnos/agent/internal/winetest"
+	"github.com/metnos/agent/testkit/winetest"
 )
 
 // TestWindowsRestoreAction runs the task's first action with cmd.exe

@@ -10,7 +10,7 @@ import (
 	goruntime "runtime"
 	"strings"
 
-	"github.com/metnos/agent/internal/service"
+	"github.com/metnos/agent/cmd/metnos-agent/internal/service"
 	"github.com/metnos/agent/pairing"
 )
 

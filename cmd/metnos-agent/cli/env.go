@@ -30,11 +30,22 @@ type environment struct {
 // readEnvironment reads the configuration from getenv and computes the
 // layout on this system. A malformed variable is an error naming it.
 func readEnvironment(getenv func(string) string) (environment, error) {
-	cfg, err := config.FromEnv(goruntime.GOOS, getenv)
-	if err != nil {
-		return environment{}, err
-	}
+	return withLayout(config.FromEnv(goruntime.GOOS, getenv))
+}
+
+// processEnvironment reads the configuration of this process
+// ([config.FromProcess]) and computes the layout from it.
+func processEnvironment() (environment, error) { return withLayout(config.FromProcess()) }
+
+// withLayout computes the layout from the configuration cfg that
+// config read with the error cerr. Where cerr is not nil the command
+// fails with it, but the layout, from cfg's folders, is still there for
+// run's early update boot.
+func withLayout(cfg config.Config, cerr error) (environment, error) {
 	lay, err := layout.CurrentWith(cfg.Paths.Getenv)
+	if cerr != nil {
+		return environment{lay: lay}, cerr
+	}
 	if err != nil {
 		return environment{cfg: cfg}, err
 	}
@@ -47,7 +58,7 @@ func (std stdio) environment() (environment, error) {
 	if std.env != nil {
 		return std.env.e, std.env.err
 	}
-	return readEnvironment(os.Getenv)
+	return processEnvironment()
 }
 
 // envResult is one reading of the environment, and its error.
@@ -205,7 +216,7 @@ func buildKey(bi *debug.BuildInfo) string {
 			// Releases stamp the commit into both programs (the shim
 			// records it, unused), which holds without VCS stamping.
 			for _, f := range strings.Fields(s.Value) {
-				if c, ok := strings.CutPrefix(f, "github.com/metnos/agent/internal/cli.Commit="); ok {
+				if c, ok := strings.CutPrefix(f, "github.com/metnos/agent/cmd/metnos-agent/cli.Commit="); ok {
 					fmt.Fprintf(&b, " commit=%s", c)
 				}
 			}

@@ -47,10 +47,11 @@ func TestRunHelpWhileRunning(t *testing.T) {
 	t.Setenv("HOME", home)
 	t.Setenv("USERPROFILE", home)
 	t.Setenv(layout.DataDirEnv, filepath.Join(home, "data"))
-	lay, err := layout.Current()
+	e, err := processEnvironment()
 	if err != nil {
 		t.Fatal(err)
 	}
+	lay := e.lay
 	os.MkdirAll(lay.Data, 0o700)
 	st := update.State{Phase: update.PhaseProbation, Version: "2.0.0", SHA256: strings.Repeat("a", 64), Previous: strings.Repeat("b", 64)}
 	if err := update.SaveState(lay.UpdateState(), st); err != nil {
