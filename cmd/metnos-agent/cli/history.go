@@ -278,11 +278,25 @@ or add --offline.`)
 	if err := undo.Check(dir); err != nil {
 		return fail(std, err)
 	}
-	var j *undo.Journal
-	if *dry {
-		// A dry run only reads: no lock, no journal folder made.
-		j, err = undo.Load(dir)
-	} else {
+	// A refusal creates nothing: what there is to undo is looked up
+	// read-only first, and only a local undo that has something to do
+	// takes the lock and opens the journal for appending.
+	j, err := undo.Load(dir)
+	if err != nil {
+		return fail(std, err)
+	}
+	if !*last {
+		if _, ok := j.Entry(id); !ok {
+			_, err := j.Undo(id, env.lay.Blobs(), true) // says why: no such change, or pruned
+			if err == nil {
+				err = fmt.Errorf("%s: no such change in the history journal (see `metnos-agent history`)", id)
+			}
+			return fail(std, err)
+		}
+	} else if _, _, ok := j.Last(); !ok {
+		return nothingToUndo(std, j)
+	}
+	if !*dry {
 		lk, lerr := lockfile.Lock(filepath.Join(dir, "undo.lock"))
 		if lerr != nil {
 			if errors.Is(lerr, lockfile.ErrLocked) {
@@ -291,29 +305,44 @@ or add --offline.`)
 			return fail(std, lerr)
 		}
 		defer lk.Release()
-		j, err = undo.Open(dir)
-	}
-	if err != nil {
-		return fail(std, err)
+		if j, err = undo.Open(dir); err != nil {
+			return fail(std, err)
+		}
 	}
 	if *last {
+		// Again under the lock: another undo may have run meanwhile.
 		e, skipped, ok := j.Last()
-		for _, s := range skipped {
-			s = term.Sanitize(s)
-			fmt.Fprintf(std.err, "metnos-agent: skipping %s: its last local undo left conflicts (see `metnos-agent history`); once they are settled, undo it by its id: metnos-agent undo --offline %s\n", s, s)
-		}
 		if !ok {
-			fmt.Fprintln(std.out, "Nothing to undo: no change on this device has anything left to undo here.")
-			if len(skipped) > 0 {
-				return exitFailure
-			}
-			return exitOK
+			return nothingToUndo(std, j)
 		}
+		skippedConflicts(std, skipped)
 		id = e.InvocationID
 	}
 	e, _ := j.Entry(id)
 	rep, err := j.Undo(id, env.lay.Blobs(), *dry)
 	return undoOutcome(std, e, rep, err)
+}
+
+// nothingToUndo says that no change of the journal j has anything left
+// to undo here, after the ones passed over for their conflicts: exit 1
+// when there were some, else 0.
+func nothingToUndo(std stdio, j *undo.Journal) int {
+	_, skipped, _ := j.Last()
+	skippedConflicts(std, skipped)
+	fmt.Fprintln(std.out, "Nothing to undo: no change on this device has anything left to undo here.")
+	if len(skipped) > 0 {
+		return exitFailure
+	}
+	return exitOK
+}
+
+// skippedConflicts says, for each change --last passed over, that a
+// local undo left it in conflict and how to undo it once settled.
+func skippedConflicts(std stdio, skipped []string) {
+	for _, s := range skipped {
+		s = term.Sanitize(s)
+		fmt.Fprintf(std.err, "metnos-agent: skipping %s: its last local undo left conflicts (see `metnos-agent history`); once they are settled, undo it by its id: metnos-agent undo --offline %s\n", s, s)
+	}
 }
 
 // undoOutcome prints what a local undo did, then its error, if any: an

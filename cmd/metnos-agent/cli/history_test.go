@@ -47,15 +47,31 @@ func files(t *testing.T, dir string) []string {
 	return out
 }
 
-// TestReadOnlyCommandsWriteNothing: on a fresh machine, `undo
-// --dry-run` (and `history`) create no file: no journal folder, no
-// LOCK.
+// TestReadOnlyCommandsWriteNothing: on an account that was never
+// paired, the commands that only read (`history`, `undo --dry-run`)
+// and those that refuse (an undo of a change the device never made)
+// create no file: no journal folder, no LOCK, no undo.lock.
 func TestReadOnlyCommandsWriteNothing(t *testing.T) {
 	home := t.TempDir()
-	for _, args := range [][]string{{"undo", "--last", "--dry-run"}, {"undo", "--dry-run", "inv-1"}, {"history"}, {"history", "--json"}} {
-		runWith(t, home, args...)
+	for _, c := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"undo", "--last", "--dry-run"}, exitOK, "Nothing to undo"},
+		{[]string{"undo", "--dry-run", "inv-1"}, exitFailure, "inv-1: no such change"},
+		{[]string{"undo", "--offline", "inv-1"}, exitFailure, "inv-1: no such change"},
+		{[]string{"undo", "inv-1"}, exitFailure, "inv-1: no such change"},
+		{[]string{"undo", "--offline", "--last"}, exitOK, "Nothing to undo"},
+		{[]string{"history"}, exitOK, ""},
+		{[]string{"history", "--json"}, exitOK, ""},
+	} {
+		code, out, errs := runWith(t, home, c.args...)
+		if code != c.code || !strings.Contains(out+errs, c.says) {
+			t.Errorf("%v: exit %d, %q %q; want exit %d saying %q", c.args, code, out, errs, c.code, c.says)
+		}
 		if got := files(t, home); len(got) > 0 {
-			t.Fatalf("%v wrote %v", args, got)
+			t.Fatalf("%v wrote %v", c.args, got)
 		}
 	}
 }
