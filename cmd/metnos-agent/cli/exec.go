@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -178,7 +177,7 @@ func execute(ctx context.Context, std stdio, e environment, f execFlags, argv []
 
 	// The command: looked up on the host PATH and its directory granted
 	// when the policy does not show it.
-	cmdPath, resolved, err := findCommand(argv[0])
+	cmdPath, resolved, err := findCommand(argv[0], e.cfg.Path)
 	if err != nil {
 		return fail(err)
 	}
@@ -385,16 +384,13 @@ func exitCode(out sandbox.Output) int {
 }
 
 // findCommand returns the absolute path of the command name, as found
-// (on the agent's PATH when it has no slash), and with symlinks
-// resolved.
-func findCommand(name string) (found, resolved string, err error) {
+// (on path, the agent's PATH as config read it, when it has no slash),
+// and with symlinks resolved.
+func findCommand(name, path string) (found, resolved string, err error) {
 	found = name
 	if !strings.Contains(name, "/") {
-		if found, err = exec.LookPath(name); err != nil {
-			if errors.Is(err, exec.ErrNotFound) {
-				return "", "", fmt.Errorf("%s: not found on PATH", name)
-			}
-			return "", "", err
+		if found = lookPath(name, path); found == "" {
+			return "", "", fmt.Errorf("%s: not found on PATH", name)
 		}
 	}
 	if found, err = filepath.Abs(found); err != nil {
@@ -474,6 +470,31 @@ func workDir(p policy.Policy, cwd string) (string, error) {
 // defaultPath is the command's PATH when none of the agent's PATH
 // directories is visible.
 const defaultPath = "/usr/local/bin:/usr/bin:/bin"
+
+// lookPath finds the executable name in the folders of the list path,
+// as a shell would, but reading no environment (exec.LookPath reads the
+// process's PATH): "" when none holds it. Relative folders are passed
+// over. On Windows it also tries name with the usual executable
+// extensions.
+func lookPath(name, path string) string {
+	exts := []string{""}
+	if runtime.GOOS == "windows" {
+		exts = append(exts, ".exe", ".com", ".bat", ".cmd")
+	}
+	for _, d := range filepath.SplitList(path) {
+		if !filepath.IsAbs(d) {
+			continue
+		}
+		for _, ext := range exts {
+			p := filepath.Join(d, name+ext)
+			fi, err := os.Stat(p)
+			if err == nil && fi.Mode().IsRegular() && (runtime.GOOS == "windows" || fi.Mode()&0o111 != 0) {
+				return p
+			}
+		}
+	}
+	return ""
+}
 
 // commandEnv is the command's whole environment: PATH (the agent's,
 // filtered to the directories the policy shows), HOME, LANG, and TERM

@@ -489,3 +489,27 @@ func TestExecSIGTERMExitStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestLookPathReadsNoEnvironment: exec finds a command on the PATH the
+// configuration read, not on the process's own (which exec.LookPath
+// would read): a command only the process's PATH holds is not found.
+func TestLookPathReadsNoEnvironment(t *testing.T) {
+	cfgDir, procDir := t.TempDir(), t.TempDir()
+	for _, d := range []string{cfgDir, procDir} {
+		if err := os.WriteFile(filepath.Join(d, "tool-"+filepath.Base(d)), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(cfgDir, "not-executable"), nil, 0o644)
+	t.Setenv("PATH", procDir)
+	path := "relative:" + cfgDir
+	if got := lookPath("tool-"+filepath.Base(cfgDir), path); got != filepath.Join(cfgDir, "tool-"+filepath.Base(cfgDir)) {
+		t.Errorf("the configuration's PATH: found %q", got)
+	}
+	if got := lookPath("tool-"+filepath.Base(procDir), path); got != "" {
+		t.Errorf("found %q on the process's PATH", got)
+	}
+	if got := lookPath("not-executable", path); got != "" {
+		t.Errorf("found %q, which is not executable", got)
+	}
+}
