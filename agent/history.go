@@ -55,9 +55,15 @@ func (a *Agent) beginJournal(inv *invocation, req sandbox.Request) error {
 // finishJournal records a journaled invocation's outcome, says which
 // earlier changes it put back, and enforces the blob quota when it kept
 // blobs. A failure is logged: the result is already spooled.
-func (a *Agent) finishJournal(inv *invocation, r result.Result) {
+//
+// sent is the result as the server is sent it: the entry's ok and
+// error class are its own. payload is the executor's whole output, which
+// the rows of what the run changed are read from: a result cut to fit
+// the server's limit is sent without it, but the run did change the
+// disk, and a local undo must still be able to put that back.
+func (a *Agent) finishJournal(inv *invocation, sent result.Result, payload any) {
 	// The journal reads only the strings of the arguments.
-	o := undo.Outcome{OK: r.OK, ErrorClass: r.ErrorClass, Payload: r.Payload, Args: inv.strs}
+	o := undo.Outcome{OK: sent.OK, ErrorClass: sent.ErrorClass, Payload: payload, Args: inv.strs}
 	f, err := a.journal.Finish(inv.ID, o)
 	if errors.Is(err, undo.ErrNotOpen) {
 		return // not journaled

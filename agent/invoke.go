@@ -103,8 +103,21 @@ func (a *Agent) handle(ctx context.Context, raw any) error {
 	if !keep {
 		return nil
 	}
-	r.InvocationID, r.DeviceID = inv.ID, a.client.DeviceID()
-	body, cut, err := r.Encode()
+	a.finish(inv, r)
+	return nil
+}
+
+// finish encodes and spools the result of an invocation that was run
+// (or failed on the device trying), and records it: the history
+// journal entry, the audit line and the log line. All three say what
+// the server is sent, not what the run returned: a result cut to fit
+// the server's limit is recorded as sent, ok false and error_class
+// "result_too_large". The journal alone also reads the run's own
+// payload, uncut: the rows of what the run changed on disk, which a
+// local undo needs whatever the server was told.
+func (a *Agent) finish(inv *invocation, ran result.Result) {
+	ran.InvocationID, ran.DeviceID = inv.ID, a.client.DeviceID()
+	r, body, cut, err := ran.Encode()
 	if err != nil {
 		r = result.DeviceError(err)
 		r.InvocationID, r.DeviceID = inv.ID, a.client.DeviceID()
@@ -121,7 +134,7 @@ func (a *Agent) handle(ctx context.Context, raw any) error {
 			"err", err)
 	}
 	inv.spans.mark("spool")
-	a.finishJournal(inv, r)
+	a.finishJournal(inv, r, ran.Payload)
 	inv.spans.mark("journal")
 	a.auditRecord(inv, r, body)
 	inv.spans.mark("audit")
@@ -131,7 +144,6 @@ func (a *Agent) handle(ctx context.Context, raw any) error {
 		attrs = append(attrs, "error", r.Error)
 	}
 	inv.log.Info("executed", attrs...)
-	return nil
 }
 
 // refuse records and reports an invocation that is not run.

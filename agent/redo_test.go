@@ -41,7 +41,7 @@ func TestJournalAndAuditWrittenWhenRoomReturns(t *testing.T) {
 	r := result.Result{InvocationID: id, OK: true, Payload: map[string]any{"results": []any{map[string]any{"path": "/nowhere/a.txt", "created": true}}}}
 	unblockJournal := blockLog(t, a.cfg.Layout.Journal())
 	unblockAudit := blockLog(t, a.cfg.Layout.Audit())
-	a.finishJournal(inv, r)
+	a.finishJournal(inv, r, r.Payload)
 	a.auditRecord(inv, r, []byte(`{"ok":true}`))
 	if len(a.redo) != 2 {
 		t.Fatalf("%d writes waiting, want the journal's and the audit log's", len(a.redo))

@@ -123,23 +123,30 @@ func DeviceError(err error) Result {
 // error_class ("result_too_large"), rather than being refused by the
 // server and lost.
 func (r Result) Body() ([]byte, error) {
-	b, _, err := r.Encode()
+	_, b, _, err := r.Encode()
 	return b, err
 }
 
-// Encode is [Result.Body], and also reports whether the payload was cut
-// to fit under [MaxResultBytes].
-func (r Result) Encode() (body []byte, cut bool, err error) {
+// Encode is [Result.Body], and also returns the Result the body is the
+// encoding of (sent) and whether it is r cut to fit under
+// [MaxResultBytes]. What the device records of the result (its log
+// line, its audit line, its history journal entry) is sent, not r: a
+// cut result says ok false and error_class "result_too_large", with
+// its entries and payload dropped and n_processed 0, whatever r said.
+// r itself is left as it is: its payload is still the executor's whole
+// output (the history journal reads the rows of what the run changed
+// from it).
+func (r Result) Encode() (sent Result, body []byte, cut bool, err error) {
 	b, err := r.marshal()
 	if err != nil || len(b) <= MaxResultBytes {
-		return b, false, err
+		return r, b, false, err
 	}
 	size := len(b)
 	r.OK, r.Entries, r.Payload, r.NProcessed = false, []any{}, map[string]any{}, 0
 	r.Error = fmt.Sprintf("the result was %d bytes, over the server's %d-byte limit: its payload was dropped on the device", size, MaxResultBytes)
 	r.ErrorClass = wire.ClassResultTooLarge
 	b, err = r.marshal()
-	return b, true, err
+	return r, b, true, err
 }
 
 // marshal is the body of r as it is, however large.

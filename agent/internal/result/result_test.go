@@ -2,6 +2,7 @@ package result
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -85,5 +86,42 @@ func TestFromOutputOverLimit(t *testing.T) {
 	// Whole output is read as before.
 	if r := FromOutput("echo", []byte(`{"ok":true}`), false, 8<<20); !r.OK || r.Error != "" {
 		t.Errorf("whole output: %+v", r)
+	}
+}
+
+// TestEncodeReturnsTheResultSent: Encode returns, beside the body, the
+// Result the body encodes. Cut to fit, it says ok false, error_class
+// result_too_large, with no entries nor payload; the Result it was
+// cut from is left as it was (its payload is still the executor's
+// whole output). The body is byte for byte the cut result's own.
+func TestEncodeReturnsTheResultSent(t *testing.T) {
+	pad := strings.Repeat("x", MaxResultBytes)
+	r := FromStdout([]byte(`{"ok":true,"results":[{"path":"/h/a.txt","created":true}],"pad":"` + pad + `"}`))
+	r.InvocationID, r.DeviceID, r.ElapsedMS, r.Sandbox, r.Policy = "inv-big", "dev", 7, "bwrap", "pol1:x"
+	sent, body, cut, err := r.Encode()
+	if err != nil || !cut {
+		t.Fatalf("cut %v, err %v", cut, err)
+	}
+	if sent.OK || sent.ErrorClass != "result_too_large" || sent.NProcessed != 0 || len(sent.Entries.([]any)) != 0 || len(sent.Payload.(map[string]any)) != 0 {
+		t.Errorf("the result sent: ok %v class %q n %d entries %v payload %.80v", sent.OK, sent.ErrorClass, sent.NProcessed, sent.Entries, sent.Payload)
+	}
+	if sent.InvocationID != "inv-big" || sent.DeviceID != "dev" || sent.ElapsedMS != 7 || sent.Sandbox != "bwrap" || sent.Policy != "pol1:x" {
+		t.Errorf("the result sent lost the run's facts: %+v", sent)
+	}
+	if !r.OK || r.ErrorClass != "" || r.NProcessed != 1 || r.Payload.(map[string]any)["pad"] != pad {
+		t.Errorf("the result cut from was changed: ok %v class %q n %d", r.OK, r.ErrorClass, r.NProcessed)
+	}
+	size := len(pad) + len(`{"device_id":"dev","elapsed_ms":7,"entries":[{"created":true,"path":"/h/a.txt"}],"invocation_id":"inv-big","n_processed":1,"ok":true,"payload":{"ok":true,"pad":"","results":[{"created":true,"path":"/h/a.txt"}]},"sandbox":"bwrap"}`)
+	want := `{"device_id":"dev","elapsed_ms":7,"entries":[],"error":"the result was ` + strconv.Itoa(size) + ` bytes, over the server's 4194304-byte limit: its payload was dropped on the device","error_class":"result_too_large","invocation_id":"inv-big","n_processed":0,"ok":false,"payload":{},"sandbox":"bwrap"}`
+	if string(body) != want {
+		t.Errorf("body:\n got %s\nwant %s", body, want)
+	}
+	if again, _ := sent.Body(); string(again) != string(body) {
+		t.Errorf("the body is not the result sent's own:\n got %s\nwant %s", body, again)
+	}
+	// Under the limit, the result sent is r itself.
+	small := FromStdout([]byte(`{"ok":true,"entries":[1]}`))
+	if s, b, cut, err := small.Encode(); err != nil || cut || !s.OK || s.ErrorClass != "" || s.NProcessed != 1 {
+		t.Errorf("a result under the limit: %+v %s cut %v err %v", s, b, cut, err)
 	}
 }
