@@ -4,14 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/examples"
-	"github.com/metnos/agent/internal/layout"
-	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/refserver"
 	"github.com/metnos/agent/sandbox"
@@ -32,34 +29,9 @@ type idler struct {
 
 func startIdler(t *testing.T, block, beat time.Duration) *idler {
 	t.Helper()
-	srv, err := refserver.New(refserver.Config{Executors: examples.Executors, Shim: examples.Shim, PollCheck: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	url, err := srv.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	dir := t.TempDir()
-	lay := layout.Layout{Data: filepath.Join(dir, "data"), Cache: filepath.Join(dir, "cache"), Home: dir}
-	key, err := pairing.LoadOrCreateKey(lay)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := srv.IssueToken("idler", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, url, dir, lay, key, reg := pairedDevice(t, examples.Executors, "idler")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	reg, err := client.New(url, key, "", nil).Register(ctx, tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pairing.SaveState(lay, pairing.State{DeviceID: &reg.DeviceID, ServerURL: &url, ServerPublicKey: reg.ServerPublicKey}); err != nil {
-		t.Fatal(err)
-	}
 	d := &idler{srv: srv, device: reg.DeviceID, idle: make(chan bool, 10), logs: &syncBuffer{}, ctx: ctx}
 	a, err := New(Config{Layout: lay, Client: client.New(url, key, reg.DeviceID, nil),
 		Host:   policy.Host{Home: dir, UID: os.Getuid(), AgentDataDirs: lay.AgentDirs()},

@@ -2,7 +2,9 @@ package agent
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/refserver"
 	"github.com/metnos/agent/sandbox"
+	"github.com/metnos/agent/wire"
 )
 
 // TestStopNowAfterTheRunEndedKeepsItsResult: a stop-now (the second
@@ -27,35 +30,9 @@ import (
 // and the agent is fetching the shim again (the server stalls it) when
 // the stop-now comes.
 func TestStopNowAfterTheRunEndedKeepsItsResult(t *testing.T) {
-	srv, err := refserver.New(refserver.Config{Executors: examples.Executors, Shim: examples.Shim, PollCheck: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	url, err := srv.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-
-	dir := t.TempDir()
-	lay := layout.Layout{Data: filepath.Join(dir, "data"), Cache: filepath.Join(dir, "cache"), Home: dir}
-	key, err := pairing.LoadOrCreateKey(lay)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := srv.IssueToken("stopper", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, url, dir, lay, key, reg := pairedDevice(t, examples.Executors, "stopper")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	reg, err := client.New(url, key, "", nil).Register(ctx, tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pairing.SaveState(lay, pairing.State{DeviceID: &reg.DeviceID, ServerURL: &url, ServerPublicKey: reg.ServerPublicKey}); err != nil {
-		t.Fatal(err)
-	}
 	var logs syncBuffer
 	halt := make(chan struct{})
 	a, err := New(Config{Layout: lay, Client: client.New(url, key, reg.DeviceID, nil),
@@ -140,4 +117,41 @@ func TestStopNowAfterTheRunEndedKeepsItsResult(t *testing.T) {
 	if r.ErrorClass != "device_error" || !strings.Contains(r.Error, "No module named 'executor_helpers'") {
 		t.Errorf("spooled result: %s", body)
 	}
+}
+
+// pairedDevice starts a reference server on loopback serving execs (and
+// the example shim) and pairs a new device called name with it, its
+// layout in a temporary folder dir: the server, its URL, dir, the
+// layout, the device key and the registration.
+func pairedDevice(t *testing.T, execs fs.FS, name string) (*refserver.Server, string, string, layout.Layout, ed25519.PrivateKey, wire.Registration) {
+	t.Helper()
+	srv, err := refserver.New(refserver.Config{Executors: execs, Shim: examples.Shim, PollCheck: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, err := srv.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	dir := t.TempDir()
+	lay := layout.Layout{Data: filepath.Join(dir, "data"), Cache: filepath.Join(dir, "cache"), Home: dir}
+	key, err := pairing.LoadOrCreateKey(lay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := srv.IssueToken(name, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	reg, err := client.New(url, key, "", nil).Register(ctx, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pairing.SaveState(lay, pairing.State{DeviceID: &reg.DeviceID, ServerURL: &url, ServerPublicKey: reg.ServerPublicKey}); err != nil {
+		t.Fatal(err)
+	}
+	return srv, url, dir, lay, key, reg
 }

@@ -21,9 +21,7 @@ import (
 
 	"github.com/metnos/agent/agent/internal/result"
 	"github.com/metnos/agent/client"
-	"github.com/metnos/agent/examples"
 	"github.com/metnos/agent/internal/layout"
-	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/refserver"
 	"github.com/metnos/agent/sandbox"
@@ -225,35 +223,9 @@ print(json.dumps({"ok": True, "results": [{"path": args["path"], "created": True
 // the log line all say ok=false, result_too_large, and a local undo
 // removes the file the run made.
 func TestTooLargeResultHandled(t *testing.T) {
-	srv, err := refserver.New(refserver.Config{Executors: bigWrite, Shim: examples.Shim, PollCheck: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	url, err := srv.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-
-	dir := t.TempDir()
-	lay := layout.Layout{Data: filepath.Join(dir, "data"), Cache: filepath.Join(dir, "cache"), Home: dir}
-	key, err := pairing.LoadOrCreateKey(lay)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := srv.IssueToken("too-large", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, url, dir, lay, key, reg := pairedDevice(t, bigWrite, "too-large")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	reg, err := client.New(url, key, "", nil).Register(ctx, tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pairing.SaveState(lay, pairing.State{DeviceID: &reg.DeviceID, ServerURL: &url, ServerPublicKey: reg.ServerPublicKey}); err != nil {
-		t.Fatal(err)
-	}
 	var logs syncBuffer
 	a, err := New(Config{Layout: lay, Client: client.New(url, key, reg.DeviceID, nil),
 		Host:   policy.Host{Home: dir, UID: os.Getuid(), AgentDataDirs: lay.AgentDirs()},
