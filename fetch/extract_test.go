@@ -2,8 +2,12 @@ package fetch
 
 import (
 	"archive/tar"
+	"archive/zip"
 	"bytes"
 	"compress/gzip"
+	"errors"
+	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,6 +51,8 @@ func tarball(t *testing.T, comp string, es []entry) []byte {
 	tw.Close()
 	var out bytes.Buffer
 	switch comp {
+	case "tar":
+		return raw.Bytes()
 	case "gz":
 		w := gzip.NewWriter(&out)
 		w.Write(raw.Bytes())
@@ -222,6 +228,97 @@ func TestExtractDamagedStream(t *testing.T) {
 			err := Extract(arc, filepath.Join(dir, "out"), Limits{})
 			if err == nil {
 				t.Fatal("a damaged stream was accepted")
+			}
+		})
+	}
+}
+
+// compress is b compressed as comp says ("gz", "zst", "xz").
+func compress(t *testing.T, comp string, b []byte) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	var w io.WriteCloser
+	switch comp {
+	case "gz":
+		w = gzip.NewWriter(&out)
+	case "zst":
+		w, _ = zstd.NewWriter(&out)
+	case "xz":
+		w, _ = xz.NewWriter(&out)
+	}
+	if _, err := w.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+// TestExtractNotAnArchive: a file that is no gzip, xz or zstd tar
+// archive, or one damaged or cut short, is an *ArchiveError that says
+// which, naming the file; nothing is left of the folder. (It once was a
+// bare "not a gzip, zstd or xz stream", or the tar reader's own
+// "invalid tar header" or "unexpected EOF", which the install took for
+// a damaged copy, unpacked again, and blamed on the interpreter.)
+func TestExtractNotAnArchive(t *testing.T) {
+	random := make([]byte, 300_000)
+	r := rand.New(rand.NewPCG(26, 1))
+	for i := range random {
+		random[i] = byte(r.Uint32())
+	}
+	text := []byte(strings.Repeat("a line of plain text, not an archive\n", 8000))
+	var zipped bytes.Buffer
+	zw := zip.NewWriter(&zipped)
+	f, _ := zw.Create("python/bin/python3")
+	f.Write(text)
+	zw.Close()
+	// A tar whose one file is larger than the stream's first half.
+	big := []entry{{name: "python/bin/python3", typ: tar.TypeReg, body: string(random[:100_000])}}
+	half := func(b []byte) []byte { return b[:len(b)/2] }
+	gz := tarball(t, "gz", pbs)
+	badCRC := append([]byte(nil), gz...)
+	badCRC[len(badCRC)-8] ^= 0xff
+	rawTar := tarball(t, "tar", big)
+
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want string
+	}{
+		{"random", random, "not a gzip/xz/zstd tar archive"},
+		{"text", text, "not a gzip/xz/zstd tar archive (it is text)"},
+		{"html", []byte("<!DOCTYPE html>\n<html><body>404 Not Found</body></html>\n"), "not a gzip/xz/zstd tar archive (it is an HTML page)"},
+		{"empty", nil, "not a gzip/xz/zstd tar archive (it is empty)"},
+		{"zip", zipped.Bytes(), "not a gzip/xz/zstd tar archive (it is a zip archive)"},
+		{"uncompressed-tar", rawTar, "not a gzip/xz/zstd tar archive (it is an uncompressed tar: compress it with gzip, xz or zstd)"},
+		{"gzip-of-text", compress(t, "gz", text), "not a gzip/xz/zstd tar archive: its gzip stream holds no tar archive"},
+		{"zstd-of-random", compress(t, "zst", random), "not a gzip/xz/zstd tar archive: its zstd stream holds no tar archive"},
+		{"xz-of-text", compress(t, "xz", text), "not a gzip/xz/zstd tar archive: its xz stream holds no tar archive"},
+		{"gzip-header-only", gz[:5], "a damaged archive: its gzip stream is cut short"},
+		{"truncated-gzip", half(tarball(t, "gz", big)), "a damaged archive: its gzip stream is cut short"},
+		{"truncated-zstd", half(tarball(t, "zst", big)), "a damaged archive: its zstd stream is cut short"},
+		{"truncated-xz", half(tarball(t, "xz", big)), "a damaged archive: its xz stream is cut short"},
+		{"gzip-bad-crc", badCRC, "a damaged archive: its gzip stream is corrupt"},
+		{"gzip-of-truncated-tar", compress(t, "gz", half(rawTar)), "a damaged archive: the tar archive in its gzip stream is cut short"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			arc := filepath.Join(dir, "cpython.tar.gz")
+			if err := os.WriteFile(arc, tc.b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(dir, "out")
+			err := Extract(arc, out, Limits{})
+			var ae *ArchiveError
+			if !errors.As(err, &ae) || ae.Archive != arc || !strings.HasPrefix(err.Error(), arc+": "+tc.want) {
+				t.Fatalf("error %v, want an *ArchiveError beginning %q", err, arc+": "+tc.want)
+			}
+			if errors.Is(err, ErrUnsafeArchive) {
+				t.Errorf("%v is said to be unsafe", err)
+			}
+			if _, serr := os.Lstat(out); serr == nil {
+				t.Error("the folder was left behind")
 			}
 		})
 	}

@@ -92,14 +92,20 @@ func Install(ctx context.Context, lay layout.Layout, src Source, o Options) (Run
 	final := filepath.Join(versions, pin[:16])
 	previous, _ := Current(lay)
 	rt, err := unpacked(ctx, archive, final, pin, o.Logger)
+	var bad *ArchiveError
 	switch {
+	// The verified archive is what it is: unpacking it again cannot
+	// help, and keeping it in the cache neither.
+	case errors.As(err, &bad):
+		discard(archive)
+		// Named as the user gave it: its copy in the cache is gone.
+		bad = &ArchiveError{Archive: ShowURL(src.URL), Problem: bad.Problem, Err: bad.Err}
+		return Runtime{}, fmt.Errorf("runtime: %w; nothing was installed, the previous runtime stays, and the cache keeps nothing of it: give a whole python-build-standalone archive (…install_only.tar.gz) and its sha256", bad)
 	case errors.Is(err, ErrUnsafeArchive):
-		// The verified archive is what it is: unpacking it again cannot
-		// help, and keeping it in the cache neither.
-		os.Remove(archive)
+		discard(archive)
 		return Runtime{}, fmt.Errorf("runtime %s: the archive matches its pin but is not safe to unpack, so nothing was installed and the previous runtime stays: %w", src.Filename, err)
 	case errors.Is(err, errNotRuntime):
-		os.Remove(archive)
+		discard(archive)
 		return Runtime{}, fmt.Errorf("runtime %s: the archive matches its pin but %w: give a python-build-standalone archive (…install_only.tar.gz); nothing was installed and the previous runtime stays", src.Filename, err)
 	}
 	if err != nil {
@@ -128,6 +134,15 @@ func Install(ctx context.Context, lay layout.Layout, src Source, o Options) (Run
 	}
 	o.Logger.Info("python runtime installed", "version", rt.Version, "dir", rt.Dir)
 	return rt, nil
+}
+
+// discard removes from the cache what it keeps of a refused archive:
+// the archive, and what a download of it may leave beside it (see
+// [File]). The runtime lock is held: no install is downloading it.
+func discard(archive string) {
+	for _, p := range []string{archive, archive + ".part", archive + ".part.json", archive + ".part.lock"} {
+		os.Remove(p)
+	}
 }
 
 // unpacked returns the runtime unpacked in final, unpacking the archive

@@ -9,7 +9,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -298,5 +301,91 @@ func TestInstallNotARuntime(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(lay.RuntimeVersions()); len(ents) > 0 {
 		t.Errorf("left in %s: %v", lay.RuntimeVersions(), ents)
+	}
+}
+
+// cacheFiles is what the cache at dir holds: each path under it, with
+// its type and size.
+func cacheFiles(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	files := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		files[p] = fmt.Sprintf("%v %d", fi.Mode().Type(), fi.Size())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// TestInstallNotAnArchive: a file that matches its pin but is no gzip,
+// xz or zstd tar archive (or a damaged one) fails the install at once,
+// says so naming the file as it was given, and the cache keeps nothing
+// of it: the runtime installed before, and its archive, stay as they
+// were. (It was unpacked twice, said "the interpreter does not run
+// here", and its copy stayed in the cache.)
+func TestInstallNotAnArchive(t *testing.T) {
+	lay := layout.Layout{Cache: t.TempDir()}
+	good := tarball(t, "gz", []entry{{name: "python/bin/python3", typ: tar.TypeReg, mode: 0o755, body: "#!/bin/sh\necho 3.99.7\n"}})
+	gsum := sha256.Sum256(good)
+	gsrc := filepath.Join(t.TempDir(), "cpython-3.99.7.tar.gz")
+	os.WriteFile(gsrc, good, 0o644)
+	installed, err := Install(context.Background(), lay, Source{URL: gsrc, Pin: Pin{SHA256: hex.EncodeToString(gsum[:])}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := cacheFiles(t, lay.Cache)
+
+	random := make([]byte, 300_000)
+	r := rand.New(rand.NewPCG(26, 2))
+	for i := range random {
+		random[i] = byte(r.Uint32())
+	}
+	big := tarball(t, "gz", []entry{{name: "python/bin/python3", typ: tar.TypeReg, mode: 0o755, body: string(random[:100_000])}})
+	var body []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.ServeContent(w, r, "a", time.Unix(0, 0), bytes.NewReader(body))
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	local := filepath.Join(dir, "cpython-bad.tar.gz")
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want string
+	}{
+		{"random", random, "not a gzip/xz/zstd tar archive"},
+		{"text", []byte(strings.Repeat("plain text\n", 30_000)), "not a gzip/xz/zstd tar archive (it is text)"},
+		{"truncated", big[:len(big)/2], "a damaged archive: its gzip stream is cut short"},
+	} {
+		body = tc.b
+		os.WriteFile(local, tc.b, 0o644)
+		sum := sha256.Sum256(tc.b)
+		for _, url := range []string{local, "file://" + filepath.ToSlash(local), srv.URL + "/cpython-bad.tar.gz"} {
+			var log bytes.Buffer
+			o := Options{Logger: slog.New(slog.NewTextHandler(&log, nil))}
+			_, err := Install(context.Background(), lay, Source{URL: url, Pin: Pin{SHA256: hex.EncodeToString(sum[:])}}, o)
+			var ae *ArchiveError
+			if !errors.As(err, &ae) || ae.Archive != url || !strings.HasPrefix(err.Error(), "runtime: "+url+": "+tc.want) {
+				t.Errorf("%s from %s: %v, want an *ArchiveError beginning %q", tc.name, url, err, "runtime: "+url+": "+tc.want)
+			}
+			if (err != nil && strings.Contains(err.Error(), "does not run")) || strings.Contains(log.String(), "again") {
+				t.Errorf("%s from %s: taken for a damaged copy: %v\n%s", tc.name, url, err, log.String())
+			}
+			if after := cacheFiles(t, lay.Cache); !maps.Equal(after, before) {
+				t.Errorf("%s from %s: the cache holds %v, it held %v before", tc.name, url, after, before)
+			}
+		}
+	}
+	if cur, err := Current(lay); err != nil || cur.Dir != installed.Dir || cur.Version != "3.99.7" {
+		t.Errorf("the runtime installed before is now %+v (%v), want %+v", cur, err, installed)
 	}
 }

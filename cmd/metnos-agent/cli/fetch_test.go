@@ -2,14 +2,19 @@ package cli
 
 import (
 	"archive/tar"
+	"archive/zip"
 	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
+	"maps"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -220,5 +225,133 @@ func TestFetchUsageErrors(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
 		t.Errorf("404 left %v", left)
+	}
+}
+
+// cacheTree is each path under dir, with its type and size.
+func cacheTree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	tree := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		tree[p] = fmt.Sprintf("%v %d", fi.Mode().Type(), fi.Size())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tree
+}
+
+// TestRuntimeInstallNotAnArchive: runtime install given a file that is
+// no gzip/xz/zstd tar archive (or a truncated one), as a path, a
+// file:// URL or an http:// URL with its sha256, says what is wrong
+// with it, naming it as it was given, and the cache keeps nothing of it
+// (no copy, .part or staging folder); the runtime installed before, and
+// the rest of the cache, stay. It said "the interpreter does not run
+// here" and kept the 300 kB copy.
+func TestRuntimeInstallNotAnArchive(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("the stand-in interpreter is a shell script")
+	}
+	home := t.TempDir()
+	cache := filepath.Join(home, "cache")
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, "config"))
+	t.Setenv("XDG_DATA_HOME", filepath.Join(home, "data"))
+	t.Setenv("XDG_STATE_HOME", filepath.Join(home, "state"))
+	t.Setenv("XDG_CACHE_HOME", cache)
+	t.Setenv("METNOS_PYTHON", "")
+	install := func(url string, b []byte) (int, string) {
+		sum := sha256.Sum256(b)
+		var out, errb bytes.Buffer
+		code := run(stdio{in: os.Stdin, out: &out, err: &errb}, []string{"runtime", "install", "--url", url, "--sha256", hex.EncodeToString(sum[:])})
+		return code, "\n" + out.String() + errb.String() // every line after a "\n"
+	}
+	targz := func(body string) []byte {
+		var raw bytes.Buffer
+		tw := tar.NewWriter(&raw)
+		tw.WriteHeader(&tar.Header{Name: "python/bin/python3", Mode: 0o755, Size: int64(len(body)), Typeflag: tar.TypeReg})
+		tw.Write([]byte(body))
+		tw.Close()
+		var gz bytes.Buffer
+		zw := gzip.NewWriter(&gz)
+		zw.Write(raw.Bytes())
+		zw.Close()
+		return gz.Bytes()
+	}
+	dir := t.TempDir()
+
+	// A fresh cache: the refused file leaves only the install's lock
+	// and its (empty) versions folder.
+	random := make([]byte, 300_000)
+	r := rand.New(rand.NewPCG(26, 3))
+	for i := range random {
+		random[i] = byte(r.Uint32())
+	}
+	bad := filepath.Join(dir, "cpython-bad.tar.gz")
+	os.WriteFile(bad, random, 0o644)
+	if code, msg := install(bad, random); code != exitFailure || !strings.Contains(msg, "\nmetnos-agent: runtime: "+bad+": not a gzip/xz/zstd tar archive;") {
+		t.Errorf("a fresh cache: exit %d\n%s", code, msg)
+	}
+	rt := filepath.Join(cache, "metnos", "runtime")
+	want := map[string]string{cache: "d--------- ", filepath.Join(cache, "metnos"): "d--------- ", rt: "d--------- ",
+		filepath.Join(rt, "versions"): "d--------- ", filepath.Join(rt, ".lock"): "---------- "}
+	for p, kind := range cacheTree(t, cache) {
+		if w, ok := want[p]; !ok || !strings.HasPrefix(kind, w) {
+			t.Errorf("a fresh cache holds %s (%s) after the refused file", p, kind)
+		}
+	}
+
+	// A runtime installed, then non-archives given every way.
+	goodFile := filepath.Join(dir, "cpython-3.99.5.tar.gz")
+	good := targz("#!/bin/sh\necho 3.99.5\n")
+	os.WriteFile(goodFile, good, 0o644)
+	if code, msg := install(goodFile, good); code != 0 || !strings.Contains(msg, "installed Python 3.99.5") {
+		t.Fatalf("install: exit %d\n%s", code, msg)
+	}
+	before := cacheTree(t, cache)
+	var zipped bytes.Buffer
+	zw := zip.NewWriter(&zipped)
+	f, _ := zw.Create("python/bin/python3")
+	f.Write(random)
+	zw.Close()
+	big := targz(string(random))
+	var body []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.ServeContent(w, r, "a", time.Unix(0, 0), bytes.NewReader(body))
+	}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want string
+	}{
+		{"random", random, "not a gzip/xz/zstd tar archive;"},
+		{"text", []byte(strings.Repeat("a line of text\n", 20_000)), "not a gzip/xz/zstd tar archive (it is text);"},
+		{"zip", zipped.Bytes(), "not a gzip/xz/zstd tar archive (it is a zip archive);"},
+		{"truncated", big[:len(big)/2], "a damaged archive: its gzip stream is cut short (a truncated download or copy?)"},
+	} {
+		body = tc.b
+		os.WriteFile(bad, tc.b, 0o644)
+		for _, url := range []string{bad, "file://" + bad, srv.URL + "/cpython-bad.tar.gz"} {
+			code, msg := install(url, tc.b)
+			if code != exitFailure || !strings.Contains(msg, "\nmetnos-agent: runtime: "+url+": "+tc.want) || !strings.Contains(msg, "the cache keeps nothing of it") || strings.Contains(msg, "does not run") {
+				t.Errorf("%s from %s: exit %d, want 1 and %q\n%s", tc.name, url, code, url+": "+tc.want, msg)
+			}
+			if after := cacheTree(t, cache); !maps.Equal(after, before) {
+				t.Errorf("%s from %s: the cache holds\n%v\nit held\n%v", tc.name, url, after, before)
+			}
+		}
+	}
+	var out bytes.Buffer
+	if code := run(stdio{in: os.Stdin, out: &out, err: &bytes.Buffer{}}, []string{"runtime", "status"}); code != 0 || !strings.Contains(out.String(), "installed:  Python 3.99.5") {
+		t.Errorf("status after the refused files: exit %d\n%s", code, out.String())
 	}
 }
