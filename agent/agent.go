@@ -317,10 +317,14 @@ func New(cfg Config) (*Agent, error) {
 }
 
 // Close releases the spool and the audit log, once the start's sweep
-// (see housekeeping) has ended.
+// (see housekeeping) has ended, and removes the run cgroups the sandbox
+// keeps for the next runs (sandbox.DrainPool), so that a stopped agent
+// leaves none behind. It is called once Run has returned, which waits
+// for the run under way: no run holds a cgroup then.
 func (a *Agent) Close() error {
 	a.haltCancel()
 	a.waitSwept()
+	sandbox.DrainPool(a.log)
 	a.audit.Close()
 	return a.spool.Close()
 }

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -39,9 +41,10 @@ type runCgroup struct {
 // A run gets its own limits written afresh, its OOM count is read
 // against the count it started with, and a cgroup goes back only when
 // no task is left in it. The first cgroup a process releases is removed
-// (a one-shot exec keeps nothing), and the pool empties itself once no
-// run came for cgroupPoolIdle; what a killed agent leaves is removed by
-// the next one (removeStale).
+// (a one-shot exec keeps nothing), the pool empties itself once no run
+// came for cgroupPoolIdle, and its owner empties it when it stops
+// (DrainPool); what a killed agent leaves is removed by the next one
+// (removeStale).
 var cgroupPool struct {
 	sync.Mutex
 	free     []*runCgroup
@@ -327,6 +330,39 @@ func drainCgroupPool() {
 	cgroupPool.Unlock()
 	for _, c := range free {
 		c.destroy()
+	}
+}
+
+// DrainPool removes the emptied cgroups this process keeps for its next
+// runs (see cgroupPool): what the owner of the runs calls as it stops,
+// once its runs have ended, so that a stopped agent leaves no run
+// cgroup behind. It does nothing when nothing is pooled, and may be
+// called more than once; a run after it pools again, and the pool then
+// empties itself when idle as before.
+//
+// A pooled cgroup is empty, but nothing is removed by force: one that
+// holds a task again (something else moved it there) is not killed, its
+// rmdir fails (EBUSY), and it is logged to log and left.
+func DrainPool(log *slog.Logger) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cgroupPool.Lock()
+	free := cgroupPool.free
+	cgroupPool.free = nil
+	if cgroupPool.idle != nil {
+		cgroupPool.idle.Stop()
+	}
+	cgroupPool.Unlock()
+	for _, c := range free {
+		for _, f := range c.procs {
+			f.Close()
+		}
+		for _, d := range c.dirs {
+			if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				log.Warn("sandbox: a pooled run cgroup could not be removed (a task is in it?); it is left as it is", "cgroup", d, "err", err)
+			}
+		}
 	}
 }
 

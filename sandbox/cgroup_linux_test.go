@@ -1,10 +1,18 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,4 +94,156 @@ for p in ps:
 	if c.Signal != "SIGKILL" || c.OOMKilled {
 		t.Fatalf("run C: signal %q, OOMKilled %v; want SIGKILL and no memory failure", c.Signal, c.OOMKilled)
 	}
+}
+
+// runCgroupDirs lists the run cgroups of process pid under
+// /sys/fs/cgroup, in every hierarchy: metnos-run-<pid>-*.
+func runCgroupDirs(t *testing.T, pid int) []string {
+	t.Helper()
+	prefix := fmt.Sprintf("metnos-run-%d-", pid)
+	var out []string
+	filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil // a cgroup removed under the walk, or a file
+		}
+		if strings.HasPrefix(d.Name(), prefix) {
+			out = append(out, p)
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	return out
+}
+
+// poolCgroups makes run cgroups and leaves them in the pool through
+// real runs: several at once, so that each needs a cgroup of its own.
+// It skips (or fails, with METNOS_REQUIRE_SANDBOX=1) where runs get no
+// cgroup, and returns how many cgroups the pool holds.
+func poolCgroups(t *testing.T) int {
+	t.Helper()
+	pol := policy.Policy{Profile: policy.ProfileSupervised, System: []string{"/usr", "/bin", "/lib", "/lib64", "/etc"}}
+	run := func(argv ...string) (Output, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		return Run(ctx, Request{Argv: argv, Policy: pol, Limits: Limits{Timeout: 30 * time.Second}})
+	}
+	// The first cgroup a process gives back is removed, not pooled.
+	out, err := run("/bin/true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.LimitsBy != "cgroup" {
+		skipOrFail(t, "limits by "+out.LimitsBy+" here (not root, or no cgroup with pids and memory to make): no cgroup to pool")
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for range 3 {
+		wg.Go(func() {
+			out, err := run("/bin/sleep", "0.5")
+			if err == nil && out.ExitCode != 0 {
+				err = fmt.Errorf("sleep: exit %d, stderr %q", out.ExitCode, out.Stderr)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cgroupPool.Lock()
+	defer cgroupPool.Unlock()
+	return len(cgroupPool.free)
+}
+
+// TestDrainPoolRemovesPooledCgroups: the cgroups finished runs left in
+// the pool are folders under /sys/fs/cgroup until DrainPool, which the
+// agent calls as it stops; after it none of this process's run cgroups
+// is left.
+func TestDrainPoolRemovesPooledCgroups(t *testing.T) {
+	t.Cleanup(func() { DrainPool(nil) })
+	n := poolCgroups(t)
+	if n == 0 {
+		t.Fatal("three runs at once left no cgroup in the pool")
+	}
+	before := runCgroupDirs(t, os.Getpid())
+	if len(before) == 0 {
+		t.Fatalf("the pool holds %d cgroups, but no metnos-run-%d-* folder is under /sys/fs/cgroup", n, os.Getpid())
+	}
+	t.Logf("pooled: %d cgroups, folders %v", n, before)
+	DrainPool(nil)
+	if left := runCgroupDirs(t, os.Getpid()); len(left) > 0 {
+		t.Errorf("after DrainPool, run cgroups of this process are left: %v", left)
+	}
+	cgroupPool.Lock()
+	free := len(cgroupPool.free)
+	cgroupPool.Unlock()
+	if free != 0 {
+		t.Errorf("after DrainPool the pool still holds %d cgroups", free)
+	}
+	// Draining an empty pool is nothing.
+	DrainPool(nil)
+}
+
+// TestDrainPoolLeavesBusyCgroup: a pooled cgroup that holds a task again
+// (something moved it there) is not emptied by force: DrainPool logs it
+// and leaves it, and the task lives on.
+func TestDrainPoolLeavesBusyCgroup(t *testing.T) {
+	t.Cleanup(func() { DrainPool(nil) })
+	if poolCgroups(t) == 0 {
+		t.Fatal("three runs at once left no cgroup in the pool")
+	}
+	cgroupPool.Lock()
+	c := cgroupPool.free[len(cgroupPool.free)-1]
+	cgroupPool.Unlock()
+	sleep := exec.Command("/bin/sleep", "60")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := sleep.Process.Pid
+	t.Cleanup(func() {
+		sleep.Process.Kill()
+		sleep.Wait()
+		for _, d := range c.dirs {
+			for i := 0; i < 100 && os.Remove(d) != nil && fileExists(d); i++ {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	})
+	for _, d := range c.dirs {
+		if err := writeCgroupFile(d, "cgroup.procs", strconv.Itoa(pid)); err != nil {
+			t.Fatalf("moving a process into %s: %v", d, err)
+		}
+	}
+	var logged bytes.Buffer
+	var mu sync.Mutex
+	DrainPool(slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil)))
+	for _, d := range c.dirs {
+		if !fileExists(d) {
+			t.Errorf("DrainPool removed %s, which holds a process", d)
+		}
+	}
+	if !alive(pid) {
+		t.Error("DrainPool killed the process in a pooled cgroup")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, d := range c.dirs {
+		if !strings.Contains(logged.String(), d) {
+			t.Errorf("the log does not name the cgroup left, %s:\n%s", d, logged.String())
+		}
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,14 +42,46 @@ next:
 	return ""
 }
 
+// runCgroups lists the run cgroups the agent process pid made that are
+// still under /sys/fs/cgroup, in any hierarchy: metnos-run-<pid>-*.
+func runCgroups(pid int) []string {
+	prefix := fmt.Sprintf("metnos-run-%d-", pid)
+	var out []string
+	filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil // a cgroup removed under the walk, or a file
+		}
+		if strings.HasPrefix(d.Name(), prefix) {
+			out = append(out, p)
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	return out
+}
+
 // TestStopDeliversFinishedRun: SIGTERM while an executor runs: the
 // agent says which run it waits for, lets it finish, and delivers its
 // result before it exits, so the server does not show it unanswered
-// until the next start.
+// until the next start. It leaves none of the run cgroups it kept for
+// its next runs under /sys/fs/cgroup.
 func TestStopDeliversFinishedRun(t *testing.T) {
 	w := newWorld(t)
 	w.pair()
 	p := w.start()
+	pid := p.cmd.Process.Pid
+	// Runs before the one the stop waits for: the first cgroup a process
+	// gives back is removed, the next ones are kept for the next runs.
+	for i := range 2 {
+		if info := w.wait(w.enqueue("echo_args", map[string]any{"i": i}, refserver.EnqueueOptions{})); info.State != "done" {
+			t.Fatalf("echo_args: state %s, result %s", info.State, info.ResultBody)
+		}
+	}
+	if pooled := runCgroups(pid); len(pooled) > 0 {
+		t.Logf("run cgroups kept between runs: %v", pooled)
+	} else {
+		t.Log("runs get no cgroup here (not root, or no cgroup with pids and memory to make): no run cgroup to be left")
+	}
 	id := w.enqueue("touch_once", map[string]any{"folder": w.work, "tag": "slow", "sleep_ms": 2500}, refserver.EnqueueOptions{DeadlineMS: 60000})
 	waitFile(t, filepath.Join(w.work, "started-slow"), 60*time.Second)
 	p.cmd.Process.Signal(syscall.SIGTERM)
@@ -67,6 +100,9 @@ func TestStopDeliversFinishedRun(t *testing.T) {
 	}
 	if len(w.spooled(t)) != 0 {
 		t.Errorf("delivered results left in the spool: %v", w.spooled(t))
+	}
+	if left := runCgroups(pid); len(left) > 0 {
+		t.Errorf("the agent stopped and left its run cgroups: %v", left)
 	}
 }
 
