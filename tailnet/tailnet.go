@@ -22,7 +22,20 @@
 //     address family) and reaches the control server and DERP relays
 //     over the OS network, as any Tailscale node does.
 //   - Its Hostinfo still advertises the peer API (peerapi4, peerapi6,
-//     peerapi-dns-proxy): tsnet cannot turn it off; nothing answers there.
+//     peerapi-dns-proxy), though nothing answers there, and the agent
+//     needs none of it (no Taildrop, no Taildrive, never an exit node).
+//     tailscale.com v1.102 has no way to stop that short of rebuilding
+//     it: ipnlocal's LocalBackend.hostInfoWithServicesLocked appends
+//     peerAPIServicesLocked to every Hostinfo it gives the control
+//     client, and that lists peerapi4 and peerapi6 for each peer API
+//     listener, which initPeerAPIListenerLocked creates whenever the
+//     node has addresses (a netstack stand-in when listen(2) is denied;
+//     only the ts_omit_peerapiserver build tag stops it), and
+//     peerapi-dns-proxy on every OS the agent runs on, whatever the
+//     build tags. No tsnet field, envknob, ipnext hook (its
+//     ShouldUploadServices governs only the portlist's services) or
+//     hostinfo hook (RegisterHostinfoNewHook runs before the peer API
+//     entries are added) reaches it.
 package tailnet
 
 import (
@@ -407,7 +420,8 @@ func formatTime(t time.Time) string {
 //
 // The agent's own connections out, and their replies, are unaffected.
 // The node still advertises its peer API in its Hostinfo (peerapi4,
-// peerapi6, peerapi-dns-proxy): nothing answers there.
+// peerapi6, peerapi-dns-proxy), which nothing can stop (see the package
+// doc): nothing answers there.
 func (n *Node) shieldsUp(ctx context.Context) error {
 	if err := n.s.Start(); err != nil {
 		return fmt.Errorf("tailnet: starting the node in %s: %w", n.s.Dir, err)
