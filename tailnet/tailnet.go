@@ -22,7 +22,20 @@
 //     address family) and reaches the control server and DERP relays
 //     over the OS network, as any Tailscale node does.
 //   - Its Hostinfo still advertises the peer API (peerapi4, peerapi6,
-//     peerapi-dns-proxy): tsnet cannot turn it off; nothing answers there.
+//     peerapi-dns-proxy), though nothing answers there, and the agent
+//     needs none of it (no Taildrop, no Taildrive, never an exit node).
+//     tailscale.com v1.102 has no way to stop that short of rebuilding
+//     it: ipnlocal's LocalBackend.hostInfoWithServicesLocked appends
+//     peerAPIServicesLocked to every Hostinfo it gives the control
+//     client, and that lists peerapi4 and peerapi6 for each peer API
+//     listener, which initPeerAPIListenerLocked creates whenever the
+//     node has addresses (a netstack stand-in when listen(2) is denied;
+//     only the ts_omit_peerapiserver build tag stops it), and
+//     peerapi-dns-proxy on every OS the agent runs on, whatever the
+//     build tags. No tsnet field, envknob, ipnext hook (its
+//     ShouldUploadServices governs only the portlist's services) or
+//     hostinfo hook (RegisterHostinfoNewHook runs before the peer API
+//     entries are added) reaches it.
 package tailnet
 
 import (
@@ -141,6 +154,9 @@ type Node struct {
 	// answered is when the server last sent anything over a connection
 	// dialled through the node (Unix nanoseconds; 0: never).
 	answered atomic.Int64
+	// controlSeen is when [Node.Status] last found the node in its long
+	// poll of control (Unix nanoseconds; 0: never).
+	controlSeen atomic.Int64
 	// stop ends the watch goroutine; done is closed when it has ended.
 	stop, done chan struct{}
 	// back is called when the node gets the tailnet back after an
@@ -168,6 +184,10 @@ type Status struct {
 	// ControlReachable is the node in its long poll of the control
 	// server.
 	ControlReachable bool `json:"control_reachable"`
+	// ControlSeen is when the node was last found in that poll (zero:
+	// not since the agent started): the peers' state below is control's
+	// word as of then, however old, while control is unreachable.
+	ControlSeen time.Time `json:"control_seen,omitzero"`
 	// DERPHome is the region code of the node's home DERP relay ("":
 	// none); DERPReachable is false when the node reports that it cannot
 	// reach it, has not heard from it for over 2 minutes, or has none.
@@ -177,7 +197,7 @@ type Status struct {
 	// (zero: unknown).
 	DERPLastFrame time.Time `json:"derp_last_frame,omitzero"`
 	// Peers is how many peers the node knows, PeersOnline how many of
-	// them control last said were online.
+	// them control last said were online (at ControlSeen).
 	Peers       int `json:"peers"`
 	PeersOnline int `json:"peers_online"`
 	// ServerAnswered is when the server last sent anything over a
@@ -400,7 +420,8 @@ func formatTime(t time.Time) string {
 //
 // The agent's own connections out, and their replies, are unaffected.
 // The node still advertises its peer API in its Hostinfo (peerapi4,
-// peerapi6, peerapi-dns-proxy): nothing answers there.
+// peerapi6, peerapi-dns-proxy), which nothing can stop (see the package
+// doc): nothing answers there.
 func (n *Node) shieldsUp(ctx context.Context) error {
 	if err := n.s.Start(); err != nil {
 		return fmt.Errorf("tailnet: starting the node in %s: %w", n.s.Dir, err)
@@ -474,11 +495,15 @@ func (c answerConn) Read(p []byte) (int, error) {
 // ServerAnswered records that the server answered at t, for the status
 // file; [Node.Dial]'s connections call it as data arrives. An earlier
 // t than the one recorded is ignored.
-func (n *Node) ServerAnswered(t time.Time) {
+func (n *Node) ServerAnswered(t time.Time) { storeLater(&n.answered, t) }
+
+// storeLater stores t in a (Unix nanoseconds) unless a holds a later
+// time.
+func storeLater(a *atomic.Int64, t time.Time) {
 	v := t.UnixNano()
 	for {
-		old := n.answered.Load()
-		if v <= old || n.answered.CompareAndSwap(old, v) {
+		old := a.Load()
+		if v <= old || a.CompareAndSwap(old, v) {
 			return
 		}
 	}
@@ -506,6 +531,9 @@ func (n *Node) Status(ctx context.Context) Status {
 				st.ControlReachable = s.Self.Online
 				st.DERPHome = s.Self.Relay
 			}
+			if st.ControlReachable {
+				storeLater(&n.controlSeen, st.At)
+			}
 			for _, p := range s.Peer {
 				st.Peers++
 				if p.Online {
@@ -519,6 +547,9 @@ func (n *Node) Status(ctx context.Context) Status {
 	}
 	if st.DERPHome != "" && lc != nil {
 		st.DERPReachable, st.DERPLastFrame = n.derpHealthy(ctx, lc, st.DERPHome)
+	}
+	if v := n.controlSeen.Load(); v != 0 {
+		st.ControlSeen = time.Unix(0, v).UTC()
 	}
 	n.mu.Lock()
 	st.LastError = n.last

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,8 +18,10 @@ import (
 
 // TestOutage: with control, DERP and the server all gone, whoami no
 // longer says the tailnet is up, but when the server last answered and
-// what the node cannot reach; the agent logs the outage once, at warn,
-// and its end at info; and whoami says the server answers again.
+// what the node cannot reach, and gives the peers online only as
+// control last gave them, dated from before the outage; the agent logs
+// the outage once, at warn, and its end at info; and whoami says the
+// server answers again.
 func TestOutage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -65,16 +68,27 @@ func TestOutage(t *testing.T) {
 		return ""
 	}
 	serve("before the outage")
-	waitWhoami("before the outage", "tailnet:             node up, server last answered")
+	out := waitWhoami("before the outage", "tailnet:             node up, server last answered")
+	if !regexp.MustCompile(`tailnet peers: +\d+ of 1 online as of [0-9:-]+( [0-9:]+)?\n`).MatchString(out) {
+		t.Errorf("before the outage, whoami does not give the peers online, dated:\n%s", out)
+	}
 
+	outageAt := time.Now()
 	w.tc.Outage(true) // the server's handler too: see newWorld
 	// (The node counts its relay lost after 2 minutes of silence, as
 	// tailscale does: not waited for here.)
-	out := waitWhoami("during the outage", "tailnet:             no answer from the server since", "control unreachable")
+	out = waitWhoami("during the outage", "tailnet:             no answer from the server since", "control unreachable", ", when control was last reached")
 	for _, bad := range []string{"node up", "connected"} {
 		if strings.Contains(out, bad) {
 			t.Errorf("during the outage, whoami says %q:\n%s", bad, out)
 		}
+	}
+	// The peers' count is control's last word, dated before the outage
+	// (give or take the moment the node's poll takes to end).
+	if m := regexp.MustCompile(`tailnet peers: +\d+ of \d+ online as of (?:\d{4}-\d\d-\d\d )?(\d\d:\d\d:\d\d), when control was last reached`).FindStringSubmatch(out); m == nil {
+		t.Errorf("during the outage, whoami does not date the peers online:\n%s", out)
+	} else if at := outageAt.Add(2 * time.Second).Local().Format("15:04:05"); m[1] > at && time.Now().Local().Format("15:04:05") > at {
+		t.Errorf("during the outage, the peers online are dated %s, after the outage began at %s:\n%s", m[1], at, out)
 	}
 	time.Sleep(12 * time.Second) // a few more looks at the node: still one warning
 	if n := strings.Count(agentLog(), "tailnet unreachable: "); n != 1 {
@@ -86,7 +100,10 @@ func TestOutage(t *testing.T) {
 
 	w.tc.Outage(false)
 	serve("after the outage")
-	waitWhoami("after the outage", "tailnet:             node up, server last answered", "control reachable, DERP relay test,")
+	out = waitWhoami("after the outage", "tailnet:             node up, server last answered", "control reachable, DERP relay test,", "tailnet peers:       ", " of 1 online as of ")
+	if strings.Contains(out, "when control was last reached") {
+		t.Errorf("after the outage, whoami still dates the peers from before it:\n%s", out)
+	}
 	if !strings.Contains(agentLog(), "level=INFO msg=\"tailnet reachable again\"") {
 		t.Errorf("the end of the outage was not logged:\n%s", agentLog())
 	}

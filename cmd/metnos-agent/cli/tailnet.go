@@ -194,8 +194,9 @@ func describeTailnet(st tailnet.Status, now time.Time) []string {
 	}
 	out := []string{
 		"tailnet:             " + head,
-		fmt.Sprintf("tailnet node state:  %s, IPs %v, %s, %s, %d of %d peers online, as of %s",
-			running, st.IPs, control, derp, st.PeersOnline, st.Peers, st.At.Local().Format(time.RFC3339)),
+		fmt.Sprintf("tailnet node state:  %s, IPs %v, %s, %s, as of %s",
+			running, st.IPs, control, derp, st.At.Local().Format(time.RFC3339)),
+		"tailnet peers:       " + describePeers(st, now),
 	}
 	if st.LastError != "" {
 		out = append(out, "tailnet last error:  "+tailnetText(st.LastError))
@@ -204,6 +205,25 @@ func describeTailnet(st tailnet.Status, now time.Time) []string {
 		out = append(out, "tailnet login:       "+tailnetText(st.LoginURL))
 	}
 	return out
+}
+
+// describePeers is how many of the node's peers are online, in
+// control's word, and as of when: the node learns it only from its poll
+// of control, so while control is unreachable the count is the one
+// control last gave, dated, or none when control was not reached since
+// the agent started.
+func describePeers(st tailnet.Status, now time.Time) string {
+	seen := st.ControlSeen
+	if seen.IsZero() && st.ControlReachable {
+		seen = st.At // a status written before ControlSeen existed
+	}
+	switch {
+	case seen.IsZero():
+		return fmt.Sprintf("%d known, whether online unknown (control not reached since the agent started)", st.Peers)
+	case !st.ControlReachable:
+		return fmt.Sprintf("%d of %d online as of %s, when control was last reached", st.PeersOnline, st.Peers, clock(seen, now))
+	}
+	return fmt.Sprintf("%d of %d online as of %s", st.PeersOnline, st.Peers, clock(seen, now))
 }
 
 // ago is d as "12 s ago", "3 min ago" or "5 h ago".
