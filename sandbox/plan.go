@@ -12,8 +12,8 @@ import (
 // in its run_<os>.go), which Run follows too.
 type Plan struct {
 	// Sandbox is the word Run would report: "bwrap+landlock+seccomp" and
-	// its weaker forms on Linux, "job-object" on Windows, "seatbelt" on
-	// macOS, "none".
+	// its weaker forms on Linux, "appcontainer", "job-object+low-integrity"
+	// or "job-object" on Windows, "seatbelt" on macOS, "none".
 	Sandbox string `json:"sandbox"`
 	// Best is the word this machine could give with every layer it has.
 	Best string `json:"best"`
@@ -31,6 +31,8 @@ type Plan struct {
 	Network string `json:"network,omitempty"`
 	// lay is the Linux layers Run would apply (zero elsewhere).
 	lay layers
+	// win is the Windows rung Run would take (zero elsewhere).
+	win winRung
 }
 
 // PlanFor returns how Run would sandbox p (with the agent-wide minimum

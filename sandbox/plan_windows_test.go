@@ -5,69 +5,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"unicode/utf16"
 
 	"golang.org/x/sys/windows"
 
-	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/testkit/winetest"
 )
-
-func TestWindowsPlanFor(t *testing.T) {
-	on, off := Caps{OS: "windows"}, Caps{OS: "windows", Disabled: "disabled by METNOS_SANDBOX=off"}
-	for _, tc := range []struct {
-		name    string
-		c       Caps
-		p       policy.Policy
-		min     policy.Level
-		sandbox string
-		refused string
-	}{
-		{"default", on, policy.Policy{}, policy.LevelNone, "job-object", ""},
-		{"contained", on, policy.Policy{MinSandbox: policy.LevelContained}, policy.LevelNone, "job-object", ""},
-		{"agent contained", on, policy.Policy{}, policy.LevelContained, "job-object", ""},
-		{"appcontainer", on, policy.Policy{MinSandbox: policy.LevelIsolated}, policy.LevelNone, "job-object", `minimum sandbox "isolated" not met`},
-		{"agent full", on, policy.Policy{}, policy.LevelFull, "job-object", `minimum sandbox "full" not met`},
-		{"no fallback", on, policy.Policy{Profile: policy.ProfileFullFSNoNet, NoFallback: true, Network: false}, policy.LevelNone, "job-object", "will not fall back"},
-		{"off", off, policy.Policy{}, policy.LevelNone, "none", ""},
-		{"off contained", off, policy.Policy{}, policy.LevelContained, "none", `minimum sandbox "contained" not met`},
-	} {
-		pl := planFor(tc.c, tc.p, tc.min)
-		if pl.Sandbox != tc.sandbox || pl.Best != "job-object" {
-			t.Errorf("%s: Sandbox %q Best %q, want %q job-object", tc.name, pl.Sandbox, pl.Best, tc.sandbox)
-		}
-		if (tc.refused == "") != (pl.Refused == "") || !strings.Contains(pl.Refused, tc.refused) {
-			t.Errorf("%s: Refused %q, want %q", tc.name, pl.Refused, tc.refused)
-		}
-		if pl.Reason == "" {
-			t.Errorf("%s: no Reason", tc.name)
-		}
-	}
-}
-
-func TestWindowsDowngradeReason(t *testing.T) {
-	r := downgradeReason(Caps{}, policy.Policy{Network: false, Masks: []policy.Mask{{Path: `C:\x`}}})
-	for _, want := range []string{"job-object", "file and network isolation are not applied", "AppContainer", "network cut", "grants and masks"} {
-		if !strings.Contains(r, want) {
-			t.Errorf("reason %q lacks %q", r, want)
-		}
-	}
-	if r := downgradeReason(Caps{}, policy.Policy{Network: true, RootWritable: true}); strings.Contains(r, "not enforced") {
-		t.Errorf("a full policy: reason %q names something not enforced", r)
-	}
-	if r := downgradeReason(Caps{}, policy.Policy{Network: true, RootWritable: true}); strings.Contains(r, "every process") {
-		t.Errorf("without HostPIDs: reason %q speaks of every process", r)
-	}
-	if r := downgradeReason(Caps{}, policy.Policy{Network: true, RootWritable: true, HostPIDs: true}); !strings.Contains(r, "sees every process on the machine") || !strings.Contains(r, "not kept from reading or ending") {
-		t.Errorf("HostPIDs: reason %q does not say the run sees every process and is not kept from them", r)
-	}
-	if r := downgradeReason(Caps{Disabled: "disabled by METNOS_SANDBOX=0"}, policy.Policy{}); !strings.HasPrefix(r, "disabled by METNOS_SANDBOX=0") {
-		t.Errorf("disabled: reason %q", r)
-	}
-}
 
 func TestWindowsJobExtendedLimits(t *testing.T) {
 	info := jobLimits{memory: 64 << 20, processes: 8}.extendedLimits()

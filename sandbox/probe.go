@@ -24,4 +24,16 @@ type Caps struct {
 	CgroupNote string `json:"cgroup_note,omitempty"`
 	// Disabled is Options.Disabled: why every layer is off.
 	Disabled string `json:"disabled,omitempty"`
+	// AppContainer is true on Windows when runs can start in this
+	// device's AppContainer: its profile exists or was created, and a
+	// process started in it was checked to be in one.
+	// AppContainerNote says why not (an old Windows, a policy that
+	// forbids profiles, Wine, the owner's METNOS_SANDBOX_APPCONTAINER=0).
+	AppContainer     bool   `json:"appcontainer,omitempty"`
+	AppContainerNote string `json:"appcontainer_note,omitempty"`
+	// LowIntegrity is true on Windows when runs can start with a
+	// restricted token at low integrity, checked the same way;
+	// LowIntegrityNote says why not.
+	LowIntegrity     bool   `json:"low_integrity,omitempty"`
+	LowIntegrityNote string `json:"low_integrity_note,omitempty"`
 }

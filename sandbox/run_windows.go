@@ -80,68 +80,13 @@ import (
 // unless o.Disabled turns it off.
 func Probe(o Options) Caps { return Caps{OS: runtime.GOOS, Disabled: o.Disabled} }
 
-// wordJobObject is the sandbox word of the Windows backend.
-const wordJobObject = "job-object"
-
-// planFor is the Windows planner: a job object, unless c says the
-// sandbox is disabled; Reason is always set, as files and network are
-// not isolated.
-func planFor(c Caps, p policy.Policy, min policy.Level) Plan {
-	pl := Plan{Sandbox: wordJobObject, Best: wordJobObject, Reason: downgradeReason(c, p)}
-	have := policy.LevelContained
-	if c.Disabled != "" {
-		pl.Sandbox, have = "none", policy.LevelNone
-	}
-	need := max(p.MinSandbox, min)
-	switch {
-	case p.NoFallback:
-		pl.Refused = fmt.Sprintf("profile %s needs a kernel network cut and a confined file view and will not fall back; Windows gives %s here: %s", p.Profile, pl.Sandbox, pl.Reason)
-	case have < need:
-		pl.Refused = fmt.Sprintf("minimum sandbox %q not met: Windows gives %s here, which is %q (%s)", need, pl.Sandbox, have, pl.Reason)
-	}
-	return pl
-}
-
-// jobHostPIDs is what a job-object run of a Policy with HostPIDs
-// (system:read processes) says: Windows has no PID namespace, so the
-// process list is the host's in every run, and a run as the agent's
-// user is not kept from that user's other processes either.
-const jobHostPIDs = "sees every process on the machine (system:read processes; Windows has no PID namespace), " +
-	"and, running as this user, is not kept from reading or ending this user's other processes"
-
-// downgradeReason says what a run on this machine does not isolate. It
-// becomes the result's sandbox_downgrade_reason.
-func downgradeReason(c Caps, p policy.Policy) string {
-	if c.Disabled != "" {
-		return c.Disabled + ": no job object, only the direct child is killed at the deadline, and files and network are not isolated"
-	}
-	r := "job-object only: the process tree is contained and limited, but file and network isolation are not applied (AppContainer is not implemented yet), and a command running as this user can still start processes outside its job"
-	var not []string
-	if len(p.Grants) > 0 || len(p.Masks) > 0 || !p.RootWritable {
-		not = append(not, "the file grants and masks")
-	}
-	switch {
-	case egressOf(p) != nil:
-		not = append(not, "the network narrowed to the hosts the manifest names (the proxy binds only programs that use the proxy variables; any other reaches every host)")
-	case !p.Network:
-		not = append(not, "the network cut")
-	}
-	if len(not) > 0 {
-		r += "; not enforced: " + strings.Join(not, ", ")
-	}
-	if p.HostPIDs {
-		r += "; " + jobHostPIDs
-	}
-	return r
-}
+// planFor is the Windows planner ([winPlanFor]).
+func planFor(c Caps, p policy.Policy, min policy.Level) Plan { return winPlanFor(c, p, min, false) }
 
 func run(ctx context.Context, req Request) (Output, error) {
 	c := Probe(req.Options)
-	pl := planFor(c, req.Policy, req.MinSandbox)
+	pl := winPlanFor(c, req.Policy, req.MinSandbox, req.Options.StrictEgress)
 	out := Output{Policy: req.Policy.Fingerprint(), Sandbox: "none"}
-	if pl.Refused == "" && egressOf(req.Policy) != nil && req.Options.StrictEgress {
-		pl.Refused = "the run's network is narrowed to the hosts its manifest names, a job object cannot keep a program from going around the proxy, and this device refuses such runs (network strict)"
-	}
 	if pl.Refused != "" {
 		return out, &RefusedError{Have: pl.Sandbox, Why: pl.Refused}
 	}
@@ -380,13 +325,8 @@ func finishDrain(h windows.Handle, d *draining) {
 
 // networkNote says how a run of p planned as pl holds its network.
 func networkNote(_ Caps, p policy.Policy, pl Plan) string {
-	switch {
-	case p.Network:
-		return "open: the host's network"
-	case egressOf(p) != nil:
-		return "narrowed only for programs that use the proxy variables: a job object cannot keep any other from the network (METNOS_NET_STRICT=1 refuses such runs)"
-	}
-	return "not cut: a job object cannot cut the network"
+	note, _ := winNetwork(p, pl.win)
+	return note
 }
 
 // SweepOrphans kills what half-set-up sandboxes of this user were left
