@@ -904,6 +904,11 @@ func (a *Agent) housekeeping() {
 		// An agent killed while bubblewrap set a run up leaves it
 		// waiting forever (sandbox.SweepOrphans).
 		sandbox.SweepOrphans(a.log)
+		// An agent killed during a Windows run leaves the access
+		// entries it gave the AppContainer (sandbox.RecoverGrants).
+		if _, err := sandbox.RecoverGrants(a.cfg.Sandbox, a.log); err != nil {
+			a.log.Warn("the access entries a run cut short left could not all be removed", "err", err)
+		}
 		a.expireBlobs(a.cfg.HistoryRetention)
 		a.pruneJournal()
 		a.pruneAudit(time.Now())

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 )
@@ -103,6 +104,36 @@ var homeNucleus = []nucleusEntry{
 	{"~/.cargo/credentials.toml", MaskFile},
 }
 
+// windowsHomeNucleus is the part of the nucleus Windows keeps in the
+// user's profile folders: browser profiles, the credential and DPAPI
+// stores, password managers and cloud tools' keys. Added on Windows
+// only: elsewhere these paths mean nothing, and each mask costs every
+// run.
+var windowsHomeNucleus = []nucleusEntry{
+	{"~/AppData/Local/Google/Chrome/User Data", MaskDir},
+	{"~/AppData/Local/Microsoft/Edge/User Data", MaskDir},
+	{"~/AppData/Local/BraveSoftware/Brave-Browser/User Data", MaskDir},
+	{"~/AppData/Local/Chromium/User Data", MaskDir},
+	{"~/AppData/Local/Vivaldi/User Data", MaskDir},
+	{"~/AppData/Roaming/Opera Software", MaskDir},
+	{"~/AppData/Roaming/Mozilla", MaskDir},
+	{"~/AppData/Local/Mozilla", MaskDir},
+	{"~/AppData/Roaming/Microsoft/Credentials", MaskDir},
+	{"~/AppData/Local/Microsoft/Credentials", MaskDir},
+	{"~/AppData/Roaming/Microsoft/Protect", MaskDir},
+	{"~/AppData/Roaming/Microsoft/Crypto", MaskDir},
+	{"~/AppData/Roaming/Microsoft/SystemCertificates", MaskDir},
+	{"~/AppData/Roaming/Microsoft/Vault", MaskDir},
+	{"~/AppData/Local/Microsoft/Vault", MaskDir},
+	{"~/AppData/Roaming/Bitwarden", MaskDir},
+	{"~/AppData/Local/1Password", MaskDir},
+	{"~/AppData/Roaming/KeePass", MaskDir},
+	{"~/AppData/Roaming/gcloud", MaskDir},
+	{"~/AppData/Roaming/GitHub CLI", MaskDir},
+	{"~/AppData/Roaming/rclone", MaskDir},
+	{"~/AppData/Roaming/Docker", MaskDir},
+}
+
 // systemNucleus is the system part of the device nucleus. /root is
 // added separately, unless it is the user's own home.
 var systemNucleus = []nucleusEntry{
@@ -127,7 +158,11 @@ func Nucleus(h Host) []Mask {
 	}
 	home := filepath.Clean(h.Home)
 	var ms []Mask
-	for _, e := range homeNucleus {
+	entries := homeNucleus
+	if runtime.GOOS == "windows" {
+		entries = append(append([]nucleusEntry(nil), homeNucleus...), windowsHomeNucleus...)
+	}
+	for _, e := range entries {
 		ms = append(ms, Mask{Path: expandTilde(e.path, home), Kind: e.kind, Why: e.path})
 	}
 	for _, d := range h.AgentDataDirs {

@@ -127,16 +127,50 @@
 //
 // # What Run guarantees on Windows
 //
-// "job-object": the command is created suspended, put in a kill-on-close
-// Job Object (per-process memory, 8 processes, no breakaway) and only then
-// resumed; the deadline, a cancelled context or the agent's death kills the
-// whole tree. A fresh scratch folder is its working directory (unless
-// Request.Dir is set), TEMP and TMP, removed afterwards; its environment is
-// Request.Env plus TEMP and TMP. Files and network are NOT isolated
-// (AppContainer is a later step): grants, masks and network cuts are not
-// enforced, Output.Reason says so, and any minimum above "contained" is
-// refused. Its tests run for real under Wine 8.0 (.ci/wine), which accepts
-// but does not enforce the memory and process limits. See run_windows.go.
+// The strongest of three rungs the machine gives, each proven before it
+// is used ([Probe] starts a process suspended in it and reads its token),
+// and each run's process checked by its token before it is resumed: a
+// process that does not run as planned is killed before its first
+// instruction and the run refused, never run weaker in silence. Every
+// rung runs the tree in a kill-on-close Job Object (per-process memory,
+// 8 processes, no breakaway; the deadline, a cancelled context or the
+// agent's death kills the whole tree), in a fresh scratch folder
+// (working directory unless Request.Dir is set, TEMP and TMP, removed
+// afterwards), with exactly Request.Env plus TEMP and TMP.
+//
+//   - "appcontainer": the tree runs in this device's AppContainer
+//     (Options.ContainerName, created once). It reaches only what the
+//     Policy grants, by access-control entries for the container's SID
+//     (read and execute, or modify, inherited below a folder), added for
+//     the run and removed after it, and recorded durably before they are
+//     added (the grant ledger, Options.GrantLedger) so that the next
+//     start removes what a killed run left; an entry that was there
+//     before is kept, one two runs need is shared. The nucleus under a
+//     grant gets an explicit deny entry; a nucleus path that does not
+//     exist under a write grant cannot be denied and the reason names it.
+//     System folders are readable as for every AppContainer. The network
+//     is cut (no capability) unless the Policy opens it (internetClient:
+//     the internet, never loopback or the local network); a Policy that
+//     narrows it to named hosts gets internetClient too, as an
+//     AppContainer cannot reach the egress proxy, and the reason says the
+//     host list is not held. Its level is "isolated".
+//   - "job-object+low-integrity": the tree runs with a restricted token
+//     at low integrity: it cannot write what this user's programs write
+//     (files of medium integrity; the scratch folder is labelled low),
+//     but it can read what this user can, the nucleus included, and the
+//     network is not isolated. The readonly profile takes this rung.
+//     Its level is "contained".
+//   - "job-object": the tree is contained and limited; files and
+//     network are not isolated, and a command running as this user can
+//     start processes outside its job. The full profiles take this rung.
+//
+// A minimum above the rung is refused before anything starts, with the
+// reason the stronger rungs are missing (Caps.AppContainerNote,
+// Caps.LowIntegrityNote). Options.NoAppContainer (the owner's
+// METNOS_SANDBOX_APPCONTAINER=0) skips the AppContainer. Wine implements
+// neither AppContainers nor integrity levels: its tests (.ci/wine) prove
+// the job object and the honest fallback, not isolation. See
+// run_windows.go and winplan.go.
 //
 // # What Run guarantees on macOS
 //

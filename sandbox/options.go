@@ -48,4 +48,20 @@ type Options struct {
 	// the proxy (Windows' job object), instead of running it with the
 	// narrowing binding only the programs that use the proxy variables.
 	StrictEgress bool
+	// NoAppContainer, when not "", keeps Windows runs out of the
+	// AppContainer and says why (the owner's
+	// METNOS_SANDBOX_APPCONTAINER=0): they take the next rung down.
+	NoAppContainer string
+	// ContainerName is the AppContainer profile of this device's runs on
+	// Windows. "": Metnos.Agent.Executor.
+	ContainerName string
+	// GrantLedger is the folder where Windows runs record the access
+	// entries they add for the AppContainer before adding them, for the
+	// next start to remove what a killed run left: a folder of the
+	// caller's that lasts (the agent's data folder). "": a folder in the
+	// temporary folder, named after the container.
+	GrantLedger string
+	// jobOnly keeps Windows runs on the job-object rung whatever else the
+	// machine gives: for the tests of that rung.
+	jobOnly bool
 }

@@ -2,8 +2,8 @@
 
 // # What Run guarantees on Windows
 //
-// The Windows backend gives "job-object" (docs/protocol.md §12.4; AppContainer is
-// a later step):
+// The rungs are in the package doc (doc.go) and their plan in winplan.go;
+// on every rung (docs/protocol.md §12.4):
 //
 //   - The command is created suspended (CREATE_SUSPENDED, CREATE_NO_WINDOW),
 //     put in a Job Object of its own, checked to be in it, and only then
@@ -27,27 +27,26 @@
 //     TMP; the command inherits nothing else of the agent's: no variable
 //     and no handle but its three pipes.
 //   - A Request or Policy whose minimum is above "contained"
-//     ("appcontainer", "isolated", the Linux words) or whose profile
-//     forbids fallback (full-fs-no-net) is refused with a [*RefusedError]
-//     before anything starts.
+//     the rung's level, or whose profile forbids fallback
+//     (full-fs-no-net), is refused with a [*RefusedError] before anything
+//     starts.
 //
 // It does not guarantee:
 //
-//   - Containment against a hostile command. It runs as the agent's
-//     user, so it can open the agent's own process and start a process
-//     with the agent as its parent (PROC_THREAD_ATTRIBUTE_PARENT_PROCESS),
-//     outside the run's job, or have WMI, Task Scheduler or COM start
-//     one: such a process is neither limited nor killed with the tree.
-//     The job contains a tree that does not try to leave it; a
-//     restricted token or AppContainer (a later step) would close this.
-//     Run still returns: output still flowing 2 s after the tree died
-//     is cut off.
+//   - On the job-object rung, containment against a hostile command. It
+//     runs as the agent's user, so it can open the agent's own process
+//     and start a process with the agent as its parent
+//     (PROC_THREAD_ATTRIBUTE_PARENT_PROCESS), outside the run's job, or
+//     have WMI, Task Scheduler or COM start one: such a process is
+//     neither limited nor killed with the tree. The low-integrity and
+//     AppContainer rungs cannot open the agent's process. Run still
+//     returns: output still flowing 2 s after the tree died is cut off.
 //   - Batch files (.bat, .cmd) are refused: cmd.exe parses their command
 //     line in ways no quoting makes safe.
-//   - Any file or network isolation: the command runs as the agent's
-//     user with that user's rights. Grants, masks (the nucleus: keys,
-//     browser profiles, the agent's own state) and a Policy's network cut
-//     are not enforced; Output.Reason says so on every run.
+//   - Below the AppContainer, file and network isolation: grants, masks
+//     (the nucleus: keys, browser profiles, the agent's own state) and a
+//     Policy's network cut are not enforced (on the low-integrity rung,
+//     writes are); Output.Reason says so on every run.
 //   - Limits.FileBytes, or OOMKilled: a process over its memory limit sees
 //     its allocations fail, which shows as its own error.
 //   - Under Wine (the CI), memory and process limits are accepted but not
@@ -65,6 +64,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -78,7 +78,22 @@ import (
 
 // Probe reports what this machine offers: on Windows a job object,
 // unless o.Disabled turns it off.
-func Probe(o Options) Caps { return Caps{OS: runtime.GOOS, Disabled: o.Disabled} }
+//
+// It tries each rung once per process (and set of options): a process
+// started suspended in this device's AppContainer, then one with a
+// low-integrity token, each checked by its token and killed before it
+// runs an instruction.
+func Probe(o Options) Caps {
+	c := Caps{OS: runtime.GOOS, Disabled: o.Disabled}
+	if c.Disabled != "" {
+		return c
+	}
+	if o.jobOnly {
+		c.AppContainerNote, c.LowIntegrityNote = "not tried (the job-object rung's tests)", "not tried (the job-object rung's tests)"
+		return c
+	}
+	return probeRungs(o, c)
+}
 
 // planFor is the Windows planner ([winPlanFor]).
 func planFor(c Caps, p policy.Policy, min policy.Level) Plan { return winPlanFor(c, p, min, false) }
@@ -117,7 +132,9 @@ func run(ctx context.Context, req Request) (Output, error) {
 	}()
 	env := withEnv(withEnv(req.Env, "TEMP", scratch), "TMP", scratch)
 	var rp *runProxy
-	if e := egressOf(req.Policy); e != nil {
+	if e := egressOf(req.Policy); e != nil && pl.win != rungAppContainer {
+		// An AppContainer cannot reach loopback: it gets internetClient
+		// instead, and its reason says the host list is not held.
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return out, fmt.Errorf("sandbox: the egress proxy's listener: %w", err)
@@ -131,6 +148,51 @@ func run(ctx context.Context, req Request) (Output, error) {
 	if dir == "" {
 		dir = scratch
 	}
+	reason := pl.Reason
+	var so spawnOpts
+	switch pl.win {
+	case rungAppContainer:
+		sid, err := containerSID(containerName(req.Options))
+		if err != nil {
+			forgetRungs()
+			return out, fmt.Errorf("sandbox: the AppContainer for %s: %w", exe, err)
+		}
+		l := ledgerFor(req.Options, sid.String(), req.Logger)
+		if _, err := l.recover(); err != nil {
+			req.Logger.Warn("sandbox: access entries a run cut short left could not all be removed", "err", err)
+		}
+		acl := planACLs(req.Policy, scratch, statKind)
+		if len(acl.Absent) > 0 {
+			reason += "; under a write grant, these nucleus paths do not exist and no entry can deny them, so the command could create them: " + strings.Join(acl.Absent, ", ")
+		}
+		grants, err := l.apply(nextRunID(), acl.ACEs)
+		if err != nil {
+			return out, fmt.Errorf("sandbox: granting the AppContainer its folders for %s: %w", exe, err)
+		}
+		defer func() {
+			if err := grants.release(); err != nil {
+				req.Logger.Warn("sandbox: the AppContainer's access entries could not all be removed; the next start tries again", "err", err)
+			}
+		}()
+		_, names := winNetwork(req.Policy, pl.win)
+		caps, err := containerCaps(names)
+		if err != nil {
+			return out, err
+		}
+		so = spawnOpts{container: sid, caps: caps}
+		env = containerEnv(env)
+	case rungLowIntegrity:
+		if err := labelLow(scratch); err != nil {
+			return out, err
+		}
+		t, err := lowIntegrityToken()
+		if err != nil {
+			forgetRungs()
+			return out, fmt.Errorf("sandbox: the low-integrity token for %s: %w", exe, err)
+		}
+		defer t.Close()
+		so = spawnOpts{token: t}
+	}
 	var j *job
 	if c.Disabled == "" {
 		if j, err = newJob(jobLimitsFor(req.Limits)); err != nil {
@@ -139,7 +201,7 @@ func run(ctx context.Context, req Request) (Output, error) {
 		defer j.close()
 		out.LimitsBy = wordJobObject
 	}
-	ch, err := startSuspended(exe, req.Argv, env, dir)
+	ch, err := startSuspended(exe, req.Argv, env, dir, so)
 	if err != nil {
 		return out, err
 	}
@@ -151,13 +213,28 @@ func run(ctx context.Context, req Request) (Output, error) {
 			return out, fmt.Errorf("sandbox: putting %s in its job object: %w", exe, err)
 		}
 	}
+	// What the token says, not what the calls returned: never resume a
+	// process that does not run as the plan says.
+	var cerr error
+	switch pl.win {
+	case rungAppContainer:
+		cerr = checkContainer(ch.process, so.container)
+	case rungLowIntegrity:
+		cerr = checkLowIntegrity(ch.process)
+	}
+	if cerr != nil {
+		_ = ch.kill(jobKilledExitCode)
+		ch.closePipes()
+		forgetRungs()
+		return out, &RefusedError{Have: pl.Sandbox, Why: fmt.Sprintf("%s did not start as %s (%v): it was killed before it ran", exe, pl.Sandbox, cerr)}
+	}
 	start := time.Now()
 	if err := ch.resume(); err != nil {
 		_ = ch.kill(jobKilledExitCode)
 		ch.closePipes()
 		return out, err
 	}
-	out.Sandbox, out.Reason = pl.Sandbox, pl.Reason
+	out.Sandbox, out.Reason = pl.Sandbox, reason
 	res := supervise(ctx, ch, j, req)
 	if rp != nil {
 		out.Network = rp.stop()
@@ -327,6 +404,40 @@ func finishDrain(h windows.Handle, d *draining) {
 func networkNote(_ Caps, p policy.Policy, pl Plan) string {
 	note, _ := winNetwork(p, pl.win)
 	return note
+}
+
+// runCount numbers the runs of this process, for their ledger records.
+var runCount atomic.Int64
+
+// nextRunID names a run of this process.
+func nextRunID() string {
+	return fmt.Sprintf("run-%d-%d", os.Getpid(), runCount.Add(1))
+}
+
+// statKind is what path is on the disk.
+func statKind(path string) pathKind {
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return kindAbsent
+	case fi.IsDir():
+		return kindDir
+	}
+	return kindFile
+}
+
+// containerEnv is env with LOCALAPPDATA, which CreateProcess needs to
+// start a process in an AppContainer (it fails with
+// ERROR_ENVVAR_NOT_FOUND without it): this user's, from the shell's
+// known folders, unless env has one.
+func containerEnv(env []string) []string {
+	if _, ok := envValue(env, "LOCALAPPDATA"); ok {
+		return env
+	}
+	if p, err := windows.KnownFolderPath(windows.FOLDERID_LocalAppData, 0); err == nil {
+		return withEnv(env, "LOCALAPPDATA", p)
+	}
+	return env
 }
 
 // SweepOrphans kills what half-set-up sandboxes of this user were left

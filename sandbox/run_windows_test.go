@@ -64,6 +64,14 @@ func helperMain(mode string, args []string) int {
 			return 3
 		}
 		return 0
+	case "cat": // print the file args[0], or fail
+		b, err := os.ReadFile(args[0])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 5
+		}
+		os.Stdout.Write(b)
+		return 0
 	case "injob": // say whether this process is in a job
 		in, err := isProcessInJob(windows.CurrentProcess(), 0)
 		fmt.Printf("%v %v", in, err)
@@ -165,7 +173,8 @@ func helper(t *testing.T, mode string, args ...string) Request {
 			env = append(env, k+"="+v)
 		}
 	}
-	return Request{Argv: append([]string{self}, args...), Env: env, Limits: Limits{Timeout: 20 * time.Second}}
+	// The job object's own tests: the stronger rungs have theirs.
+	return Request{Argv: append([]string{self}, args...), Env: env, Limits: Limits{Timeout: 20 * time.Second}, Options: Options{jobOnly: true}}
 }
 
 func mustRun(t *testing.T, req Request) Output {
@@ -316,7 +325,7 @@ func TestWindowsSuspendedStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.close()
-	ch, err := startSuspended(exe, req.Argv, req.Env, dir)
+	ch, err := startSuspended(exe, req.Argv, req.Env, dir, spawnOpts{})
 	if err != nil {
 		t.Fatal(err)
 	}

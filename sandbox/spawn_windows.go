@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"unicode/utf16"
 	"unsafe"
@@ -22,11 +23,21 @@ type child struct {
 	stdin, stdout, stderr windows.Handle
 }
 
+// spawnOpts say what the child runs as: in the AppContainer container
+// (with the capabilities caps), or with the primary token token, or
+// (zero) as the agent's own user.
+type spawnOpts struct {
+	container *windows.SID
+	caps      []windows.SIDAndAttributes
+	token     windows.Token
+}
+
 // startSuspended creates exe as a suspended process with command line
 // argv, environment env (exactly: nothing of the agent's is added) and
-// working directory dir. The child inherits its three pipe ends and no
-// other handle. Not one instruction of it runs before resume.
-func startSuspended(exe string, argv, env []string, dir string) (*child, error) {
+// working directory dir, as o says. The child inherits its three pipe
+// ends and no other handle. Not one instruction of it runs before
+// resume; the caller checks that it runs as o says first.
+func startSuspended(exe string, argv, env []string, dir string, o spawnOpts) (*child, error) {
 	block, err := envBlock(env)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: environment for %s: %w", exe, err)
@@ -55,7 +66,11 @@ func startSuspended(exe string, argv, env []string, dir string) (*child, error) 
 		c.closePipes()
 		return nil, fmt.Errorf("sandbox: pipes for %s: %w", exe, err)
 	}
-	attrs, err := windows.NewProcThreadAttributeList(1)
+	nattrs := uint32(1)
+	if o.container != nil {
+		nattrs++
+	}
+	attrs, err := windows.NewProcThreadAttributeList(nattrs)
 	if err != nil {
 		c.closePipes()
 		return nil, fmt.Errorf("sandbox: attributes for %s: %w", exe, err)
@@ -68,6 +83,19 @@ func startSuspended(exe string, argv, env []string, dir string) (*child, error) 
 		c.closePipes()
 		return nil, fmt.Errorf("sandbox: handle list for %s: %w", exe, err)
 	}
+	var sc securityCapabilities
+	if o.container != nil {
+		sc.AppContainerSid = o.container
+		if len(o.caps) > 0 {
+			sc.Capabilities, sc.CapabilityCount = &o.caps[0], uint32(len(o.caps))
+		}
+		// Wine refuses this attribute (ERROR_NOT_SUPPORTED): never go on
+		// to start an ordinary process in its stead.
+		if err := attrs.Update(procThreadAttributeSecurityCapabilities, unsafe.Pointer(&sc), unsafe.Sizeof(sc)); err != nil {
+			c.closePipes()
+			return nil, fmt.Errorf("sandbox: the AppContainer attribute for %s: %w", exe, err)
+		}
+	}
 	si := windows.StartupInfoEx{ProcThreadAttributeList: attrs.List()}
 	si.Cb = uint32(unsafe.Sizeof(si))
 	si.Flags = windows.STARTF_USESTDHANDLES
@@ -75,7 +103,14 @@ func startSuspended(exe string, argv, env []string, dir string) (*child, error) 
 	const flags = windows.CREATE_SUSPENDED | windows.CREATE_NO_WINDOW |
 		windows.CREATE_UNICODE_ENVIRONMENT | windows.EXTENDED_STARTUPINFO_PRESENT
 	var pi windows.ProcessInformation
-	if err := windows.CreateProcess(exeW, cmdW, nil, nil, true, flags, &block[0], dirW, &si.StartupInfo, &pi); err != nil {
+	if o.token != 0 {
+		err = windows.CreateProcessAsUser(o.token, exeW, cmdW, nil, nil, true, flags, &block[0], dirW, &si.StartupInfo, &pi)
+	} else {
+		err = windows.CreateProcess(exeW, cmdW, nil, nil, true, flags, &block[0], dirW, &si.StartupInfo, &pi)
+	}
+	runtime.KeepAlive(&sc)
+	runtime.KeepAlive(o.caps)
+	if err != nil {
 		c.closePipes()
 		return nil, fmt.Errorf("sandbox: starting %s: %w", exe, err)
 	}

@@ -101,6 +101,13 @@ type Config struct {
 	// false (any case, spaces ignored); "" when it does not (unset, 1,
 	// on, yes, true, or an unknown value, which is also a warning).
 	SandboxDisabled string
+	// AppContainerOff says why METNOS_SANDBOX_APPCONTAINER keeps Windows
+	// runs out of the AppContainer ("turned off by
+	// METNOS_SANDBOX_APPCONTAINER=0", the Rust client's opt-out) when it
+	// is 0, off, no or false; "" when it does not (unset, 1, on, yes,
+	// true, or an unknown value, which is also a warning). Other systems
+	// ignore it.
+	AppContainerOff string
 	// Shim is METNOS_SHIM: the sandbox shim binary on Linux. "" unset:
 	// metnos-shim beside the agent's binary, else the agent's binary.
 	Shim string
@@ -301,6 +308,7 @@ func FromEnv(goos string, getenv func(string) string) (Config, error) {
 		}
 	}
 	c.SandboxDisabled = r.sandbox("METNOS_SANDBOX")
+	c.AppContainerOff = r.appContainer("METNOS_SANDBOX_APPCONTAINER")
 	c.NetAllow = list(getenv("METNOS_NET_ALLOW"))
 	c.NetDeny = list(getenv("METNOS_NET_DENY"))
 	c.NetStrict = r.flag("METNOS_NET_STRICT")
@@ -435,6 +443,20 @@ func (r *reader) sandbox(name string) string {
 		return ""
 	}
 	r.warn("%s=%q is not 0, off, no, false (sandbox off) or 1, on, yes, true: the sandbox stays on", name, v)
+	return ""
+}
+
+// appContainer reads the owner's AppContainer switch: like sandbox, an
+// unknown value keeps the stronger setting, with a warning.
+func (r *reader) appContainer(name string) string {
+	v := r.getenv(name)
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "0", "off", "no", "false":
+		return "turned off by " + name + "=" + v
+	case "", "1", "on", "yes", "true":
+		return ""
+	}
+	r.warn("%s=%q is not 0, off, no, false (no AppContainer) or 1, on, yes, true: Windows runs stay in the AppContainer", name, v)
 	return ""
 }
 

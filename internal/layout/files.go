@@ -17,6 +17,12 @@ func (l Layout) State() string { return l.join(l.Data, "state.json") }
 // holds: <data>/client.lock.
 func (l Layout) Lock() string { return l.join(l.Data, "client.lock") }
 
+// SandboxGrants is the Windows sandbox's grant ledger: a record of the
+// access entries each AppContainer run adds, written before it adds
+// them, for the next start to remove what a killed run left:
+// <data>/sandbox-grants.
+func (l Layout) SandboxGrants() string { return l.join(l.Data, "sandbox-grants") }
+
 // Log is the agent's log, rotated to client.log.1: <data>/client.log.
 func (l Layout) Log() string { return l.join(l.Data, "client.log") }
 

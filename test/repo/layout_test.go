@@ -23,6 +23,7 @@ var layoutNames = map[string]bool{
 	"tailnet.json":            true,
 	"current.json":            true,
 	"runtime-descriptor.json": true,
+	"sandbox-grants":          true,
 }
 
 // TestLayoutNamesOnlyInLayout: internal/layout is the one place the

@@ -119,6 +119,13 @@ func runDoctor(std stdio, args []string) int {
 	if *caps {
 		return printCapabilities(std, e, *asJSON)
 	}
+	// Access entries a Windows run cut short left for the AppContainer:
+	// doctor, like run and uninstall, removes them (said on stderr).
+	if n, err := sandbox.RecoverGrants(sandboxOptions(e), warnLogger(std)); err != nil {
+		fmt.Fprintf(std.err, "metnos-agent: the access entries runs cut short left could not all be removed: %v\n", err)
+	} else if n > 0 {
+		fmt.Fprintf(std.err, "metnos-agent: removed the access entries %d run(s) cut short had left\n", n)
+	}
 	r := doctor(e)
 	if *asJSON {
 		enc := json.NewEncoder(std.out)
@@ -272,36 +279,23 @@ func readSysctl(path string) string {
 
 // printDoctor writes the report as two aligned tables: the machine,
 // then the profiles.
-func printDoctor(w io.Writer, r doctorReport, lay layout.Layout) {
-	c := r.Caps
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+// windowsRows prints the rungs of the Windows sandbox this machine
+// gives, and why not the others.
+func windowsRows(row func(k, v string), c sandbox.Caps) {
+	rung := func(ok bool, note string) string {
+		if ok {
+			return "yes"
+		}
+		return "no: " + note
+	}
+	row("appcontainer", rung(c.AppContainer, c.AppContainerNote))
+	row("low-integrity", rung(c.LowIntegrity, c.LowIntegrityNote))
+	row("job-object", yesNo(c.Disabled == ""))
+}
 
-	row("agent", fmt.Sprintf("metnos-agent %s %s/%s", r.Version, runtime.GOOS, runtime.GOARCH))
-	switch py := r.Python; {
-	case py.Path == "":
-		row("python", "none: "+py.Error)
-	default:
-		v := fmt.Sprintf("%s %s (%s)", py.Path, py.Version, py.Source)
-		if py.Note != "" {
-			v += "; " + py.Note
-		}
-		if py.Error != "" {
-			v += "; does not run: " + py.Error
-		}
-		row("python", v)
-	}
-	// An interpreter passed over is a warning: it is often the one the
-	// user expected (first on PATH), and executors would fail with it.
-	for _, s := range r.Python.Skipped {
-		row("warning", "python skipped, the sandbox could not run it: "+s)
-	}
-	for _, d := range fetch.Downloading(lay) {
-		row("download", fmt.Sprintf("%s: %d of %d bytes (resumes on the next runtime install)", d.URL, d.Done, d.Total))
-	}
-	if c.Disabled != "" {
-		row("disabled", c.Disabled)
-	}
+// linuxRows prints the layers of the Linux sandbox this machine gives.
+func linuxRows(row func(k, v string), r doctorReport) {
+	c := r.Caps
 	switch {
 	case c.Bwrap == "":
 		row("bwrap", "missing: "+c.BwrapError)
@@ -340,6 +334,43 @@ func printDoctor(w io.Writer, r doctorReport, lay layout.Layout) {
 		cg += ": " + c.CgroupNote
 	}
 	row("cgroup", cg)
+}
+
+func printDoctor(w io.Writer, r doctorReport, lay layout.Layout) {
+	c := r.Caps
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+
+	row("agent", fmt.Sprintf("metnos-agent %s %s/%s", r.Version, runtime.GOOS, runtime.GOARCH))
+	switch py := r.Python; {
+	case py.Path == "":
+		row("python", "none: "+py.Error)
+	default:
+		v := fmt.Sprintf("%s %s (%s)", py.Path, py.Version, py.Source)
+		if py.Note != "" {
+			v += "; " + py.Note
+		}
+		if py.Error != "" {
+			v += "; does not run: " + py.Error
+		}
+		row("python", v)
+	}
+	// An interpreter passed over is a warning: it is often the one the
+	// user expected (first on PATH), and executors would fail with it.
+	for _, s := range r.Python.Skipped {
+		row("warning", "python skipped, the sandbox could not run it: "+s)
+	}
+	for _, d := range fetch.Downloading(lay) {
+		row("download", fmt.Sprintf("%s: %d of %d bytes (resumes on the next runtime install)", d.URL, d.Done, d.Total))
+	}
+	if c.Disabled != "" {
+		row("disabled", c.Disabled)
+	}
+	if c.OS == "windows" {
+		windowsRows(row, c)
+	} else {
+		linuxRows(row, r)
+	}
 	uid := strconv.Itoa(r.UID)
 	if r.User != "" {
 		uid += " (" + r.User + ")"

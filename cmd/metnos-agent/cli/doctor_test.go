@@ -7,7 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/policy"
+	"github.com/metnos/agent/sandbox"
 )
 
 // TestDoctorCapabilities: doctor --capabilities prints what each
@@ -45,5 +47,28 @@ func TestDoctorCapabilities(t *testing.T) {
 	}
 	if len(table) != len(policy.CapabilityTable(policy.Host{Home: "/"})) {
 		t.Errorf("--json has %d rows, want the table's %d", len(table), len(policy.CapabilityTable(policy.Host{Home: "/"})))
+	}
+}
+
+// TestDoctorWindowsRungs: on Windows doctor shows which rungs the
+// machine gives and why not the others, and none of the Linux layers.
+func TestDoctorWindowsRungs(t *testing.T) {
+	var b strings.Builder
+	r := doctorReport{Caps: sandbox.Caps{OS: "windows", LowIntegrity: true, AppContainerNote: "userenv.dll has no CreateAppContainerProfile (Windows before 8, or Wine)"}, Profiles: map[string]profileReport{}}
+	printDoctor(&b, r, layout.Layout{})
+	out := b.String()
+	for _, want := range []string{
+		"appcontainer   no: userenv.dll has no CreateAppContainerProfile",
+		"low-integrity  yes",
+		"job-object     yes",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor lacks %q:\n%s", want, out)
+		}
+	}
+	for _, linux := range []string{"bwrap", "landlock", "seccomp", "cgroup"} {
+		if strings.Contains(out, "\n"+linux+" ") {
+			t.Errorf("doctor on Windows shows %s:\n%s", linux, out)
+		}
 	}
 }

@@ -159,6 +159,8 @@ func sandboxOptions(e environment) sandbox.Options {
 		LockDir:        e.lay.PlaceholderLocks(os.Getuid(), os.TempDir()),
 		EgressResolver: egress.ResolverAt(e.cfg.EgressDNS),
 		StrictEgress:   e.cfg.NetStrict,
+		NoAppContainer: e.cfg.AppContainerOff,
+		GrantLedger:    e.lay.SandboxGrants(),
 	}
 }
 

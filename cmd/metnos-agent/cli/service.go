@@ -12,6 +12,7 @@ import (
 
 	"github.com/metnos/agent/cmd/metnos-agent/internal/service"
 	"github.com/metnos/agent/pairing"
+	"github.com/metnos/agent/sandbox"
 )
 
 const installHelp = `
@@ -163,7 +164,27 @@ as it is.`)
 	if err != nil {
 		return fail(std, err)
 	}
+	e, _ := std.environment()
+	opts := sandboxOptions(e)
+	log := warnLogger(std)
+	if !*dryRun {
+		// What a killed run left, while the ledger is still there
+		// (--purge removes it).
+		if _, err := sandbox.RecoverGrants(opts, log); err != nil {
+			return fail(std, fmt.Errorf("removing the access entries runs left: %w", err))
+		}
+	}
 	if err := s.Uninstall(context.Background(), *purge); err != nil {
+		return fail(std, err)
+	}
+	if *dryRun {
+		return exitOK
+	}
+	// The stopped agent's run, if it was cut short.
+	if _, err := sandbox.RecoverGrants(opts, log); err != nil {
+		return fail(std, fmt.Errorf("removing the access entries runs left: %w", err))
+	}
+	if err := sandbox.DeleteContainerProfile(opts); err != nil {
 		return fail(std, err)
 	}
 	return exitOK
