@@ -136,7 +136,8 @@
 // 8 processes, no breakaway; the deadline, a cancelled context or the
 // agent's death kills the whole tree), in a fresh scratch folder
 // (working directory unless Request.Dir is set, TEMP and TMP, removed
-// afterwards), with exactly Request.Env plus TEMP and TMP.
+// afterwards), with exactly Request.Env plus TEMP and TMP (and SystemRoot
+// where it lacks one, LOCALAPPDATA in an AppContainer).
 //
 //   - "appcontainer": the tree runs in this device's AppContainer
 //     (Options.ContainerName, created once). It reaches only what the

@@ -24,10 +24,11 @@
 //     %TEMP%\metnos-exec-<pid>-<32 hex> (or Request.Dir when set), and
 //     TEMP and TMP always point to that folder, which is removed
 //     afterwards. The environment is exactly Request.Env plus TEMP and
-//     TMP; the command inherits nothing else of the agent's: no variable
-//     and no handle but its three pipes.
-//   - A Request or Policy whose minimum is above "contained"
-//     the rung's level, or whose profile forbids fallback
+//     TMP, SystemRoot when Request.Env lacks it (the Windows folder,
+//     without which Winsock fails) and, in an AppContainer, LOCALAPPDATA
+//     (CreateProcess needs it); the command inherits nothing else of the
+//     agent's: no variable and no handle but its three pipes.
+//   - A Request or Policy whose minimum is above the rung's level, or whose profile forbids fallback
 //     (full-fs-no-net), is refused with a [*RefusedError] before anything
 //     starts.
 //
@@ -131,6 +132,12 @@ func run(ctx context.Context, req Request) (Output, error) {
 		}
 	}()
 	env := withEnv(withEnv(req.Env, "TEMP", scratch), "TMP", scratch)
+	if _, ok := envValue(env, "SystemRoot"); !ok {
+		// Winsock, and with it every program's network, fails without it.
+		if d, err := windows.GetWindowsDirectory(); err == nil {
+			env = withEnv(env, "SystemRoot", d)
+		}
+	}
 	var rp *runProxy
 	if e := egressOf(req.Policy); e != nil && pl.win != rungAppContainer {
 		// An AppContainer cannot reach loopback: it gets internetClient

@@ -342,6 +342,9 @@ func printDoctor(w io.Writer, r doctorReport, lay layout.Layout) {
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 
 	row("agent", fmt.Sprintf("metnos-agent %s %s/%s", r.Version, runtime.GOOS, runtime.GOARCH))
+	if lay.Data != "" {
+		row("data", lay.Data)
+	}
 	switch py := r.Python; {
 	case py.Path == "":
 		row("python", "none: "+py.Error)

@@ -388,7 +388,7 @@ func exitCode(out sandbox.Output) int {
 // and with symlinks resolved.
 func findCommand(name, path string) (found, resolved string, err error) {
 	found = name
-	if !strings.Contains(name, "/") {
+	if !strings.ContainsAny(name, "/"+string(filepath.Separator)) {
 		if found = lookPath(name, path); found == "" {
 			return "", "", fmt.Errorf("%s: not found on PATH", name)
 		}
