@@ -294,7 +294,7 @@ func tryContainer(o Options, exe string) error {
 	if err != nil {
 		return err
 	}
-	ch, err := startSuspended(exe, []string{exe}, nil, filepath.Dir(exe), spawnOpts{container: sid})
+	ch, err := startSuspended(exe, []string{exe}, containerEnv(nil), filepath.Dir(exe), spawnOpts{container: sid})
 	if err != nil {
 		return fmt.Errorf("a process could not be started in the AppContainer: %w", err)
 	}

@@ -100,6 +100,11 @@ func winPlanFor(c Caps, p policy.Policy, min policy.Level, strictEgress bool) Pl
 			why += ", and a low-integrity token is not available here (" + c.LowIntegrityNote + ")"
 		}
 	}
+	if r == rungLowIntegrity && writes(p) {
+		// A low-integrity process cannot write what this user's
+		// programs write: the grants would not hold.
+		r, why = rungJob, "a low-integrity token would keep the command from writing the folders it is granted"
+	}
 	pl := Plan{Sandbox: r.word(), Best: best.word(), win: r}
 	pl.Reason = winReason(c, p, r, best, why)
 	need := max(p.MinSandbox, min)
@@ -112,6 +117,16 @@ func winPlanFor(c Caps, p policy.Policy, min policy.Level, strictEgress bool) Pl
 		pl.Refused = fmt.Sprintf("the run's network is narrowed to the hosts its manifest names, %s cannot hold a program to them, and this device refuses such runs (network strict)", pl.Sandbox)
 	}
 	return pl
+}
+
+// writes reports whether p grants a folder or file for writing.
+func writes(p policy.Policy) bool {
+	for _, g := range p.Grants {
+		if g.Access == policy.Write {
+			return true
+		}
+	}
+	return false
 }
 
 // winHostPIDs is what a run of a Policy with HostPIDs (system:read

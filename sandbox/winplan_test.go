@@ -52,6 +52,8 @@ func TestWinPlanFor(t *testing.T) {
 			[]string{"not appcontainer: profile full opens the whole file system"}, []string{"not enforced"}, ""},
 		{"full-fs-no-net", winAppContainer, policy.Policy{Profile: policy.ProfileFullFSNoNet, RootWritable: true, NoFallback: true}, policy.LevelNone, false, "job-object", nil, nil, "will not fall back"},
 		{"host pids", winAppContainer, policy.Policy{HostPIDs: true}, policy.LevelNone, false, "appcontainer", []string{"sees every process on the machine"}, []string{"not kept from reading or ending"}, ""},
+		{"low only writes", winLowOnly, policy.Policy{Grants: []policy.Grant{{Path: home, Access: policy.Write}}}, policy.LevelNone, false, "job-object",
+			[]string{"not job-object+low-integrity: a low-integrity token would keep the command from writing the folders it is granted", "not enforced: the network cut, the file grants and masks"}, nil, ""},
 		{"low only", winLowOnly, policy.Policy{Grants: grants, Masks: masks}, policy.LevelNone, false, "job-object+low-integrity",
 			[]string{"no AppContainer: CreateAppContainerProfile: not implemented (Wine)", "not enforced: the network cut, the grants and masks for reading"}, nil, ""},
 		{"low only min isolated", winLowOnly, policy.Policy{MinSandbox: policy.LevelIsolated}, policy.LevelNone, false, "job-object+low-integrity", nil, nil, `minimum sandbox "isolated" not met: Windows gives job-object+low-integrity here, which is "contained"`},
