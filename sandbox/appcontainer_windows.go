@@ -331,28 +331,40 @@ func tryLowIntegrity(exe string) error {
 // winACL changes access lists on this machine (aclOps).
 type winACL struct{}
 
-// dacl reads path's access list as bytes.
-func (winACL) dacl(path string) ([]byte, error) {
+// dacl reads path's access list as bytes, and whether it is protected
+// (inherits nothing from the folder above).
+func (winACL) dacl(path string) ([]byte, bool, error) {
 	sd, err := windows.GetNamedSecurityInfo(path, windows.SE_FILE_OBJECT, windows.DACL_SECURITY_INFORMATION)
 	if err != nil {
-		return nil, err
+		return nil, false, err
+	}
+	control, _, err := sd.Control()
+	if err != nil {
+		return nil, false, err
 	}
 	acl, _, err := sd.DACL()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if acl == nil {
-		return nil, fmt.Errorf("%s has no access list (everyone may do everything)", path)
+		return nil, false, fmt.Errorf("%s has no access list (everyone may do everything)", path)
 	}
 	size := int(*(*uint16)(unsafe.Add(unsafe.Pointer(acl), 2)))
 	b := make([]byte, size)
 	copy(b, unsafe.Slice((*byte)(unsafe.Pointer(acl)), size))
 	runtime.KeepAlive(sd)
-	return b, nil
+	return b, control&windows.SE_DACL_PROTECTED != 0, nil
 }
 
-func (w winACL) set(path string, acl []byte) error {
-	return windows.SetNamedSecurityInfo(path, windows.SE_FILE_OBJECT, windows.DACL_SECURITY_INFORMATION, nil, nil, (*windows.ACL)(unsafe.Pointer(&acl[0])), nil)
+// set writes path's access list, keeping whether it is protected: a
+// list that inherited nothing (~/.ssh for Windows' OpenSSH) must not
+// start to inherit, nor one that did stop.
+func (winACL) set(path string, acl []byte, protected bool) error {
+	info := windows.SECURITY_INFORMATION(windows.DACL_SECURITY_INFORMATION | windows.UNPROTECTED_DACL_SECURITY_INFORMATION)
+	if protected {
+		info = windows.DACL_SECURITY_INFORMATION | windows.PROTECTED_DACL_SECURITY_INFORMATION
+	}
+	return windows.SetNamedSecurityInfo(path, windows.SE_FILE_OBJECT, info, nil, nil, (*windows.ACL)(unsafe.Pointer(&acl[0])), nil)
 }
 
 func sidBytes(s string) ([]byte, error) {
@@ -364,7 +376,7 @@ func sidBytes(s string) ([]byte, error) {
 }
 
 func (w winACL) has(path, sid string, e ace) (bool, error) {
-	acl, err := w.dacl(path)
+	acl, _, err := w.dacl(path)
 	if err != nil {
 		return false, err
 	}
@@ -376,7 +388,7 @@ func (w winACL) has(path, sid string, e ace) (bool, error) {
 }
 
 func (w winACL) add(path, sid string, e ace) error {
-	acl, err := w.dacl(path)
+	acl, protected, err := w.dacl(path)
 	if err != nil {
 		return err
 	}
@@ -388,11 +400,11 @@ func (w winACL) add(path, sid string, e ace) error {
 	if err != nil || !changed {
 		return err
 	}
-	return w.set(path, next)
+	return w.set(path, next, protected)
 }
 
 func (w winACL) remove(path, sid string, e ace) error {
-	acl, err := w.dacl(path)
+	acl, protected, err := w.dacl(path)
 	if errors.Is(err, windows.ERROR_FILE_NOT_FOUND) || errors.Is(err, windows.ERROR_PATH_NOT_FOUND) {
 		return nil
 	}
@@ -407,7 +419,7 @@ func (w winACL) remove(path, sid string, e ace) error {
 	if err != nil || !changed {
 		return err
 	}
-	return w.set(path, next)
+	return w.set(path, next, protected)
 }
 
 // ledgerFor is the grant ledger of o for the container sid, for this

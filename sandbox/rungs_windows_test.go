@@ -155,7 +155,7 @@ func TestWindowsAppContainerConfines(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, path := range []string{granted, secret, filepath.Dir(self)} {
-		acl, err := winACL{}.dacl(path)
+		acl, _, err := winACL{}.dacl(path)
 		if err != nil {
 			t.Fatal(err)
 		}
