@@ -5,11 +5,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +15,8 @@ import (
 	"time"
 
 	"github.com/metnos/agent/policy"
+
+	"github.com/metnos/agent/testkit/runcgroups"
 )
 
 // TestCgroupReusedPerRun: a cgroup a run gives back is the next run's,
@@ -96,25 +96,6 @@ for p in ps:
 	}
 }
 
-// runCgroupDirs lists the run cgroups of process pid under
-// /sys/fs/cgroup, in every hierarchy: metnos-run-<pid>-*.
-func runCgroupDirs(t *testing.T, pid int) []string {
-	t.Helper()
-	prefix := fmt.Sprintf("metnos-run-%d-", pid)
-	var out []string
-	filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.IsDir() {
-			return nil // a cgroup removed under the walk, or a file
-		}
-		if strings.HasPrefix(d.Name(), prefix) {
-			out = append(out, p)
-			return filepath.SkipDir
-		}
-		return nil
-	})
-	return out
-}
-
 // poolCgroups makes run cgroups and leaves them in the pool through
 // real runs: several at once, so that each needs a cgroup of its own.
 // It skips where runs get no cgroup (as root, it fails instead with
@@ -174,13 +155,13 @@ func TestDrainPoolRemovesPooledCgroups(t *testing.T) {
 	if n == 0 {
 		t.Fatal("three runs at once left no cgroup in the pool")
 	}
-	before := runCgroupDirs(t, os.Getpid())
+	before := runcgroups.Of(os.Getpid())
 	if len(before) == 0 {
 		t.Fatalf("the pool holds %d cgroups, but no metnos-run-%d-* folder is under /sys/fs/cgroup", n, os.Getpid())
 	}
 	t.Logf("pooled: %d cgroups, folders %v", n, before)
 	DrainPool(nil)
-	if left := runCgroupDirs(t, os.Getpid()); len(left) > 0 {
+	if left := runcgroups.Of(os.Getpid()); len(left) > 0 {
 		t.Errorf("after DrainPool, run cgroups of this process are left: %v", left)
 	}
 	cgroupPool.Lock()

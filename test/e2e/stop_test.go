@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/metnos/agent/refserver"
+
+	"github.com/metnos/agent/testkit/runcgroups"
 )
 
 // spooled lists the results waiting in the agent's spool.
@@ -42,24 +43,6 @@ next:
 	return ""
 }
 
-// runCgroups lists the run cgroups the agent process pid made that are
-// still under /sys/fs/cgroup, in any hierarchy: metnos-run-<pid>-*.
-func runCgroups(pid int) []string {
-	prefix := fmt.Sprintf("metnos-run-%d-", pid)
-	var out []string
-	filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.IsDir() {
-			return nil // a cgroup removed under the walk, or a file
-		}
-		if strings.HasPrefix(d.Name(), prefix) {
-			out = append(out, p)
-			return filepath.SkipDir
-		}
-		return nil
-	})
-	return out
-}
-
 // TestStopDeliversFinishedRun: SIGTERM while an executor runs: the
 // agent says which run it waits for, lets it finish, and delivers its
 // result before it exits, so the server does not show it unanswered
@@ -77,7 +60,7 @@ func TestStopDeliversFinishedRun(t *testing.T) {
 			t.Fatalf("echo_args: state %s, result %s", info.State, info.ResultBody)
 		}
 	}
-	if pooled := runCgroups(pid); len(pooled) > 0 {
+	if pooled := runcgroups.Of(pid); len(pooled) > 0 {
 		t.Logf("run cgroups kept between runs: %v", pooled)
 	} else {
 		t.Log("runs get no cgroup here (not root, or no cgroup with pids and memory to make): no run cgroup to be left")
@@ -101,7 +84,7 @@ func TestStopDeliversFinishedRun(t *testing.T) {
 	if len(w.spooled(t)) != 0 {
 		t.Errorf("delivered results left in the spool: %v", w.spooled(t))
 	}
-	if left := runCgroups(pid); len(left) > 0 {
+	if left := runcgroups.Of(pid); len(left) > 0 {
 		t.Errorf("the agent stopped and left its run cgroups: %v", left)
 	}
 }
