@@ -435,28 +435,28 @@ func (r *reader) days(name string, def time.Duration) time.Duration {
 
 // sandbox reads the sandbox switch: the reason it is off, or "".
 func (r *reader) sandbox(name string) string {
-	v := r.getenv(name)
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "0", "off", "no", "false":
-		return "disabled by " + name + "=" + v
-	case "", "1", "on", "yes", "true":
-		return ""
-	}
-	r.warn("%s=%q is not 0, off, no, false (sandbox off) or 1, on, yes, true: the sandbox stays on", name, v)
-	return ""
+	return r.turnedOff(name, "disabled by ", "(sandbox off)", "the sandbox stays on")
 }
 
 // appContainer reads the owner's AppContainer switch: like sandbox, an
 // unknown value keeps the stronger setting, with a warning.
 func (r *reader) appContainer(name string) string {
+	return r.turnedOff(name, "turned off by ", "(no AppContainer)", "Windows runs stay in the AppContainer")
+}
+
+// turnedOff reads a switch of a protection that is on unless turned
+// off: "" when it stays on (unset, 1, on, yes, true), else says why,
+// starting with by. An unknown value keeps it on, with a warning that
+// says what off means (offIs) and that it stays on (stays).
+func (r *reader) turnedOff(name, by, offIs, stays string) string {
 	v := r.getenv(name)
 	switch strings.ToLower(strings.TrimSpace(v)) {
 	case "0", "off", "no", "false":
-		return "turned off by " + name + "=" + v
+		return by + name + "=" + v
 	case "", "1", "on", "yes", "true":
 		return ""
 	}
-	r.warn("%s=%q is not 0, off, no, false (no AppContainer) or 1, on, yes, true: Windows runs stay in the AppContainer", name, v)
+	r.warn("%s=%q is not 0, off, no, false %s or 1, on, yes, true: %s", name, v, offIs, stays)
 	return ""
 }
 
