@@ -67,17 +67,7 @@ func TestRuntimeCommands(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", filepath.Join(home, "cache"))
 	t.Setenv("XDG_DATA_HOME", filepath.Join(home, "data"))
 	t.Setenv("METNOS_PYTHON", "")
-	var raw bytes.Buffer
-	tw := tar.NewWriter(&raw)
-	script := "#!/bin/sh\necho 3.99.0\n"
-	tw.WriteHeader(&tar.Header{Name: "python/bin/python3", Mode: 0o755, Size: int64(len(script)), Typeflag: tar.TypeReg})
-	tw.Write([]byte(script))
-	tw.Close()
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	zw.Write(raw.Bytes())
-	zw.Close()
-	archive := gz.Bytes()
+	archive := targz("#!/bin/sh\necho 3.99.0\n")
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.ServeContent(w, r, "a", time.Unix(0, 0), bytes.NewReader(archive))
 	}))
@@ -155,23 +145,14 @@ func TestFetchDestinations(t *testing.T) {
 // archive (the first thing a user tries), verified against its pin; a
 // size that contradicts the pin fails at once and installs nothing.
 func TestRuntimeInstallLocalArchive(t *testing.T) {
-	var raw bytes.Buffer
-	tw := tar.NewWriter(&raw)
-	script := "#!/bin/sh\necho 3.99.1\n"
-	tw.WriteHeader(&tar.Header{Name: "python/bin/python3", Mode: 0o755, Size: int64(len(script)), Typeflag: tar.TypeReg})
-	tw.Write([]byte(script))
-	tw.Close()
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	zw.Write(raw.Bytes())
-	zw.Close()
+	gz := targz("#!/bin/sh\necho 3.99.1\n")
 	archive := filepath.Join(t.TempDir(), "cpython-3.99.1-test.tar.gz")
-	if err := os.WriteFile(archive, gz.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(archive, gz, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256(gz.Bytes())
+	sum := sha256.Sum256(gz)
 	pin := hex.EncodeToString(sum[:])
-	code, out, errs := runCLI(t, "runtime", "install", "--url", archive, "--sha256", pin, "--size", strconv.Itoa(gz.Len()+1))
+	code, out, errs := runCLI(t, "runtime", "install", "--url", archive, "--sha256", pin, "--size", strconv.Itoa(len(gz)+1))
 	if code != exitFailure || !strings.Contains(errs, "the pin says") || strings.Contains(errs, "attempt") {
 		t.Errorf("a size contradicting the pin: exit %d (want 1, at once, not retried)\n%s%s", code, out, errs)
 	}
@@ -274,18 +255,6 @@ func TestRuntimeInstallNotAnArchive(t *testing.T) {
 		code := run(stdio{in: os.Stdin, out: &out, err: &errb}, []string{"runtime", "install", "--url", url, "--sha256", hex.EncodeToString(sum[:])})
 		return code, "\n" + out.String() + errb.String() // every line after a "\n"
 	}
-	targz := func(body string) []byte {
-		var raw bytes.Buffer
-		tw := tar.NewWriter(&raw)
-		tw.WriteHeader(&tar.Header{Name: "python/bin/python3", Mode: 0o755, Size: int64(len(body)), Typeflag: tar.TypeReg})
-		tw.Write([]byte(body))
-		tw.Close()
-		var gz bytes.Buffer
-		zw := gzip.NewWriter(&gz)
-		zw.Write(raw.Bytes())
-		zw.Close()
-		return gz.Bytes()
-	}
 	dir := t.TempDir()
 
 	// A fresh cache: the refused file leaves only the install's lock
@@ -354,4 +323,19 @@ func TestRuntimeInstallNotAnArchive(t *testing.T) {
 	if code := run(stdio{in: os.Stdin, out: &out, err: &bytes.Buffer{}}, []string{"runtime", "status"}); code != 0 || !strings.Contains(out.String(), "installed:  Python 3.99.5") {
 		t.Errorf("status after the refused files: exit %d\n%s", code, out.String())
 	}
+}
+
+// targz is a stand-in python-build-standalone archive: a tar.gz whose
+// python/bin/python3 is the script body.
+func targz(body string) []byte {
+	var raw bytes.Buffer
+	tw := tar.NewWriter(&raw)
+	tw.WriteHeader(&tar.Header{Name: "python/bin/python3", Mode: 0o755, Size: int64(len(body)), Typeflag: tar.TypeReg})
+	tw.Write([]byte(body))
+	tw.Close()
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(raw.Bytes())
+	zw.Close()
+	return gz.Bytes()
 }
