@@ -104,7 +104,7 @@ func runInstall(std stdio, args []string) int {
 	if err != nil {
 		return fail(std, err)
 	}
-	c := service.Config{Exe: exe, Args: []string{"run"}, DataDir: s.DataDir, User: s.User}
+	c := service.Config{Exe: exe, Args: []string{"run", "--wait"}, DataDir: s.DataDir, User: s.User}
 	// The service must use the directories this command uses.
 	e, err := std.environment()
 	if err != nil {

@@ -32,6 +32,18 @@ const (
 // agent, in seconds: the Rust client's systemd unit uses 5.
 const restartSec = 5
 
+// The systemd unit's start limit: startLimitBurst starts within
+// startLimitSec seconds, and the unit is left failed.
+const (
+	startLimitSec   = 120
+	startLimitBurst = 6
+)
+
+// stopTimeoutSec is how long a supervisor gives the agent to stop
+// before it kills it (systemd's TimeoutStopSec), and the agent's stop
+// budget (METNOS_STOP_TIMEOUT_S).
+const stopTimeoutSec = 20
+
 // EnvVar is one environment variable given to the service.
 type EnvVar struct{ Key, Value string }
 
@@ -104,13 +116,29 @@ func winAbs(p string) bool {
 		'a' <= p[0]|0x20 && p[0]|0x20 <= 'z'
 }
 
-// SystemdUnit renders the agent's systemd user unit. Restart=always
-// with StartLimitIntervalSec=0 as the Rust client's unit: the agent
-// exits 0 to be restarted after a self-update, and exit 3 (another
-// agent holds the lock, docs/protocol.md §13.1) is retried every restartSec too, so that
-// the service takes over as soon as the other instance (a manual
-// "metnos-agent run", a Rust client) goes away instead of staying dead
-// until the next login.
+// SystemdUnit renders the agent's systemd user unit.
+//
+//   - Restart=always: the agent exits 0 to be restarted after a
+//     self-update, and a crash or kill is followed by a start after
+//     restartSec. The start limit (startLimitBurst starts within
+//     startLimitSec) ends a crash loop with the unit failed and
+//     "start-limit-hit" in its status, instead of restarting a build that
+//     cannot start forever; a rolled-back update takes 4 starts, within
+//     it. The service runs `run --wait`, so a start that finds another
+//     agent running (a `metnos-agent run` by hand, a Rust client) waits
+//     for it instead of using up starts.
+//   - KillMode=mixed: a stop sends SIGTERM to the agent alone, which
+//     cuts the executors' runs itself and delivers their results within
+//     its stop budget, METNOS_STOP_TIMEOUT_S, set to TimeoutStopSec; what
+//     is left of the unit's processes when the time is up gets SIGKILL.
+//   - The hardening directives are those that leave the executors their
+//     sandbox: user namespaces (bwrap), Landlock and seccomp all work
+//     under no_new_privs, which the executors get anyway. Directives that
+//     need a mount or user namespace of the unit's own (ProtectSystem,
+//     ProtectHome, PrivateTmp, PrivateUsers...) or that filter system
+//     calls by list (SystemCallFilter, RestrictNamespaces) would take
+//     bwrap's namespaces or Landlock's calls from the executors, and are
+//     not used.
 func SystemdUnit(c Config) ([]byte, error) {
 	if err := c.check(unixAbs); err != nil {
 		return nil, err
@@ -118,7 +146,9 @@ func SystemdUnit(c Config) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString("# Written by \"metnos-agent install\"; \"metnos-agent uninstall\" removes it.\n")
 	b.WriteString("[Unit]\nDescription=Metnos device agent\nDocumentation=https://github.com/metnos/agent\n")
-	b.WriteString("# Never give up restarting (the Rust client's unit does the same).\nStartLimitIntervalSec=0\n\n")
+	fmt.Fprintf(&b, "# A crash loop ends here: %d starts within %d s leave the unit failed\n", startLimitBurst, startLimitSec)
+	b.WriteString("# (\"start-limit-hit\"); `systemctl --user reset-failed metnos-agent` and\n# `systemctl --user start metnos-agent` try again.\n")
+	fmt.Fprintf(&b, "StartLimitIntervalSec=%d\nStartLimitBurst=%d\n\n", startLimitSec, startLimitBurst)
 	b.WriteString("[Service]\nType=simple\n")
 	if strings.ContainsAny(c.Exe, "\"\\") {
 		return nil, fmt.Errorf("service: the agent's path %q holds a quote or a backslash, which systemd refuses in an executable name: move the binary", c.Exe)
@@ -129,13 +159,19 @@ func SystemdUnit(c Config) ([]byte, error) {
 		b.WriteString(" " + systemdQuote(a, true))
 	}
 	b.WriteString("\n")
+	b.WriteString("# Exit 0 after a self-update is restarted too, as is a crash.\n")
+	fmt.Fprintf(&b, "Restart=always\nRestartSec=%d\n", restartSec)
+	b.WriteString("# A stop sends SIGTERM to the agent alone: it cuts the executors' runs at\n")
+	b.WriteString("# half its stop budget, delivers their results and exits within it. Keep\n")
+	b.WriteString("# METNOS_STOP_TIMEOUT_S equal to TimeoutStopSec.\n")
+	fmt.Fprintf(&b, "KillMode=mixed\nTimeoutStopSec=%d\nEnvironment=METNOS_STOP_TIMEOUT_S=%d\n", stopTimeoutSec, stopTimeoutSec)
+	b.WriteString("# Hardening that leaves the executors bwrap, Landlock and seccomp.\n")
+	b.WriteString("NoNewPrivileges=yes\nLockPersonality=yes\nRestrictRealtime=yes\nRestrictSUIDSGID=yes\nSystemCallArchitectures=native\n")
+	// Last, so that the owner's --env wins over the unit's own.
 	for _, e := range c.Env {
 		b.WriteString("Environment=" + systemdQuote(e.Key+"="+e.Value, false) + "\n")
 	}
-	b.WriteString("# Exit 0 after a self-update and exit 3 (another agent holds the lock)\n")
-	b.WriteString("# are restarted too: the agent takes over once the other one stops.\n")
-	fmt.Fprintf(&b, "Restart=always\nRestartSec=%d\n", restartSec)
-	b.WriteString("# Stopping the agent stops the executors it runs.\nKillMode=control-group\nTimeoutStopSec=20\n\n")
+	b.WriteString("\n")
 	b.WriteString("[Install]\nWantedBy=default.target\n")
 	return b.Bytes(), nil
 }
@@ -197,17 +233,24 @@ func launchdPlist(c Config) ([]byte, error) {
 		fmt.Fprintf(&b, "\t\t%s\n", str(a))
 	}
 	b.WriteString("\t</array>\n")
-	if len(c.Env) > 0 {
-		b.WriteString("\t<key>EnvironmentVariables</key>\n\t<dict>\n")
-		for _, e := range c.Env {
-			fmt.Fprintf(&b, "\t\t<key>%s</key>\n\t\t%s\n", xmlText(e.Key), str(e.Value))
+	// The stop budget matches ExitTimeOut (launchd's SIGKILL after
+	// SIGTERM), unless the owner's --env sets it.
+	env := []EnvVar{{"METNOS_STOP_TIMEOUT_S", fmt.Sprint(stopTimeoutSec)}}
+	for _, e := range c.Env {
+		if e.Key == env[0].Key {
+			env = env[:0]
 		}
-		b.WriteString("\t</dict>\n")
 	}
+	b.WriteString("\t<key>EnvironmentVariables</key>\n\t<dict>\n")
+	for _, e := range append(env, c.Env...) {
+		fmt.Fprintf(&b, "\t\t<key>%s</key>\n\t\t%s\n", xmlText(e.Key), str(e.Value))
+	}
+	b.WriteString("\t</dict>\n")
 	log := strings.TrimRight(c.DataDir, "/") + "/" + launchdLogName
 	fmt.Fprintf(&b, "\t<key>WorkingDirectory</key>\n\t%s\n", str(c.DataDir))
 	b.WriteString("\t<key>RunAtLoad</key>\n\t<true/>\n\t<key>KeepAlive</key>\n\t<true/>\n")
 	fmt.Fprintf(&b, "\t<key>ThrottleInterval</key>\n\t<integer>%d</integer>\n", restartSec)
+	fmt.Fprintf(&b, "\t<key>ExitTimeOut</key>\n\t<integer>%d</integer>\n", stopTimeoutSec)
 	fmt.Fprintf(&b, "\t<key>StandardOutPath</key>\n\t%s\n\t<key>StandardErrorPath</key>\n\t%s\n", str(log), str(log))
 	b.WriteString("</dict>\n</plist>\n")
 	return b.Bytes(), nil
