@@ -150,10 +150,13 @@ func runUninstall(std stdio, args []string) int {
 Stop the agent's service and remove it. The device key, the pairing and
 the caches stay, so a later install (or the Rust client) finds them;
 --purge removes them too, unless the Rust client, which shares them, is
-installed or an agent still runs. The Rust client's own service is left
-as it is.`)
+installed or an agent still runs. The Rust client's own service, which
+install disabled, is left as it is unless --restore-rust-client, which
+enables and starts it again: the device goes back to it, paired as it
+was.`)
 	dryRun := fs.Bool("dry-run", false, "print what would be removed and run, and change nothing")
 	purge := fs.Bool("purge", false, "also remove the data directory (key, pairing, spool, history) and the cache")
+	restore := fs.Bool("restore-rust-client", false, "enable and start the Rust client's service again, giving the device back to it")
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
@@ -174,7 +177,7 @@ as it is.`)
 			return fail(std, fmt.Errorf("removing the access entries runs left: %w", err))
 		}
 	}
-	if err := s.Uninstall(context.Background(), *purge); err != nil {
+	if err := s.Uninstall(context.Background(), service.UninstallOptions{Purge: *purge, RestoreRust: *restore}); err != nil {
 		return fail(std, err)
 	}
 	if *dryRun {
@@ -224,6 +227,18 @@ func runStatus(std stdio, args []string) int {
 	fmt.Fprintf(w, "running:     %s\n", running)
 	if st.Supervised != "" {
 		fmt.Fprintf(w, "supervisor says: %s\n", st.Supervised)
+	}
+	if st.Restarts > 0 {
+		fmt.Fprintf(w, "restarts:    %d since it was last started by hand\n", st.Restarts)
+	}
+	switch st.Failed {
+	case "":
+	case "start-limit-hit":
+		fmt.Fprintf(w, "failed:      it stopped starting: it failed to stay up too many times in a row (start-limit-hit).\n")
+		fmt.Fprintf(w, "             See why: journalctl --user -u metnos-agent -n 50\n")
+		fmt.Fprintf(w, "             Then: systemctl --user reset-failed metnos-agent && systemctl --user start metnos-agent\n")
+	default:
+		fmt.Fprintf(w, "failed:      %s; see journalctl --user -u metnos-agent -n 50\n", st.Failed)
 	}
 	if st.Linger != "" {
 		fmt.Fprintf(w, "linger:      %s\n", st.Linger)

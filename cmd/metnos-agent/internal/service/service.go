@@ -137,6 +137,12 @@ type Status struct {
 	// Supervised is the supervisor's own word on the service ("active",
 	// "running", …), or why it could not be asked.
 	Supervised string
+	// Failed is, on Linux, systemd's word for why the unit is failed
+	// ("start-limit-hit": a crash loop stopped at the start limit;
+	// "exit-code", "signal"...), and Restarts how many times systemd
+	// restarted it since it was last started by hand.
+	Failed   string
+	Restarts int
 	// RustClient names the Rust client's unit or task when present,
 	// and RustEnabled whether it would start.
 	RustClient  string
@@ -404,12 +410,29 @@ func (s *Manager) installTask(ctx context.Context, xml []byte) error {
 	return nil
 }
 
+// UninstallOptions says what [Manager.Uninstall] does beyond removing
+// the agent's service.
+type UninstallOptions struct {
+	// Purge removes the data and cache directories too (key, pairing,
+	// spool, history, caches).
+	Purge bool
+	// RestoreRust enables and starts the Rust client's service again
+	// (the one [Manager.Install] disabled), giving the device back to it
+	// with the key and pairing they share.
+	RestoreRust bool
+}
+
 // Uninstall stops the agent's service and removes its file. The key,
-// pairing and caches stay unless purge, which then removes the data and
-// cache directories, refusing while an agent still runs or the Rust
+// pairing and caches stay unless o.Purge, which then removes the data
+// and cache directories, refusing while an agent still runs or the Rust
 // client (which shares them) is installed. The Rust client's own
-// service is left as it is.
-func (s *Manager) Uninstall(ctx context.Context, purge bool) error {
+// service is left as it is (disabled, after an install took over from
+// it) unless o.RestoreRust, which starts it again; without it, Uninstall
+// says how.
+func (s *Manager) Uninstall(ctx context.Context, o UninstallOptions) error {
+	if o.Purge && o.RestoreRust {
+		return errors.New("service: --purge removes the key and pairing the Rust client would use: give the device back to it without --purge")
+	}
 	path := s.file()
 	switch s.GOOS {
 	case "darwin":
@@ -447,11 +470,67 @@ func (s *Manager) Uninstall(ctx context.Context, purge bool) error {
 			s.say("The systemd user manager is not running here (%s): nothing was stopped.", why)
 		}
 	}
-	if !purge {
+	if err := s.rustAfterUninstall(ctx, o.RestoreRust); err != nil {
+		return err
+	}
+	if !o.Purge {
 		s.say("kept the device key and pairing in %s (uninstall --purge removes them)", s.DataDir)
 		return nil
 	}
 	return s.purge(ctx)
+}
+
+// rustAfterUninstall gives the device back to the Rust client when
+// restore is set and its service is there, and otherwise says how.
+func (s *Manager) rustAfterUninstall(ctx context.Context, restore bool) error {
+	switch s.GOOS {
+	case "darwin":
+		if restore {
+			return errors.New("service: the Rust client has no macOS service to give the device back to")
+		}
+		return nil
+	case "windows":
+		ok, enabled := s.taskExists(ctx, rustTaskName)
+		switch {
+		case !ok && restore:
+			return fmt.Errorf("service: the Rust client's task %s is not registered: install the Rust client to give the device back to it", rustTaskName)
+		case !ok:
+			return nil
+		case !restore:
+			if !enabled {
+				s.say("the Rust client's task %s is still registered, disabled: to give the device back to it, run: schtasks /Change /TN %s /ENABLE, then schtasks /Run /TN %s (or uninstall --restore-rust-client)", rustTaskName, rustTaskName, rustTaskName)
+			}
+			return nil
+		}
+		if _, err := s.run(ctx, "schtasks", "/Change", "/TN", rustTaskName, "/ENABLE"); err != nil {
+			return fmt.Errorf("service: enabling the Rust client's task %s: %w", rustTaskName, err)
+		}
+		if _, err := s.run(ctx, "schtasks", "/Run", "/TN", rustTaskName); err != nil {
+			return fmt.Errorf("service: starting the Rust client's task %s: %w", rustTaskName, err)
+		}
+		s.say("gave the device back to the Rust client: its task %s is enabled and started", rustTaskName)
+		return nil
+	}
+	rust := filepath.Join(s.Dir, rustSystemdUnitName)
+	switch {
+	case !exists(rust) && restore:
+		return fmt.Errorf("service: the Rust client's unit %s is not there: install the Rust client to give the device back to it", rust)
+	case !exists(rust):
+		return nil
+	case !restore:
+		if !exists(s.wantsLink(rustSystemdUnitName)) {
+			s.say("the Rust client's unit %s is still installed, disabled: to give the device back to it, run: systemctl --user enable --now %s (or uninstall --restore-rust-client)", rust, rustSystemdUnitName)
+		}
+		return nil
+	}
+	if up, why := s.systemdUp(ctx); !up {
+		return fmt.Errorf("service: cannot start the Rust client's unit: the systemd user manager is not running here (%s); run in your login session: systemctl --user enable --now %s", why, rustSystemdUnitName)
+	}
+	if _, err := s.run(ctx, "systemctl", "--user", "enable", "--now", rustSystemdUnitName); err != nil {
+		return fmt.Errorf("service: giving the device back to the Rust client: %w", err)
+	}
+	s.say("gave the device back to the Rust client: %s is enabled and started, with the same key and pairing", rustSystemdUnitName)
+	return nil
 }
 
 func (s *Manager) purge(ctx context.Context) error {
@@ -522,6 +601,18 @@ func (s *Manager) Status(ctx context.Context) (Status, error) {
 		if up, why := s.systemdUp(ctx); up {
 			out, _ := s.probe(ctx, "systemctl", "--user", "is-active", systemdUnitName)
 			st.Supervised = strings.TrimSpace(out)
+			out, _ = s.probe(ctx, "systemctl", "--user", "show", "--property=Result,NRestarts", systemdUnitName)
+			for _, l := range strings.Split(out, "\n") {
+				k, v, _ := strings.Cut(strings.TrimSpace(l), "=")
+				switch k {
+				case "Result":
+					if v != "success" && st.Supervised == "failed" {
+						st.Failed = v
+					}
+				case "NRestarts":
+					st.Restarts, _ = strconv.Atoi(v)
+				}
+			}
 		} else {
 			st.Supervised = "unknown: " + why
 		}

@@ -284,7 +284,7 @@ func TestLaunchd(t *testing.T) {
 	if err != nil || !st.Installed || !st.Enabled || st.Supervised != "running" {
 		t.Errorf("status = %+v, %v", st, err)
 	}
-	if err := s.Uninstall(ctx, false); err != nil {
+	if err := s.Uninstall(ctx, UninstallOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
@@ -319,7 +319,7 @@ func TestTask(t *testing.T) {
 	if err != nil || !st.Installed || !st.Enabled || st.RustClient != "task MetnosClient" || !st.RustEnabled {
 		t.Errorf("status = %+v, %v", st, err)
 	}
-	if err := s.Uninstall(ctx, true); err == nil || !strings.Contains(err.Error(), "Rust client") {
+	if err := s.Uninstall(ctx, UninstallOptions{Purge: true}); err == nil || !strings.Contains(err.Error(), "Rust client") {
 		t.Errorf("purge with the Rust client installed: %v", err)
 	}
 	want := []string{
@@ -348,7 +348,7 @@ func TestUninstallPurge(t *testing.T) {
 	os.MkdirAll(s.DataDir, 0o700)
 	os.WriteFile(filepath.Join(s.DataDir, "key"), make([]byte, 32), 0o600)
 	os.MkdirAll(s.CacheDir, 0o700)
-	if err := s.Uninstall(ctx, false); err != nil {
+	if err := s.Uninstall(ctx, UninstallOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if exists(s.file()) || !exists(filepath.Join(s.DataDir, "key")) {
@@ -359,11 +359,11 @@ func TestUninstallPurge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Uninstall(ctx, true); err == nil || !strings.Contains(err.Error(), "still holds") {
+	if err := s.Uninstall(ctx, UninstallOptions{Purge: true}); err == nil || !strings.Contains(err.Error(), "still holds") {
 		t.Errorf("purge under a running agent: %v", err)
 	}
 	l.Release()
-	if err := s.Uninstall(ctx, true); err != nil {
+	if err := s.Uninstall(ctx, UninstallOptions{Purge: true}); err != nil {
 		t.Fatal(err)
 	}
 	if exists(s.DataDir) || exists(s.CacheDir) {
