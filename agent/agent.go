@@ -97,6 +97,17 @@ type Config struct {
 	// systemd unit's TimeoutStopSec=20 and a run's own time). What is
 	// not delivered by then stays in the spool for the next start.
 	StopDelivery time.Duration
+	// StopBudget is how long the agent's service manager lets it stop
+	// before it kills it (METNOS_STOP_TIMEOUT_S, which the systemd unit
+	// sets to its TimeoutStopSec); 0 for none. With a budget, once the
+	// agent is asked to stop, a run still going half the budget after
+	// the request is cut short, and its result, which says so, is
+	// spooled and delivered like any other (see [result.CutAtStop]);
+	// and results are delivered until [StopMargin] before the budget
+	// ends at the latest (never later than StopDelivery allows), so that
+	// the process exits before it is killed. Without one, a run under
+	// way finishes however long it takes (what a Ctrl-C by hand wants).
+	StopBudget time.Duration
 	// Halt, when closed, stops the agent now: a run under way is cut
 	// short (the next start reports it as execution_outcome_unknown,
 	// as after a crash) and undelivered results stay in the spool. The
@@ -169,6 +180,14 @@ type Agent struct {
 	// context of the runs and of the last delivery.
 	halt       context.Context
 	haltCancel context.CancelFunc
+	// cut ends half of Config.StopBudget after the agent is asked to
+	// stop (see Run): a run still going then is cut short, and gets a
+	// result that says so (see execute).
+	cut       context.Context
+	cutCancel context.CancelFunc
+	// stopAt is when the agent was asked to stop (UnixNano; 0 while it
+	// was not).
+	stopAt atomic.Int64
 
 	// outbox is what flush delivers: the spooled results not delivered
 	// yet, read from the spool once (at the first flush, or again after
@@ -261,6 +280,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger, client: cfg.Client, server: server, spool: sp, state: st, host: host, beatNow: make(chan struct{}, 1)}
 	a.halt, a.haltCancel = context.WithCancel(context.Background())
+	a.cut, a.cutCancel = context.WithCancel(context.Background())
 	if cut := sp.Cut(); cut != "" {
 		a.log.Warn("the ledger's last line was cut short by a crash; removed (its invocation's STARTED marker or result decides)", "ledger", cfg.Layout.Ledger(), "line", cut)
 	}
@@ -323,6 +343,7 @@ func New(cfg Config) (*Agent, error) {
 // for the run under way: no run holds a cgroup then.
 func (a *Agent) Close() error {
 	a.haltCancel()
+	a.cutCancel()
 	a.waitSwept()
 	sandbox.DrainPool(a.log)
 	a.audit.Close()
@@ -339,8 +360,13 @@ func (a *Agent) SandboxLevel() string { return a.best }
 // Run polls and executes until ctx ends, which is a request to stop: a
 // run under way finishes (it is not cut short), and the results that
 // finished are delivered for up to Config.StopDelivery before Run
-// returns; closing Config.Halt stops at once instead, leaving them in
-// the spool. It returns nil when it stopped.
+// returns. With a Config.StopBudget, a run still going half the budget
+// after the request is cut short and its result (ok false, saying so)
+// is delivered too, and delivery ends [StopMargin] before the budget
+// does, so that Run returns before it. Closing Config.Halt stops at
+// once instead, leaving the results in the spool (and a run cut then
+// without one: the next start reports it execution_outcome_unknown).
+// It returns nil when it stopped.
 func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent running", "server", a.client.URL(), "device", a.client.DeviceID(), "sandbox", a.best)
 	ran := make(chan struct{})
@@ -360,14 +386,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer context.AfterFunc(a.halt, cancel)()
 	// A result POST under way when the stop request comes is not cut
 	// short (the server may have it already, and would get it twice):
-	// deliveries go on until Config.StopDelivery after the request, or
-	// until the agent stops now.
-	var stopAt atomic.Int64
+	// deliveries go on until Config.StopDelivery after the request (or
+	// StopMargin before the stop budget ends), or until the agent stops
+	// now. With a stop budget, a run still going at half of it is cut.
 	dctx, dcancel := context.WithCancel(a.halt)
 	defer dcancel()
 	defer context.AfterFunc(ctx, func() {
-		stopAt.Store(time.Now().UnixNano())
-		time.AfterFunc(a.cfg.StopDelivery, dcancel)
+		now := time.Now()
+		a.stopAt.Store(now.UnixNano())
+		time.AfterFunc(a.deliveryEnd(now, now).Sub(now), dcancel)
+		if b := a.cfg.StopBudget; b > 0 {
+			time.AfterFunc(b/2, a.cutCancel)
+		}
 	})()
 	go a.heartbeats(ctx)
 	backoff := time.Second
@@ -483,7 +513,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	// The stop time, unless the loop ended before the AfterFunc ran.
 	stopped := time.Now()
-	if at := stopAt.Load(); at != 0 {
+	if at := a.stopAt.Load(); at != 0 {
 		stopped = time.Unix(0, at)
 	}
 	a.deliverBeforeStop(stopped)
@@ -612,11 +642,30 @@ func (r *reachability) answered(log *slog.Logger) {
 	r.since = nil
 }
 
+// StopMargin is how long before the end of Config.StopBudget the agent
+// stops delivering results: the time it takes to close down and exit
+// before its service manager kills it.
+const StopMargin = 2 * time.Second
+
+// deliveryEnd is when the results stop being delivered for a stop
+// requested at stopAt, the last run having ended at ran:
+// Config.StopDelivery after the later of the two, and no later than
+// StopMargin before the end of Config.StopBudget, when there is one.
+func (a *Agent) deliveryEnd(stopAt, ran time.Time) time.Time {
+	end := later(stopAt, ran).Add(a.cfg.StopDelivery)
+	if b := a.cfg.StopBudget; b > 0 {
+		if last := stopAt.Add(max(b-StopMargin, 0)); last.Before(end) {
+			end = last
+		}
+	}
+	return end
+}
+
 // deliverBeforeStop delivers the results that finished, once the agent
-// is asked to stop (at stopAt), for up to Config.StopDelivery after the
-// request or after the last run ended, whichever is later, or until the
-// agent is told to stop now; what is left stays in the spool, for the
-// next start.
+// is asked to stop (at stopAt), until deliveryEnd (Config.StopDelivery
+// after the request or after the last run ended, whichever is later,
+// and within the stop budget), or until the agent is told to stop now;
+// what is left stays in the spool, for the next start.
 func (a *Agent) deliverBeforeStop(stopAt time.Time) {
 	if a.halt.Err() == nil && !a.loaded {
 		a.load()
@@ -628,7 +677,7 @@ func (a *Agent) deliverBeforeStop(stopAt time.Time) {
 		}
 		return
 	}
-	deadline := later(stopAt, a.runEnded).Add(a.cfg.StopDelivery)
+	deadline := a.deliveryEnd(stopAt, a.runEnded)
 	ctx, cancel := context.WithDeadline(a.halt, deadline)
 	defer cancel()
 	if ctx.Err() == nil {

@@ -219,17 +219,27 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 	}
 	// A started run is not cut short when the agent is asked to stop: it
 	// ends by itself or at its deadline, and its result is spooled and
-	// delivered before the agent exits. Only stopping now (a second
-	// signal) cuts it short.
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	defer context.AfterFunc(a.halt, cancel)()
+	// delivered before the agent exits. Only the stop budget (half of
+	// it gone since the request: its result says the run was cut) and
+	// stopping now (a second signal: no result) cut it short, whichever
+	// comes first.
+	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancel(nil)
+	defer context.AfterFunc(a.halt, func() { cancel(errStoppedNow) })()
+	defer context.AfterFunc(a.cut, func() { cancel(errCutAtStop) })()
 	started := time.Now()
 	defer context.AfterFunc(ctx, func() {
-		if a.halt.Err() == nil {
-			inv.log.Info("stop requested: waiting for this run to end, then delivering its result; a second Ctrl-C or SIGTERM stops now",
-				"ends_within", (inv.limit - time.Since(started)).Round(time.Second).String())
+		if a.halt.Err() != nil {
+			return
 		}
+		ends := (inv.limit - time.Since(started)).Round(time.Second).String()
+		if b := a.cfg.StopBudget; b > 0 {
+			inv.log.Info(fmt.Sprintf("stop requested: waiting for this run to end, but cutting it at most %s after the stop request (half the stop budget of %s), then delivering its result; a second Ctrl-C or SIGTERM stops now", seconds(b/2), seconds(b)),
+				"ends_within", ends)
+			return
+		}
+		inv.log.Info("stop requested: waiting for this run to end, then delivering its result; a second Ctrl-C or SIGTERM stops now",
+			"ends_within", ends)
 	})()
 	r, cut := a.run(rctx, inv, req, shimDir)
 	inv.spans.mark("sandbox_run")
@@ -237,11 +247,53 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 	// Whether the run was cut short is what the sandbox says, not
 	// whether a stop-now came: one that lands after the executor ended
 	// by itself leaves a finished result, which is spooled and delivered.
-	if cut {
+	switch {
+	case cut && errors.Is(context.Cause(rctx), errCutAtStop):
+		return a.cutAtStop(inv, r, started), true
+	case cut:
 		inv.log.Warn("stopped now: the run was cut short; the next start reports it as execution_outcome_unknown")
 		return result.Result{}, false
 	}
 	return r, true
+}
+
+// Why a run's context ends before the run does: the agent stops now
+// (Config.Halt), or half its stop budget has gone since it was asked to
+// stop (Config.StopBudget).
+var (
+	errStoppedNow = errors.New("the agent stops now")
+	errCutAtStop  = errors.New("the agent was asked to stop and half its stop budget has gone")
+)
+
+// cutAtStop is the result of a run cut short at half the stop budget
+// (see [result.CutAtStop]); cut is what [Agent.run] returned for it
+// (the run's sandbox word, policy and time), started when the run
+// began. It logs the cut at warn.
+func (a *Agent) cutAtStop(inv *invocation, cut result.Result, started time.Time) result.Result {
+	b := a.cfg.StopBudget
+	stopAt := time.Unix(0, a.stopAt.Load())
+	writes := inv.ex.Manifest.Facts.Writes()
+	why := fmt.Sprintf("the run was cut short after %s, %s after the agent was asked to stop (by its service manager, which gives it %s to stop, and a run at most half of that)",
+		seconds(time.Since(started)), seconds(time.Since(stopAt)), seconds(b))
+	if writes {
+		why += "; the executor writes, so its changes, if it made any, may be partial; it is not run again"
+	} else {
+		why += "; the executor writes nothing; it is not run again"
+	}
+	word := cut.Sandbox
+	if word == "" {
+		word = "none"
+	}
+	r := result.CutAtStop(word, writes, why)
+	r.Policy, r.ElapsedMS = cut.Policy, cut.ElapsedMS
+	inv.log.Warn("stop budget: the run was still going at half of it, and was cut short; its result says so and is delivered before the agent exits",
+		"stop_budget", b.String(), "ran_for", time.Since(started).Round(100*time.Millisecond).String(), "error_class", r.ErrorClass)
+	return r
+}
+
+// seconds writes d as a whole number of seconds: "10 s".
+func seconds(d time.Duration) string {
+	return fmt.Sprintf("%d s", int64(d.Round(time.Second)/time.Second))
 }
 
 // executor returns the verified executor, from the cache or fetched.
@@ -345,7 +397,8 @@ var noModule = regexp.MustCompile(`No module named '([A-Za-z0-9_.]+)'`)
 // the request is built again only for the retry, with the shim the
 // self-heal fetched (once: it used to be fetched a second time here).
 // cut reports that the sandbox ended the run because ctx ended (or did
-// not start it): then r is empty. A run that ended by itself is never
+// not start it): then r holds only the run's sandbox word, its policy's
+// fingerprint and its elapsed time. A run that ended by itself is never
 // cut, whenever ctx ends.
 func (a *Agent) run(ctx context.Context, inv *invocation, req sandbox.Request, shimDir string) (r result.Result, cut bool) {
 	ex, limit := inv.ex, inv.limit
@@ -366,7 +419,8 @@ func (a *Agent) run(ctx context.Context, inv *invocation, req sandbox.Request, s
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			// The sandbox killed the run (or did not start it) because
 			// ctx ended: it did not end by itself.
-			return result.Result{}, true
+			inv.net, inv.egress = out.Network, req.Policy.Egress
+			return result.Result{Sandbox: out.Sandbox, Policy: out.Policy, ElapsedMS: time.Since(start).Milliseconds()}, true
 		}
 		if err != nil {
 			return result.DeviceError(fmt.Errorf("executor %s: %w", ex.Name, err)), false

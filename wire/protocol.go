@@ -62,6 +62,11 @@ const (
 	ClassExecutionOutcomeUnknown = "execution_outcome_unknown"
 	ClassInvocationRefused       = "invocation_refused"
 	ClassResultTooLarge          = "result_too_large"
+	// ClassInterrupted is the class of a run of an executor that writes
+	// nothing, cut short because the agent was asked to stop and its
+	// stop budget ran low (one that writes is
+	// ClassExecutionOutcomeUnknown).
+	ClassInterrupted = "interrupted"
 )
 
 // Registration is the server's answer to POST /agent/register (docs/protocol.md §4.2).

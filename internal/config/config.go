@@ -145,6 +145,14 @@ type Config struct {
 	// or 0).
 	UpdateProbation time.Duration
 
+	// StopTimeout is METNOS_STOP_TIMEOUT_S, in seconds: how long the
+	// service manager lets the agent stop before it kills it (the
+	// systemd unit sets it to its TimeoutStopSec). Once asked to stop,
+	// the agent cuts a run still going at half of it, delivers that
+	// run's result, and exits before it ends. 0 (unset or "0"): none, a
+	// run under way finishes however long it takes.
+	StopTimeout time.Duration
+
 	// BytecodeOff is METNOS_BYTECODE=off (0, off, no, false): the agent
 	// keeps no compiled bytecode of the executors and the shim, so every
 	// run compiles them from source. Default on.
@@ -235,6 +243,10 @@ const (
 // HistoryQuotaOff is the HistoryQuotaBytes of METNOS_HISTORY_QUOTA_MB=off:
 // no quota.
 const HistoryQuotaOff = -1
+
+// maxStopTimeout is the longest METNOS_STOP_TIMEOUT_S, in seconds: a
+// day.
+const maxStopTimeout = 24 * 3600
 
 // maxMiB is the largest number of MiB whose bytes fit in an int64;
 // maxDays the largest number of days that fits in a time.Duration.
@@ -341,6 +353,13 @@ func FromEnv(goos string, getenv func(string) string) (Config, error) {
 			r.fail("METNOS_UPDATE_PROBATION_S", v, fmt.Sprintf("a whole number of seconds up to a week (0 or unset: %d)", int64(DefaultUpdateProbation/time.Second)))
 		case n > 0:
 			c.UpdateProbation = time.Duration(n) * time.Second
+		}
+	}
+	if v := getenv("METNOS_STOP_TIMEOUT_S"); strings.TrimSpace(v) != "" {
+		if n, ok := whole(v, maxStopTimeout); ok {
+			c.StopTimeout = time.Duration(n) * time.Second
+		} else {
+			r.fail("METNOS_STOP_TIMEOUT_S", v, fmt.Sprintf("a whole number of seconds up to a day (%d; 0 or unset: none)", maxStopTimeout))
 		}
 	}
 	c.ExecMemoryBytes = r.mib("METNOS_EXEC_MEM_MB", false)

@@ -134,6 +134,15 @@ func TestVariables(t *testing.T) {
 		{name: "probation default", got: func(c Config) any { return c.UpdateProbation }, want: DefaultUpdateProbation},
 		{name: "probation seconds", env: map[string]string{"METNOS_UPDATE_PROBATION_S": "20"}, got: func(c Config) any { return c.UpdateProbation }, want: 20 * time.Second},
 		{name: "probation junk", env: map[string]string{"METNOS_UPDATE_PROBATION_S": "10m"}, err: "METNOS_UPDATE_PROBATION_S"},
+		{name: "stop timeout unset", got: func(c Config) any { return c.StopTimeout }, want: time.Duration(0)},
+		{name: "stop timeout 0", env: map[string]string{"METNOS_STOP_TIMEOUT_S": "0"}, got: func(c Config) any { return c.StopTimeout }, want: time.Duration(0)},
+		{name: "stop timeout seconds", env: map[string]string{"METNOS_STOP_TIMEOUT_S": " 20 "}, got: func(c Config) any { return c.StopTimeout }, want: 20 * time.Second},
+		{name: "stop timeout a day", env: map[string]string{"METNOS_STOP_TIMEOUT_S": "86400"}, got: func(c Config) any { return c.StopTimeout }, want: 24 * time.Hour},
+		{name: "stop timeout over a day", env: map[string]string{"METNOS_STOP_TIMEOUT_S": "86401"}, err: "METNOS_STOP_TIMEOUT_S"},
+		{name: "stop timeout with a unit", env: map[string]string{"METNOS_STOP_TIMEOUT_S": "20s"},
+			err: `METNOS_STOP_TIMEOUT_S="20s" is not valid: it takes a whole number of seconds up to a day (86400; 0 or unset: none)`},
+		{name: "stop timeout negative", env: map[string]string{"METNOS_STOP_TIMEOUT_S": "-1"}, err: "METNOS_STOP_TIMEOUT_S"},
+		{name: "stop timeout fraction", env: map[string]string{"METNOS_STOP_TIMEOUT_S": "1.5"}, err: "METNOS_STOP_TIMEOUT_S"},
 
 		// METNOS_SANDBOX: off by 0, off, no, false; on by anything else,
 		// an unknown value with a warning.

@@ -306,3 +306,83 @@ func TestStopDuringDelivery(t *testing.T) {
 		t.Errorf("%d results left in the spool: the delivery the server took was cut and will be sent again", n)
 	}
 }
+
+// TestStopBudgetCutsRun: run as a service with a stop budget
+// (METNOS_STOP_TIMEOUT_S, which the unit sets to its TimeoutStopSec),
+// SIGTERM once while a run that would take minutes goes on: the agent
+// cuts it at half the budget, delivers its result, once, saying so,
+// and exits 0 within the budget, before the service manager's SIGKILL.
+// Nothing of the run is left (its processes, its STARTED marker, its
+// spooled result), and a restart neither runs it again nor reports it
+// otherwise.
+func TestStopBudgetCutsRun(t *testing.T) {
+	const budget = 6 * time.Second
+	w := newWorld(t)
+	w.pair()
+	p := w.startExe(filepath.Join(binDir, "metnos-agent"), []string{fmt.Sprintf("METNOS_STOP_TIMEOUT_S=%d", budget/time.Second)})
+	id := w.enqueue("touch_once", map[string]any{"folder": w.work, "tag": "long", "sleep_ms": 120000}, refserver.EnqueueOptions{DeadlineMS: 180000})
+	waitFile(t, filepath.Join(w.work, "started-long"), 60*time.Second)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	stopped := time.Now()
+	// Not cut, the run would hold the agent for two minutes.
+	if code := p.exitCode(t, budget); code != 0 {
+		t.Errorf("the agent exited %d after SIGTERM, want 0", code)
+	}
+	t.Logf("exited %s after SIGTERM (budget %s)", time.Since(stopped).Round(100*time.Millisecond), budget)
+
+	// The sandbox killed and reaped the run before its result was made.
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, c := range procs {
+		if cl, _ := os.ReadFile(c); strings.Contains(string(cl), "touch_once") {
+			t.Errorf("a process of the cut run survives the agent: %s %q", c, cl)
+		}
+	}
+	info, _ := w.srv.Invocation(id)
+	if info.ResultBody == nil {
+		t.Fatalf("the agent exited without delivering the cut run's result (state %s, spool %v)", info.State, w.spooled(t))
+	}
+	if info.ResultPosts != 1 {
+		t.Errorf("the result was posted %d times, want once", info.ResultPosts)
+	}
+	r := result(t, info)
+	payload, _ := r["payload"].(map[string]any)
+	switch {
+	case r["ok"] != false, r["n_processed"] != float64(0), fmt.Sprint(r["entries"]) != "[]":
+		t.Errorf("want ok false, no entries, n_processed 0: %s", info.ResultBody)
+	case r["error_class"] != "execution_outcome_unknown", payload["effect_status"] != "unknown", payload["recovery"] != "cut_at_stop":
+		t.Errorf("want the outcome-unknown class and payload of a writer cut at the stop: %s", info.ResultBody)
+	case !strings.Contains(fmt.Sprint(r["error"]), "cut short") || !strings.Contains(fmt.Sprint(r["error"]), "asked to stop"):
+		t.Errorf("the error does not say the run was cut because the agent was asked to stop: %s", info.ResultBody)
+	case r["sandbox"] != bestSandbox():
+		t.Errorf("sandbox %v, want the run's, %s", r["sandbox"], bestSandbox())
+	}
+	if logLine(p, "waiting for this run", id, "at most 3 s") == "" {
+		t.Error("the log does not say the run it waits for is cut at most 3 s after the stop")
+	}
+	if logLine(p, "WARN", "was cut short", id) == "" {
+		t.Error("the log does not say, at warn, that the run was cut short")
+	}
+	if n := len(w.spooled(t)); n != 0 {
+		t.Errorf("%d results left in the spool", n)
+	}
+	if ms, _ := filepath.Glob(filepath.Join(w.dataDir(), "spool", "started", "*.json")); len(ms) > 0 {
+		t.Errorf("STARTED markers left: %v", ms)
+	}
+
+	// A restart: the run is settled. Another invocation's result shows
+	// the restarted agent has been through its start and a poll.
+	q := w.start()
+	if next := w.wait(w.enqueue("echo_args", map[string]any{}, refserver.EnqueueOptions{})); next.State != "done" {
+		t.Fatalf("echo_args after the restart: state %s, result %s", next.State, next.ResultBody)
+	}
+	q.stop(t)
+	if ran := lines(t, filepath.Join(w.work, "ran.log")); len(ran) != 1 {
+		t.Errorf("the executor ran %d times, want once: %v", len(ran), ran)
+	}
+	if info, _ := w.srv.Invocation(id); info.ResultPosts != 1 {
+		t.Errorf("the result was posted %d times after the restart, want once", info.ResultPosts)
+	}
+	if logLine(q, "was running when the agent stopped") != "" {
+		t.Error("the restart reports the cut run as running when the agent stopped")
+	}
+}

@@ -108,6 +108,23 @@ func Timeout(sandboxWord string) Result {
 		Error: "deadline exceeded", ErrorClass: wire.ClassTimeout}
 }
 
+// CutAtStop is the result of a run the agent cut short because it was
+// asked to stop and the stop budget its service manager gives it ran
+// low (docs/protocol.md §7.2): ok false, no entries, why as its error.
+// For an executor that writes (writes), what it changed is not known:
+// error_class "execution_outcome_unknown" and the payload of an outcome
+// unknown after a crash, its recovery "cut_at_stop"; for one that writes
+// nothing, "interrupted" and an empty payload. sandboxWord is the run's.
+func CutAtStop(sandboxWord string, writes bool, why string) Result {
+	r := Result{Entries: []any{}, Payload: map[string]any{}, Sandbox: sandboxWord,
+		Error: why, ErrorClass: wire.ClassInterrupted}
+	if writes {
+		r.Payload = map[string]any{"effect_status": "unknown", "recovery": "cut_at_stop"}
+		r.ErrorClass = wire.ClassExecutionOutcomeUnknown
+	}
+	return r
+}
+
 // DeviceError is the result of anything that failed on the device
 // before or around the run (docs/protocol.md §9.1): fetch, verification, sandbox,
 // non-JSON output.

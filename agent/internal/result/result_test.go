@@ -125,3 +125,31 @@ func TestEncodeReturnsTheResultSent(t *testing.T) {
 		t.Errorf("a result under the limit: %+v %s cut %v err %v", s, b, cut, err)
 	}
 }
+
+// TestCutAtStop: a run cut short at the stop budget is ok false with
+// nothing processed; an executor that writes gets the outcome-unknown
+// class and payload, one that writes nothing "interrupted" and {}.
+func TestCutAtStop(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		writes bool
+		want   string
+	}{
+		{name: "writes", writes: true,
+			want: `{"device_id":"d","elapsed_ms":0,"entries":[],"error":"cut","error_class":"execution_outcome_unknown","invocation_id":"i","n_processed":0,"ok":false,"payload":{"effect_status":"unknown","recovery":"cut_at_stop"},"sandbox":"bwrap+landlock+seccomp"}`},
+		{name: "read only", writes: false,
+			want: `{"device_id":"d","elapsed_ms":0,"entries":[],"error":"cut","error_class":"interrupted","invocation_id":"i","n_processed":0,"ok":false,"payload":{},"sandbox":"bwrap+landlock+seccomp"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := CutAtStop("bwrap+landlock+seccomp", tc.writes, "cut")
+			r.InvocationID, r.DeviceID = "i", "d"
+			b, err := r.Body()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(b) != tc.want {
+				t.Errorf("body\n got %s\nwant %s", b, tc.want)
+			}
+		})
+	}
+}

@@ -109,7 +109,7 @@ func runRun(std stdio, args []string) int {
 		fmt.Fprintln(std.err, rolledBackExit)
 		return exitOK
 	}
-	ctx, halt := stopOnSignals(log)
+	ctx, halt := stopOnSignals(log, e.cfg.StopTimeout)
 	ctx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	c, node, err := connect(ctx, e, connectOptions{server: *server, tailnet: tf}, log)
@@ -150,6 +150,10 @@ func runRun(std stdio, args []string) int {
 		log.Debug("idle: released the executable's pages", "rss_file_before", before, "rss_file_after", after, "err", err)
 	}
 	ac.Halt = halt
+	// The service manager's stop timeout (METNOS_STOP_TIMEOUT_S, which
+	// the systemd unit sets to its TimeoutStopSec): a run still going
+	// at half of it is cut, and its result delivered, before the kill.
+	ac.StopBudget = e.cfg.StopTimeout
 	var unconfirmed atomic.Bool
 	if files.Exe != "" {
 		ac.Update, err = newUpdater(e, c, files, boot == update.Probation, log)
@@ -318,18 +322,24 @@ func watchProbation(u *update.Updater, d time.Duration, stop context.CancelFunc,
 }
 
 // stopOnSignals returns a context that ends at the first SIGINT or
-// SIGTERM (stop: finish the run under way and deliver its result) and
-// a channel closed at the second (stop now: what is not delivered stays
-// in the spool). Each is logged, so that a Ctrl-C is never met with
-// silence; a third exits at once, whatever is under way.
-func stopOnSignals(log *slog.Logger) (context.Context, <-chan struct{}) {
+// SIGTERM (stop: finish the run under way and deliver its result; with
+// a stop budget, cut the run at half of it) and a channel closed at the
+// second (stop now: what is not delivered stays in the spool). Each is
+// logged, so that a Ctrl-C is never met with silence; a third exits at
+// once, whatever is under way.
+func stopOnSignals(log *slog.Logger, budget time.Duration) (context.Context, <-chan struct{}) {
 	sigs := make(chan os.Signal, 3)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	ctx, cancel := context.WithCancel(context.Background())
 	halt := make(chan struct{})
 	go func() {
 		s := <-sigs
-		log.Info("stop requested; finishing what runs and delivering its result first (a second Ctrl-C or SIGTERM stops now)", "signal", s.String())
+		if budget > 0 {
+			log.Info(fmt.Sprintf("stop requested; finishing what runs, or cutting it at most %d s from now (half the stop budget of %d s, METNOS_STOP_TIMEOUT_S), and delivering its result first (a second Ctrl-C or SIGTERM stops now)",
+				(budget/2+time.Second/2)/time.Second, budget/time.Second), "signal", s.String())
+		} else {
+			log.Info("stop requested; finishing what runs and delivering its result first (a second Ctrl-C or SIGTERM stops now)", "signal", s.String())
+		}
 		cancel()
 		s = <-sigs
 		log.Warn("stopping now; results not delivered stay in the spool for the next start (a third signal exits at once)", "signal", s.String())
