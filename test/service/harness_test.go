@@ -296,19 +296,17 @@ func (c *container) root(args ...string) string {
 	return out
 }
 
-// userEnv is the environment of ada's commands: what a login session
-// gives them.
-var userEnv = []string{"HOME=" + home, "USER=" + user, "LOGNAME=" + user,
-	"PATH=" + home + "/.local/bin:/usr/local/bin:/usr/bin:/bin",
-	fmt.Sprintf("XDG_RUNTIME_DIR=/run/user/%d", uid),
-	fmt.Sprintf("DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/%d/bus", uid), "LANG=C.UTF-8"}
-
 // as runs a command as ada inside the container and returns its
-// combined output, with an error saying how it failed.
+// combined output, with an error saying how it failed. It runs as a
+// transient service of the container's systemd with a PAM session
+// (PAMName=login), so that the command is in a logind session of ada's,
+// under the container's cgroups and system call filter, as a command in
+// a terminal of ada's would be: the first one starts ada's user manager,
+// as a login does, and polkit lets a session set its own linger.
 func (c *container) as(args ...string) (string, error) {
-	full := append([]string{"runuser", "-u", user, "--", "env", "-i", "-C", home}, userEnv...)
-	full = append(full, args...)
-	cmd := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(c.leader), "-a", "--"}, full...)...)
+	full := []string{"systemd-run", "--quiet", "--uid=" + user, "--property=PAMName=login", "--pipe", "--wait", "--collect",
+		"--working-directory=" + home, "--setenv=PATH=" + home + "/.local/bin:/usr/local/bin:/usr/bin:/bin", "--setenv=LANG=C.UTF-8", "--"}
+	cmd := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(c.leader), "-a", "--"}, append(full, args...)...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("%s (as %s): %w: %s", strings.Join(args, " "), user, err, bytes.TrimSpace(out))
