@@ -29,6 +29,12 @@ import (
 const exitLocked = 3
 
 func runRun(std stdio, args []string) int {
+	// Under a systemd service stderr may be the journal: the log is then
+	// written for it, and run's sentences (its errors) are errors there.
+	errLog := stderrOf(std)
+	if errLog.journal {
+		std.err = &journalLines{w: std.err, prio: journalErr}
+	}
 	// A build on probation counts this start before anything else can
 	// fail (flags, configuration, pairing), so that a build failing at
 	// any of them is rolled back after two starts like one that crashes.
@@ -37,7 +43,7 @@ func runRun(std stdio, args []string) int {
 	if !asksHelp(args) {
 		var code int
 		var stop bool
-		if early, code, stop = bootEarly(std); stop {
+		if early, code, stop = bootEarly(std, errLog); stop {
 			return code
 		}
 	}
@@ -91,7 +97,7 @@ func runRun(std stdio, args []string) int {
 		return fail(std, err)
 	}
 	defer logf.Close()
-	log := newLogger(logf, std.err, e.cfg.LogLevel)
+	log := newLogger(logf, errLog, e.cfg.LogLevel)
 	// cannotStart says why the agent cannot start: one sentence on
 	// stderr, and a line in the log file for the service's log.
 	cannotStart := func(err error) int {
@@ -209,7 +215,7 @@ type earlyBoot struct {
 // that finds another agent running is not a start of this build: exit
 // 3) and runs [update.Boot], logging to the log file and stderr. Without a record there is nothing on probation, and
 // nothing is touched before run's own checks.
-func bootEarly(std stdio) (earlyBoot, int, bool) {
+func bootEarly(std stdio, errLog stderrLog) (earlyBoot, int, bool) {
 	e, _ := std.environment() // a variable run refuses later does not keep a failed build on probation
 	lay := e.lay
 	if lay.Data == "" {
@@ -222,10 +228,10 @@ func bootEarly(std stdio) (earlyBoot, int, bool) {
 	if !ok {
 		return earlyBoot{}, code, true
 	}
-	log := slog.New(slog.NewTextHandler(std.err, nil))
+	log := errLog.logger(slog.LevelInfo)
 	if logf, err := openLog(lay.Log(), std.err); err == nil {
 		defer logf.Close()
-		log = newLogger(logf, std.err, slog.LevelInfo)
+		log = newLogger(logf, errLog, slog.LevelInfo)
 	}
 	files, out := bootUpdate(lay, log)
 	return earlyBoot{lock: lock, data: lay.Data, files: files, outcome: out}, 0, false
