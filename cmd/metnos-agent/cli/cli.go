@@ -142,7 +142,7 @@ func init() {
 			run:   runRuntime,
 		},
 		"run": {
-			usage: "run [--server URL] [--min-sandbox LEVEL]",
+			usage: "run [--server URL] [--min-sandbox LEVEL] [--wait]",
 			short: "serve the paired server: poll, run invocations in the sandbox, send results",
 			run:   runRun,
 		},

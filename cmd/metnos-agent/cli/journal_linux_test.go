@@ -9,16 +9,6 @@ import (
 	"testing"
 )
 
-// devIno is JOURNAL_STREAM's value for the file at path.
-func devIno(t *testing.T, path string) (dev, ino uint64) {
-	t.Helper()
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	return uint64(st.Dev), st.Ino
-}
-
 // TestIsJournalStream: a file is the journal's stream when its device
 // and inode (fstat) are the ones JOURNAL_STREAM names, in decimal, and
 // only then.
