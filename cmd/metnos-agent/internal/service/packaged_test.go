@@ -11,7 +11,7 @@ import (
 // one `metnos-agent install` writes, for /usr/bin/metnos-agent (comments
 // aside).
 func TestPackagedUnit(t *testing.T) {
-	want, err := SystemdUnit(Config{Exe: "/usr/bin/metnos-agent", Args: []string{"run"}})
+	want, err := SystemdUnit(Config{Exe: "/usr/bin/metnos-agent", Args: []string{"run", "--wait"}})
 	if err != nil {
 		t.Fatal(err)
 	}
