@@ -224,7 +224,9 @@ const lockWaitPoll = time.Second
 // without wait, it says so on stderr and ok is false, with exit 3 in
 // code; with wait, it logs once on log which process holds it and waits
 // until it can take it, and a SIGINT or SIGTERM meanwhile ends the wait,
-// ok false with exit 0. Any other error is said on stderr, exit 1.
+// ok false with exit 0. Any other error is said on stderr, exit 1. log
+// is a stderr log (the journal, under systemd): the log file is the
+// other agent's until it stops.
 func lockRun(std stdio, lay layout.Layout, wait bool, log *slog.Logger) (lock *lockfile.Held, code int, ok bool) {
 	lock, err := lockfile.Lock(lay.Lock())
 	if wait && errors.Is(err, lockfile.ErrLocked) {
