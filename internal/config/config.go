@@ -4,8 +4,10 @@
 // [FromEnv] reads every variable the agent acts on: its own METNOS_*
 // settings, the folders of the user's platform (XDG_*, %LOCALAPPDATA%)
 // and the session facts the sandbox hides from executors
-// (DBUS_SESSION_BUS_ADDRESS, SSH_AUTH_SOCK, XDG_RUNTIME_DIR). Each
-// variable has one parsing rule and one default, written on its field.
+// (DBUS_SESSION_BUS_ADDRESS, SSH_AUTH_SOCK, XDG_RUNTIME_DIR), and
+// JOURNAL_STREAM, which systemd sets when it connects the agent's output
+// to the journal. Each variable has one parsing rule and one default,
+// written on its field.
 //
 // What it guarantees:
 //
@@ -181,6 +183,14 @@ type Config struct {
 	// User is the user's name when the user database gives none: USER,
 	// or USERDOMAIN\USERNAME on Windows. "" unset.
 	User string
+	// JournalStream is JOURNAL_STREAM as it is: "DEV:INODE", in decimal,
+	// of the stream systemd connected stdout or stderr to the journal
+	// with (systemd.exec(5)). `run` writes its stderr for the journal
+	// (priority prefixes, no time) only when fd 2 is that very stream, so
+	// a variable inherited by a process whose stderr went elsewhere
+	// changes nothing. "" unset. It is kept when FromEnv fails, as
+	// Paths are, for what `run` logs before it gives up.
+	JournalStream string
 
 	// Warnings are the values FromEnv did not understand and replaced
 	// by their default, for the caller to log.
@@ -271,7 +281,7 @@ func (e *VarError) Error() string {
 // FromEnv reads the agent's configuration on goos from the environment
 // getenv (os.Getenv, or a test's). The error joins a [*VarError] for
 // every variable that is not valid; with it, the Config holds only its
-// [Paths].
+// [Paths] and JournalStream.
 func FromEnv(goos string, getenv func(string) string) (Config, error) {
 	r := reader{getenv: getenv}
 	c := Config{
@@ -286,6 +296,7 @@ func FromEnv(goos string, getenv func(string) string) (Config, error) {
 		Term:           getenv("TERM"),
 		TZ:             getenv("TZ"),
 		GoMemLimit:     getenv("GOMEMLIMIT"),
+		JournalStream:  getenv("JOURNAL_STREAM"),
 	}
 	for name, f := range pathVars {
 		*f(&c.Paths) = getenv(name)
@@ -379,8 +390,9 @@ func FromEnv(goos string, getenv func(string) string) (Config, error) {
 	if len(r.errs) > 0 {
 		// The folders still count: run's early update boot finds the
 		// build on probation by them, so that a build that refuses the
-		// environment is still rolled back.
-		return Config{Paths: c.Paths}, errors.Join(r.errs...)
+		// environment is still rolled back; and what it logs meanwhile
+		// still goes to the journal as the journal reads it.
+		return Config{Paths: c.Paths, JournalStream: c.JournalStream}, errors.Join(r.errs...)
 	}
 	return c, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -191,6 +192,8 @@ func TestVariables(t *testing.T) {
 		{name: "term tz", env: map[string]string{"TERM": "xterm", "TZ": "Europe/Rome"},
 			got: func(c Config) any { return []string{c.Term, c.TZ} }, want: []string{"xterm", "Europe/Rome"}},
 		{name: "gomemlimit", env: map[string]string{"GOMEMLIMIT": "64MiB"}, got: func(c Config) any { return c.GoMemLimit }, want: "64MiB"},
+		{name: "journal stream", env: map[string]string{"JOURNAL_STREAM": "8:12345"}, got: func(c Config) any { return c.JournalStream }, want: "8:12345"},
+		{name: "journal stream unset", got: func(c Config) any { return c.JournalStream }, want: ""},
 		{name: "user", env: map[string]string{"USER": "ada", "USERNAME": "x"}, got: func(c Config) any { return c.User }, want: "ada"},
 		{name: "user on windows", goos: "windows", env: map[string]string{"USER": "ada", "USERNAME": "Ada", "USERDOMAIN": "HOME-PC"},
 			got: func(c Config) any { return c.User }, want: `HOME-PC\Ada`},
@@ -241,6 +244,21 @@ func TestAllErrors(t *testing.T) {
 		if !strings.Contains(err.Error(), name+"=") {
 			t.Errorf("the error does not name %s: %v", name, err)
 		}
+	}
+}
+
+// TestErrorKeepsPathsAndJournal: a Config that FromEnv refuses still
+// has its folders and JOURNAL_STREAM, for what run does before it
+// gives up, and nothing else.
+func TestErrorKeepsPathsAndJournal(t *testing.T) {
+	c, err := FromEnv("linux", envOf(map[string]string{
+		"METNOS_EXEC_MEM_MB": "x", "METNOS_DATA_DIR": "/d", "JOURNAL_STREAM": "8:12345", "LANG": "it_IT.UTF-8",
+	}))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	if want := (Config{Paths: Paths{DataDir: "/d"}, JournalStream: "8:12345"}); !reflect.DeepEqual(c, want) {
+		t.Errorf("got %+v, want %+v", c, want)
 	}
 }
 

@@ -21,6 +21,7 @@
 package lockfile
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +30,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ErrLocked is wrapped by the error of [Lock] when another process holds
@@ -65,7 +67,7 @@ func openError(path string, err error) error {
 	return fmt.Errorf("opening the lock %s: %w", path, err)
 }
 
-// Held is a lock taken by [Lock] or [LockWait].
+// Held is a lock taken by [Lock], [LockContext] or [LockWait].
 type Held struct{ f *os.File }
 
 // Lock takes an exclusive, non-blocking advisory lock on path (flock
@@ -80,6 +82,25 @@ func Lock(path string) (*Held, error) { return lock(path, false) }
 // failing, and does not write the process id; for short critical
 // sections shared by several processes, such as appending to a journal.
 func LockWait(path string) (*Held, error) { return lock(path, true) }
+
+// LockContext is [Lock] that, while another process holds the lock,
+// tries again every poll until it gets it or ctx ends; the error is then
+// ctx's cause, wrapped. Like Lock it writes the process id into the
+// file; unlike [LockWait] it can be given up. It polls rather than
+// blocks because a blocked flock or LockFileEx cannot be called off.
+func LockContext(ctx context.Context, path string, poll time.Duration) (*Held, error) {
+	for {
+		l, err := Lock(path)
+		if !errors.Is(err, ErrLocked) {
+			return l, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the lock %s: %w", path, context.Cause(ctx))
+		case <-time.After(poll):
+		}
+	}
+}
 
 func lock(path string, wait bool) (*Held, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {

@@ -1,6 +1,7 @@
 package lockfile
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -71,6 +72,53 @@ func TestLockWaitWaitsForTheHolder(t *testing.T) {
 	first.Release()
 	if err := <-got; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLockContext: LockContext takes a free lock at once, waits while
+// another holds it and takes it when let go (writing its process id),
+// and gives up when its context ends.
+func TestLockContext(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "client.lock")
+	l, err := LockContext(context.Background(), path, time.Hour)
+	if err != nil {
+		t.Fatalf("a free lock: %v", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l2, err := LockContext(context.Background(), path, 10*time.Millisecond)
+		if l2 != nil {
+			if pid, held, _ := LockHolder(path); !held || pid != os.Getpid() {
+				err = fmt.Errorf("held by the waiter: LockHolder says pid %d, held %v", pid, held)
+			}
+			l2.Release()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("LockContext returned (%v) while the lock was held", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	l.Release()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("LockContext did not take the lock once it was let go")
+	}
+
+	l, err = Lock(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+	if l2, err := LockContext(ctx, path, 10*time.Millisecond); l2 != nil || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), path) {
+		t.Errorf("cancelled while held: %v, %v; want context.Canceled naming %s", l2, err, path)
 	}
 }
 

@@ -142,7 +142,7 @@ func init() {
 			run:   runRuntime,
 		},
 		"run": {
-			usage: "run [--server URL] [--min-sandbox LEVEL]",
+			usage: "run [--server URL] [--min-sandbox LEVEL] [--wait]",
 			short: "serve the paired server: poll, run invocations in the sandbox, send results",
 			run:   runRun,
 		},
@@ -193,11 +193,12 @@ func Main(args []string) int {
 	if e.cfg.LogLevelSet {
 		level = e.cfg.LogLevel // ...unless METNOS_LOG says otherwise
 	}
-	setupLogging(os.Stderr, level)
+	std := stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr, env: &envResult{e, err}}
+	setupLogging(stderrOf(std), level)
 	for _, w := range e.cfg.Warnings {
 		slog.Warn(w)
 	}
-	return run(stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr, env: &envResult{e, err}}, args)
+	return run(std, args)
 }
 
 func run(std stdio, args []string) int {
@@ -520,8 +521,9 @@ func version() string {
 	return Version
 }
 
-// setupLogging sends log/slog records to w, from level on (METNOS_LOG;
-// warn when it is unset, so that a command's own output stays clean).
-func setupLogging(w io.Writer, level slog.Level) {
-	slog.SetDefault(slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})))
+// setupLogging sends log/slog records to stderr, from level on
+// (METNOS_LOG; warn when it is unset, so that a command's own output
+// stays clean).
+func setupLogging(stderr stderrLog, level slog.Level) {
+	slog.SetDefault(stderr.logger(level))
 }

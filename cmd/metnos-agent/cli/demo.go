@@ -135,7 +135,7 @@ func (d *demo) run(ctx context.Context, keep, verbose bool, stderr io.Writer) (e
 	if err != nil {
 		return err
 	}
-	log := newLogger(logf, errw, slog.LevelInfo)
+	log := newLogger(logf, stderrLog{w: errw}, slog.LevelInfo)
 	ac.Client, ac.Version, ac.Logger, ac.Watchdog = client.New(url, key, reg.DeviceID, nil), version(), log, exitOnOverrun(log)
 	a, err := agent.New(ac)
 	if err != nil {

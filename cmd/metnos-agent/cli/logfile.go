@@ -189,9 +189,8 @@ func (l *logFile) Close() error {
 	return err
 }
 
-// newLogger logs to file as JSON lines and to stderr as text, both at
-// level and above.
-func newLogger(file, stderr io.Writer, level slog.Level) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level}
-	return slog.New(slog.NewMultiHandler(slog.NewJSONHandler(file, opts), slog.NewTextHandler(stderr, opts)))
+// newLogger logs to file as JSON lines and to stderr as text (written
+// for the journal when stderr is the journal), both at level and above.
+func newLogger(file io.Writer, stderr stderrLog, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewMultiHandler(slog.NewJSONHandler(file, &slog.HandlerOptions{Level: level}), stderr.handler(level)))
 }

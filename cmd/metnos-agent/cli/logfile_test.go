@@ -70,7 +70,7 @@ func TestLogRotatesWhileRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	log := newLogger(f, io.Discard, slog.LevelInfo)
+	log := newLogger(f, stderrLog{w: io.Discard}, slog.LevelInfo)
 
 	// Concurrent logging: lines must stay whole.
 	var wg sync.WaitGroup
@@ -137,7 +137,7 @@ func TestLogRotateFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := newLogger(f, io.Discard, slog.LevelInfo)
+	log := newLogger(f, stderrLog{w: io.Discard}, slog.LevelInfo)
 	const n = 100 // about 10 limits' worth
 	for i := range n {
 		log.Info("numbered", "n", i)
@@ -180,7 +180,7 @@ func TestLogTornTail(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			newLogger(f, io.Discard, slog.LevelInfo).Info("started", "version", "test")
+			newLogger(f, stderrLog{w: io.Discard}, slog.LevelInfo).Info("started", "version", "test")
 			f.Close()
 			b, _ := os.ReadFile(path)
 			if tc.want < 0 {

@@ -3,7 +3,9 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -29,6 +31,12 @@ import (
 const exitLocked = 3
 
 func runRun(std stdio, args []string) int {
+	// Under a systemd service stderr may be the journal: the log is then
+	// written for it, and run's sentences (its errors) are errors there.
+	errLog := stderrOf(std)
+	if errLog.journal {
+		std.err = &journalLines{w: std.err, prio: journalErr}
+	}
 	// A build on probation counts this start before anything else can
 	// fail (flags, configuration, pairing), so that a build failing at
 	// any of them is rolled back after two starts like one that crashes.
@@ -37,7 +45,7 @@ func runRun(std stdio, args []string) int {
 	if !asksHelp(args) {
 		var code int
 		var stop bool
-		if early, code, stop = bootEarly(std); stop {
+		if early, code, stop = bootEarly(std, errLog, asksWait(args)); stop {
 			return code
 		}
 	}
@@ -48,11 +56,8 @@ func runRun(std stdio, args []string) int {
 		fmt.Fprintln(std.err, rolledBackExit)
 		return exitOK
 	}
-	fs := newFlagSet("run", std, "Serve the paired server: long-poll for invocations, run each in the sandbox, send back the results. Stops on SIGINT or SIGTERM.")
-	server := fs.String("server", "", "the server URL (default: the one paired with)")
-	var minSandbox levelFlag
-	fs.Var(&minSandbox, "min-sandbox", "refuse any executor run weaker than this (none, contained, isolated, full)")
-	tf := addTailnetFlags(fs)
+	fs, f := newRunFlags(std)
+	server, minSandbox, tf := f.server, &f.minSandbox, f.tailnet
 	if code, stop := parseFlags(fs, args); stop {
 		return code
 	}
@@ -80,7 +85,7 @@ func runRun(std stdio, args []string) int {
 		return fail(std, err)
 	}
 	if early.lock == nil || early.data != e.lay.Data {
-		lock, code, ok := lockRun(std, e.lay)
+		lock, code, ok := lockRun(std, e.lay, *f.wait, errLog.logger(e.cfg.LogLevel))
 		if !ok {
 			return code
 		}
@@ -91,7 +96,7 @@ func runRun(std stdio, args []string) int {
 		return fail(std, err)
 	}
 	defer logf.Close()
-	log := newLogger(logf, std.err, e.cfg.LogLevel)
+	log := newLogger(logf, errLog, e.cfg.LogLevel)
 	// cannotStart says why the agent cannot start: one sentence on
 	// stderr, and a line in the log file for the service's log.
 	cannotStart := func(err error) int {
@@ -135,7 +140,7 @@ func runRun(std stdio, args []string) int {
 	if err != nil {
 		return cannotStart(err)
 	}
-	ac.Client, ac.Logger, ac.Version, ac.MinSandbox = c, log, version(), policy.Level(minSandbox)
+	ac.Client, ac.Logger, ac.Version, ac.MinSandbox = c, log, version(), policy.Level(*minSandbox)
 	ac.OnHeartbeat = func(ctx context.Context) {
 		if node != nil {
 			node.Report(ctx)
@@ -185,10 +190,58 @@ func runRun(std stdio, args []string) int {
 // rolledBackExit is what run says when the start rolled its build back.
 const rolledBackExit = "metnos-agent: the update this build came from failed its probation and was rolled back; exiting for the supervisor to start the previous build"
 
-// lockRun takes the lock `run` holds; when another agent holds it, it
-// says so and ok is false, with the exit status in code.
-func lockRun(std stdio, lay layout.Layout) (lock *lockfile.Held, code int, ok bool) {
+// runText is what run does, for its help.
+const runText = `Serve the paired server: long-poll for invocations, run each in the sandbox, send back the results. Stops on SIGINT or SIGTERM.
+
+Only one agent runs for a user at a time (it holds the lock in the data folder). When another one is running, run says which and exits 3; with --wait it waits for that one to stop and then takes over, and a SIGINT or SIGTERM ends the wait with exit 0.`
+
+// runFlags are run's flags.
+type runFlags struct {
+	server     *string
+	minSandbox levelFlag
+	tailnet    tailnetFlags
+	wait       *bool
+}
+
+// newRunFlags returns run's flag set and the flags it sets.
+func newRunFlags(std stdio) (*flag.FlagSet, *runFlags) {
+	fs := newFlagSet("run", std, runText)
+	f := &runFlags{server: fs.String("server", "", "the server URL (default: the one paired with)")}
+	fs.Var(&f.minSandbox, "min-sandbox", "refuse any executor run weaker than this (none, contained, isolated, full)")
+	f.tailnet = addTailnetFlags(fs)
+	f.wait = fs.Bool("wait", false, "when another agent is running for this user, wait for it to stop and take over then, instead of exiting 3 (the service runs run --wait)")
+	return fs, f
+}
+
+// asksWait reports whether args, run's, ask to --wait, for bootEarly,
+// which runs before run parses its flags; args that do not parse do not
+// (run then says why, once it parses them).
+func asksWait(args []string) bool {
+	fs, f := newRunFlags(stdio{out: io.Discard, err: io.Discard})
+	return parseInterspersed(fs, args, true) == nil && *f.wait
+}
+
+// lockWaitPoll is how often a `run --wait` tries the lock again.
+const lockWaitPoll = time.Second
+
+// lockRun takes the lock `run` holds. When another agent holds it:
+// without wait, it says so on stderr and ok is false, with exit 3 in
+// code; with wait, it logs once on log which process holds it and waits
+// until it can take it, and a SIGINT or SIGTERM meanwhile ends the wait,
+// ok false with exit 0. Any other error is said on stderr, exit 1. log
+// is a stderr log (the journal, under systemd): the log file is the
+// other agent's until it stops.
+func lockRun(std stdio, lay layout.Layout, wait bool, log *slog.Logger) (lock *lockfile.Held, code int, ok bool) {
 	lock, err := lockfile.Lock(lay.Lock())
+	if wait && errors.Is(err, lockfile.ErrLocked) {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		lock, err = waitLock(ctx, lay.Lock(), err, log)
+		if ctx.Err() != nil && lock == nil {
+			log.Info("stop requested while waiting for the other agent; exiting")
+			return nil, exitOK, false
+		}
+	}
 	if errors.Is(err, lockfile.ErrLocked) {
 		fmt.Fprintf(std.err, "metnos-agent: another agent is already running for this user (%v): stop it first with `systemctl --user stop metnos-agent`, or Ctrl-C in its terminal\n", err)
 		return nil, exitLocked, false
@@ -197,6 +250,23 @@ func lockRun(std stdio, lay layout.Layout) (lock *lockfile.Held, code int, ok bo
 		return nil, fail(std, err), false
 	}
 	return lock, 0, true
+}
+
+// waitLock logs once on log which process holds the lock at path (held,
+// the error of the Lock that found it held, says) and waits for the
+// lock until ctx ends ([lockfile.LockContext]).
+func waitLock(ctx context.Context, path string, held error, log *slog.Logger) (*lockfile.Held, error) {
+	var le *lockfile.LockedError
+	if errors.As(held, &le) && le.PID > 0 {
+		log.Info(fmt.Sprintf("waiting for the agent in process %d to stop; it takes over then", le.PID), "lock", path, "pid", le.PID)
+	} else {
+		log.Info("waiting for the agent that holds the lock to stop; it takes over then", "lock", path)
+	}
+	lock, err := lockfile.LockContext(ctx, path, lockWaitPoll)
+	if err == nil {
+		log.Info("the other agent stopped; taking over", "lock", path)
+	}
+	return lock, err
 }
 
 // earlyBoot is what bootEarly did: the lock it holds (nil: none, and
@@ -211,9 +281,11 @@ type earlyBoot struct {
 // bootEarly runs the update's boot step first thing, when this device
 // has an update record (agent-update.json): it takes run's lock (a start
 // that finds another agent running is not a start of this build: exit
-// 3) and runs [update.Boot], logging to the log file and stderr. Without a record there is nothing on probation, and
-// nothing is touched before run's own checks.
-func bootEarly(std stdio) (earlyBoot, int, bool) {
+// 3, or with wait, a wait for it as [lockRun]'s) and runs
+// [update.Boot], logging to the log file and stderr (errLog). Without a
+// record there is nothing on probation, and nothing is touched before
+// run's own checks.
+func bootEarly(std stdio, errLog stderrLog, wait bool) (earlyBoot, int, bool) {
 	e, _ := std.environment() // a variable run refuses later does not keep a failed build on probation
 	lay := e.lay
 	if lay.Data == "" {
@@ -222,14 +294,14 @@ func bootEarly(std stdio) (earlyBoot, int, bool) {
 	if _, err := os.Lstat(lay.UpdateState()); err != nil {
 		return earlyBoot{}, 0, false
 	}
-	lock, code, ok := lockRun(std, lay)
+	lock, code, ok := lockRun(std, lay, wait, errLog.logger(slog.LevelInfo))
 	if !ok {
 		return earlyBoot{}, code, true
 	}
-	log := slog.New(slog.NewTextHandler(std.err, nil))
+	log := errLog.logger(slog.LevelInfo)
 	if logf, err := openLog(lay.Log(), std.err); err == nil {
 		defer logf.Close()
-		log = newLogger(logf, std.err, slog.LevelInfo)
+		log = newLogger(logf, errLog, slog.LevelInfo)
 	}
 	files, out := bootUpdate(lay, log)
 	return earlyBoot{lock: lock, data: lay.Data, files: files, outcome: out}, 0, false

@@ -18,14 +18,20 @@ import (
 const installHelp = `
 Install the agent as this user's service and start it: a systemd user
 unit on Linux (and linger, so that it runs without a login session), a
-LaunchAgent on macOS, a logon task on Windows. It runs "metnos-agent run"
-from this binary's path, and is restarted whenever it stops.
+LaunchAgent on macOS, a logon task on Windows. It runs "metnos-agent run
+--wait" from this binary's path (started while another agent runs, it
+waits for that one to stop), and is restarted whenever it stops.
 
 If the Rust client (metnos-client) is installed, its service is stopped
 and disabled; the device key and pairing, in the same data directory,
 are kept, so the device stays paired. Where no systemd user manager runs
 (a container, CI), the unit is written and install says what to run,
 exiting 1.`
+
+// serviceArgs are the arguments the service runs the agent with: run,
+// waiting for an agent already running (a `run` in a terminal) rather
+// than exiting 3 at every restart.
+var serviceArgs = []string{"run", "--wait"}
 
 // envFlag collects --env K=V.
 type envFlag []service.EnvVar
@@ -104,7 +110,7 @@ func runInstall(std stdio, args []string) int {
 	if err != nil {
 		return fail(std, err)
 	}
-	c := service.Config{Exe: exe, Args: []string{"run", "--wait"}, DataDir: s.DataDir, User: s.User}
+	c := service.Config{Exe: exe, Args: serviceArgs, DataDir: s.DataDir, User: s.User}
 	// The service must use the directories this command uses.
 	e, err := std.environment()
 	if err != nil {
