@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -269,8 +271,15 @@ func (c *container) dump() {
 	if c.nspawn == nil {
 		return
 	}
-	out, _ := c.rootRun("journalctl", "--no-pager", "-n", "150", "-o", "short-precise")
-	c.t.Logf("the container's journal (last 150 lines):\n%s", out)
+	out, _ := c.rootRun("journalctl", "--no-pager", "-n", "400", "-o", "short-precise")
+	var keep []string
+	for _, l := range strings.Split(out, "\n") {
+		// The tests' own commands, each a transient service.
+		if !strings.Contains(l, "run-u") && !strings.Contains(l, "session-") && !strings.Contains(l, "pam_unix") {
+			keep = append(keep, l)
+		}
+	}
+	c.t.Logf("the container's journal (the last 400 lines but the tests' commands):\n%s", strings.Join(keep, "\n"))
 	out, _ = c.as("systemctl", "--user", "status", "--no-pager", "metnos-agent", "metnos-client")
 	c.t.Logf("systemctl --user status:\n%s", out)
 }
@@ -305,7 +314,7 @@ func (c *container) root(args ...string) string {
 // as a login does, and polkit lets a session set its own linger.
 func (c *container) as(args ...string) (string, error) {
 	full := []string{"systemd-run", "--quiet", "--uid=" + user, "--property=PAMName=login", "--pipe", "--wait", "--collect",
-		"--working-directory=" + home, "--setenv=PATH=" + home + "/.local/bin:/usr/local/bin:/usr/bin:/bin", "--setenv=LANG=C.UTF-8", "--"}
+		"--working-directory=" + home, "--setenv=PATH=" + home + "/.local/bin:/usr/local/bin:/usr/bin:/bin", "--setenv=LANG=C.UTF-8", "--", "/usr/bin/env"}
 	cmd := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(c.leader), "-a", "--"}, append(full, args...)...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -455,7 +464,11 @@ func hostPID(leader, n int) int {
 // line" a line, but for the user manager's own.
 func (c *container) processes() []string {
 	c.t.Helper()
-	out := c.root("ps", "-u", user, "-o", "pid=,args=")
+	// ps exits 1 when it lists nothing.
+	out, err := c.rootRun("ps", "-u", user, "-o", "pid=,args=")
+	if err != nil && strings.TrimSpace(out) != "" {
+		c.t.Fatal(err)
+	}
 	var keep []string
 	for _, l := range strings.Split(out, "\n") {
 		l = strings.TrimSpace(l)
@@ -563,6 +576,7 @@ func newWorld(t *testing.T) *world {
 	target, _ := url.Parse(base)
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.FlushInterval = -1
+	proxy.ErrorLog = log.New(io.Discard, "", 0) // a long-poll cut by a reboot is no news
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

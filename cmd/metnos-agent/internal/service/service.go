@@ -601,7 +601,8 @@ func (s *Manager) Status(ctx context.Context) (Status, error) {
 		if up, why := s.systemdUp(ctx); up {
 			out, _ := s.probe(ctx, "systemctl", "--user", "is-active", systemdUnitName)
 			st.Supervised = strings.TrimSpace(out)
-			out, _ = s.probe(ctx, "systemctl", "--user", "show", "--property=Result,NRestarts", systemdUnitName)
+			out, _ = s.probe(ctx, "systemctl", "--user", "show", "--property=Result,NRestarts,StartLimitBurst", systemdUnitName)
+			burst := 0
 			for _, l := range strings.Split(out, "\n") {
 				k, v, _ := strings.Cut(strings.TrimSpace(l), "=")
 				switch k {
@@ -611,7 +612,15 @@ func (s *Manager) Status(ctx context.Context) (Status, error) {
 					}
 				case "NRestarts":
 					st.Restarts, _ = strconv.Atoi(v)
+				case "StartLimitBurst":
+					burst, _ = strconv.Atoi(v)
 				}
+			}
+			// systemd 252 keeps the last run's result ("exit-code") when
+			// it refuses a restart for the start limit: a failed unit
+			// restarted burst-1 times in a row has hit it.
+			if st.Failed != "" && burst > 0 && st.Restarts >= burst-1 {
+				st.Failed = "start-limit-hit"
 			}
 		} else {
 			st.Supervised = "unknown: " + why
