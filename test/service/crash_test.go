@@ -161,3 +161,38 @@ func TestCrashLoop(t *testing.T) {
 	t0 := time.Now()
 	w.polledSince(t0, 60*time.Second)
 }
+
+// TestLogRotation: the agent's own log file stays bounded while it runs
+// for days: it is rotated to client.log.1 when a line would take it past
+// its limit, by the running agent, without a restart.
+func TestLogRotation(t *testing.T) {
+	c, w := installed(t, binDir)
+	c.must("systemctl", "--user", "stop", "metnos-agent")
+	// Just under the limit (5 MiB): the next lines go past it.
+	logPath := home + "/.local/share/metnos/client.log"
+	line := []byte(`{"level":"INFO","msg":"filler, as days of polls would leave"}` + "\n")
+	var fill []byte
+	for len(fill)+len(line) < 5<<20-256 {
+		fill = append(fill, line...)
+	}
+	c.write(logPath, fill, 0o600)
+	c.must("systemctl", "--user", "start", "metnos-agent")
+	pid, restarts := c.mainPID("metnos-agent.service"), c.restarts()
+	for i := range 3 {
+		id := w.enqueue("echo_args", map[string]any{"n": i}, refserver.EnqueueOptions{})
+		w.wait(id, 90*time.Second)
+	}
+	waitFor(t, "the running agent rotates its log", 60*time.Second, func() bool {
+		_, err := c.readFile(logPath + ".1")
+		return err == nil
+	})
+	old, _ := c.readFile(logPath + ".1")
+	cur, _ := c.readFile(logPath)
+	t.Logf("client.log.1: %d bytes; client.log: %d bytes", len(old), len(cur))
+	if len(old) > 5<<20 || len(cur) > 64<<10 || len(cur) == 0 {
+		t.Fatalf("after the rotation client.log.1 has %d bytes and client.log %d", len(old), len(cur))
+	}
+	if c.mainPID("metnos-agent.service") != pid || c.restarts() != restarts {
+		t.Fatal("the log was rotated by a restart, not by the running agent")
+	}
+}

@@ -348,6 +348,12 @@ func (c *container) login() {
 	c.root("systemctl", "start", fmt.Sprintf("user@%d.service", uid))
 }
 
+// readFile reads p in the container.
+func (c *container) readFile(p string) ([]byte, error) { return os.ReadFile(c.path(p)) }
+
+// must returns b, ignoring err (a file not there yet reads empty).
+func must(b []byte, err error) []byte { return b }
+
 // path is p inside the container, seen from the host.
 func (c *container) path(p string) string { return filepath.Join(c.tree, p) }
 
