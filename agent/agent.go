@@ -92,6 +92,9 @@ type Config struct {
 	// OnHeartbeat, when set, runs with every heartbeat (the tailnet
 	// node records its state then).
 	OnHeartbeat func(context.Context)
+	// OnBeat, when set, is called after each heartbeat with its error
+	// (nil: the server answered it).
+	OnBeat func(err error)
 	// StopDelivery bounds how long the agent, once asked to stop, keeps
 	// trying to deliver the results that finished (0: 10 s, under the
 	// systemd unit's TimeoutStopSec=20 and a run's own time). What is
@@ -767,6 +770,9 @@ func (a *Agent) heartbeats(ctx context.Context) {
 	failing := false
 	for beat := 0; ; beat++ {
 		err := a.client.Heartbeat(ctx, a.profile())
+		if a.cfg.OnBeat != nil && ctx.Err() == nil {
+			a.cfg.OnBeat(err)
+		}
 		switch {
 		case err == nil:
 			failing = false

@@ -23,6 +23,10 @@ func (l Layout) Lock() string { return l.join(l.Data, "client.lock") }
 // <data>/sandbox-grants.
 func (l Layout) SandboxGrants() string { return l.join(l.Data, "sandbox-grants") }
 
+// AgentStatus is what the running agent last heard from the server,
+// for `status` to show: <data>/agent-status.json.
+func (l Layout) AgentStatus() string { return l.join(l.Data, "agent-status.json") }
+
 // Log is the agent's log, rotated to client.log.1: <data>/client.log.
 func (l Layout) Log() string { return l.join(l.Data, "client.log") }
 

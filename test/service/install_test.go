@@ -5,7 +5,6 @@ package service
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +37,10 @@ func TestInstallBootUninstall(t *testing.T) {
 		t.Fatalf("pair --install did not turn linger on: %v", err)
 	}
 	w.polledSince(time.Time{}, 60*time.Second)
+	waitFor(t, "status says the device polls", 60*time.Second, func() bool {
+		out, _ := c.as("metnos-agent", "status")
+		return strings.Contains(out, "polls:       yes")
+	})
 	status := c.must("metnos-agent", "status")
 	t.Logf("$ metnos-agent status\n%s", status)
 	for _, want := range []string{"installed:   yes", "enabled:     yes", "running:     yes (process", "supervisor says: active", "linger:      yes", "rust client: none"} {
@@ -72,7 +75,12 @@ func TestInstallBootUninstall(t *testing.T) {
 	if info, _ := w.srv.Invocation(id); info.Deliveries != 1 || info.ResultPosts != 1 {
 		t.Fatalf("the invocation before the boot was delivered %d times and answered %d, want once each", info.Deliveries, info.ResultPosts)
 	}
+	waitFor(t, "status says the device polls after the boot", 60*time.Second, func() bool {
+		out, _ := c.as("metnos-agent", "status")
+		return strings.Contains(out, "polls:       yes")
+	})
 	t.Logf("$ metnos-agent status (after the boot)\n%s", c.must("metnos-agent", "status"))
+	t.Logf("$ journalctl --user -u metnos-agent -b\n%s", c.must("journalctl", "--user", "-u", "metnos-agent", "-b", "--no-pager"))
 
 	// The same boot without linger: the agent does not start until ada
 	// logs in. (This is what an install that forgot linger would give.)
@@ -134,7 +142,6 @@ func TestInstallBootUninstall(t *testing.T) {
 			t.Errorf("uninstall --purge left %s (%v)", d, err)
 		}
 	}
-	_ = filepath.Join
 }
 
 // checkJournal: the agent's start is in the journal at info, with the

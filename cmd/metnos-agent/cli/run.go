@@ -146,6 +146,7 @@ func runRun(std stdio, args []string) int {
 			node.Report(ctx)
 		}
 	}
+	ac.OnBeat = liveStatusWriter(e.lay, c.URL(), log)
 	ac.Watchdog = exitOnOverrun(log)
 	ac.OnIdle = func() {
 		// The heap the runs grew goes back first: the collection

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
+	"time"
 
 	"github.com/metnos/agent/cmd/metnos-agent/internal/service"
 	"github.com/metnos/agent/pairing"
@@ -231,6 +232,11 @@ func runStatus(std stdio, args []string) int {
 		running += fmt.Sprintf(" (process %d)", st.PID)
 	}
 	fmt.Fprintf(w, "running:     %s\n", running)
+	if st.Running {
+		if e, err := std.environment(); err == nil {
+			printLiveStatus(w, e.lay, st.PID, time.Now())
+		}
+	}
 	if st.Supervised != "" {
 		fmt.Fprintf(w, "supervisor says: %s\n", st.Supervised)
 	}
