@@ -18,7 +18,10 @@ func (c *container) leftovers() []string {
 	left := c.processes()
 	out, _ := c.rootRun("find", "/sys/fs/cgroup", "-name", "metnos-run-*")
 	out2, _ := c.rootRun("find", "/tmp", "/var/tmp", "/run/user", "-maxdepth", "2", "-name", "metnos-run-*")
-	for _, l := range strings.Split(out+out2, "\n") {
+	// A mount of a run's would be in its own namespace, gone with it; one
+	// in the container's would show here.
+	out3, _ := c.rootRun("grep", "-h", "metnos-run", "/proc/1/mountinfo")
+	for _, l := range strings.Split(out+out2+out3, "\n") {
 		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "find:") {
 			left = append(left, l)
 		}
