@@ -1,6 +1,7 @@
-# Acceptance checks of metnos-agent's sandbox on Windows. Prints one line
-# per case (PASS, FAIL or SKIP), then "N passed, N failed[, N skipped]";
-# exits 0 only when nothing failed. See README.md beside it.
+# Acceptance checks of metnos-agent's sandbox and of its service (the logon
+# task "metnos-agent install" registers) on Windows. Prints one line per
+# case (PASS, FAIL or SKIP), then "N passed, N failed[, N skipped]"; exits
+# 0 only when nothing failed. See README.md beside it.
 #
 #   powershell -NoProfile -ExecutionPolicy Bypass -File accept.ps1 [C:\path\to\metnos-agent.exe]
 #
@@ -28,6 +29,23 @@ $Secret = Join-Path $SshDir "metnos-accept-$Run.txt"
 $MadeSsh = $false
 $Word = $null
 $Count = @{ PASS = 0; FAIL = 0; SKIP = 0 }
+# The service cases (see Get-ServiceGate).
+$Schtasks = Join-Path $Sys32 'schtasks.exe'
+$SvcTask = 'MetnosAgent'      # the agent's task
+$RustTask = 'MetnosClient'    # the Rust client's, which install takes over from
+# The task promises to start the agent again every minute while it is not
+# running (its logon trigger repeats every minute, and it restarts every
+# minute on failure); the restart case allows 15 s more.
+$RestartSec = 60
+$RestartSlack = 15
+$SvcSkip = $null         # why the service cases are skipped
+$SvcInstalled = $false   # this run installed the service: uninstall it at the end
+$SvcExe = $null          # what the task runs
+$StandIn = $false        # this run made a stand-in pairing in the data folder, to remove at the end
+$RustStandIn = $false    # this run registered a stand-in MetnosClient task: delete it at the end
+$Started = @()           # agents this run started by hand: stopped at the end
+$DataDir = $null         # the agent's data folder, and whether it existed before the run
+$DataExisted = $true
 
 function New-Token { [guid]::NewGuid().ToString('N') }
 
@@ -46,11 +64,13 @@ function Quote-Arg([string]$A) {
     return '"' + $q + '"'
 }
 
-# Start-Proc starts File with ArgList, stdin empty, stdout and stderr read
-# as it goes; Wait-Proc waits for it and returns Code, Out, Err and, when a
-# line of Out is a JSON object, Json.
-function Start-Proc([string]$File, [string[]]$ArgList) {
+# Start-Proc starts File with ArgList (and the environment variables in
+# Vars), stdin empty, stdout and stderr read as it goes; Wait-Proc waits
+# for it and returns Code, Out, Err and, when a line of Out is a JSON
+# object, Json.
+function Start-Proc([string]$File, [string[]]$ArgList, [hashtable]$Vars = @{}) {
     $psi = New-Object System.Diagnostics.ProcessStartInfo
+    foreach ($k in $Vars.Keys) { $psi.EnvironmentVariables[$k] = $Vars[$k] }
     $psi.FileName = $File
     $psi.Arguments = (@($ArgList) | ForEach-Object { Quote-Arg $_ }) -join ' '
     $psi.UseShellExecute = $false
@@ -74,7 +94,7 @@ function Wait-Proc($H) {
     return $r
 }
 function Invoke-Exec([string[]]$ArgList) { Wait-Proc (Start-Proc $AgentExe (@('exec', '--json') + $ArgList)) }
-function Invoke-Plain([string]$File, [string[]]$ArgList) { Wait-Proc (Start-Proc $File $ArgList) }
+function Invoke-Plain([string]$File, [string[]]$ArgList, [hashtable]$Vars = @{}) { Wait-Proc (Start-Proc $File $ArgList $Vars) }
 
 function Field($O, [string]$Name) {
     if ($null -ne $O -and $O.PSObject.Properties[$Name]) { return $O.PSObject.Properties[$Name].Value }
@@ -223,18 +243,238 @@ function Case-no-leftovers {
     else { Report FAIL no-leftovers ($bad -join '; ') }
 }
 
+# Get-Status runs "metnos-agent status" (with the environment variables in
+# Vars) and returns its "name: value" lines as a table, and Text, all of it.
+function Get-Status([hashtable]$Vars = @{}) {
+    $r = Invoke-Plain $AgentExe @('status') $Vars
+    $st = @{ Text = (($r.Out + ' ' + $r.Err) -replace '\s+', ' ').Trim() }
+    foreach ($line in ($r.Out -split "`r?`n")) {
+        if ($line -match '^([a-z][a-z ]*?):\s+(.*)$') { $st[$Matches[1]] = $Matches[2].Trim() }
+    }
+    return $st
+}
+function Status-Line($St) {
+    if ($null -eq $St['installed']) { return "status said: $($St['Text'])" }
+    return "installed $($St['installed']), enabled $($St['enabled']), running $($St['running']), rust client $($St['rust client'])"
+}
+# Get-TaskRow: schtasks' row for the task Name, or $null when there is none.
+function Get-TaskRow([string]$Name) {
+    $q = Invoke-Plain $Schtasks @('/Query', '/TN', $Name, '/FO', 'CSV', '/NH')
+    if ($q.Code -ne 0) { return $null }
+    foreach ($line in ($q.Out -split "`r?`n")) {
+        if ($line.StartsWith("`"\$Name`",", [StringComparison]::OrdinalIgnoreCase)) { return $line.Trim() }
+    }
+    return $null
+}
+# Get-TaskInfo: what Task Scheduler says of the agent's task run: its
+# status, last run and result, next run (English labels; all of it else).
+function Get-TaskInfo {
+    $q = Invoke-Plain $Schtasks @('/Query', '/TN', $SvcTask, '/V', '/FO', 'LIST')
+    $lines = @($q.Out -split "`r?`n" | Where-Object { $_ -match '^(Status|Last Run Time|Last Result|Next Run Time|Scheduled Task State):' })
+    if ($lines.Count -gt 0) { return ($lines -join '; ') }
+    return "$($q.Out) $($q.Err)"
+}
+# Get-TaskExe: the agent the task runs, from the copy of its XML install
+# keeps in the data folder (the path install resolved); else $AgentExe.
+function Get-TaskExe {
+    $x = Join-Path $DataDir "$SvcTask.xml"
+    try {
+        $doc = [xml](Get-Content -LiteralPath $x -Raw)
+        $exec = @($doc.Task.Actions.Exec) | Select-Object -Last 1
+        if ($exec.Command) { return [string]$exec.Command }
+    } catch { }
+    return $AgentExe
+}
+# Get-AgentProcs: the processes running Exe with "run" as its last word.
+function Get-AgentProcs([string]$Exe) {
+    $leaf = [IO.Path]::GetFileName($Exe) -replace "'", "''"
+    @(Get-CimInstance -ClassName Win32_Process -Filter "Name = '$leaf'" -ErrorAction SilentlyContinue |
+        Where-Object { $_.ExecutablePath -eq $Exe -and $_.CommandLine -match '\srun\s*$' })
+}
+function Describe-Procs($Procs) {
+    $d = (@($Procs) | ForEach-Object { "$($_.ProcessId)" }) -join ', '
+    if ($d) { return $d }
+    return 'none'
+}
+# New-StandInPairing makes Dir a paired device's data folder: a new device
+# key, and a pairing with a server at 127.0.0.1:9, where nothing answers
+# (the agent runs, and polls it again and again).
+function New-StandInPairing([string]$Dir) {
+    New-Item -ItemType Directory -Path $Dir -Force | Out-Null
+    $seed = New-Object byte[] 32
+    [Security.Cryptography.RandomNumberGenerator]::Create().GetBytes($seed)
+    [IO.File]::WriteAllBytes((Join-Path $Dir 'key'), $seed)
+    $json = '{"device_id":"accept-standin-' + $Run + '","device_name":"accept.ps1 stand-in","server_url":"http://127.0.0.1:9","server_public_key":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}'
+    [IO.File]::WriteAllText((Join-Path $Dir 'state.json'), $json)
+}
+# Wait-Running polls status (with Vars) until it says running, Secs at most
+# (or until Proc, the agent awaited, has exited).
+function Wait-Running([int]$Secs, [hashtable]$Vars = @{}, $Proc = $null) {
+    $sw = [System.Diagnostics.Stopwatch]::StartNew()
+    do {
+        $st = Get-Status $Vars
+        if ($st['running'] -like 'yes*' -or ($null -ne $Proc -and $Proc.HasExited)) { break }
+        Start-Sleep -Milliseconds 500
+    } while ($sw.Elapsed.TotalSeconds -lt $Secs)
+    return $st
+}
+
+# Get-ServiceGate says why the service cases cannot run here, or $null.
+# They install, kill and remove the agent's logon task, so they run only
+# where it is not installed, no agent runs and the Rust client's task is
+# not there (install would disable it). On a device not paired, the agent
+# gets a stand-in pairing, in a data folder the script removes at the end:
+# only where that folder did not exist before the script ran.
+function Get-ServiceGate {
+    if ($env:METNOS_DATA_DIR -or $env:METNOS_CACHE_DIR) { return 'METNOS_DATA_DIR or METNOS_CACHE_DIR is set, and a scheduled task cannot carry them: run the script without them' }
+    $st = Get-Status
+    if ($st['installed'] -ne 'no') { return "the agent's service is installed here already ($(Status-Line $st)): these cases would replace and remove it; run them where it is not installed" }
+    if ($st['running'] -ne 'no') { return "an agent runs here already (running: $($st['running'])): stop it first" }
+    if ($st['rust client'] -ne 'none') { return "the Rust client's service is here ($($st['rust client'])): install would disable it" }
+    $w = Invoke-Plain $AgentExe @('whoami')
+    if ($w.Out -match '(?m)^paired:\s+no') {
+        if ($DataExisted) { return "this device is not paired and its data folder $DataDir exists: a stand-in pairing is only made in a data folder the script can remove afterwards; pair the device, or move $DataDir away" }
+        New-StandInPairing $DataDir
+        $script:StandIn = $true
+    }
+    return $null
+}
+
+function Case-service-install {
+    $script:SvcSkip = Get-ServiceGate
+    if ($SvcSkip) { Report SKIP service-install $SvcSkip; return }
+    $r = Invoke-Plain $AgentExe @('install')
+    $script:SvcInstalled = $true
+    $script:SvcExe = Get-TaskExe
+    $sw = [System.Diagnostics.Stopwatch]::StartNew()
+    $st = Wait-Running 30
+    $secs = [math]::Round($sw.Elapsed.TotalSeconds, 1)
+    $row = Get-TaskRow $SvcTask
+    $procs = @(Get-AgentProcs $SvcExe)
+    $seen = "install exit $($r.Code); $secs s later status: $(Status-Line $st); schtasks: $(if ($row) { $row } else { "no task $SvcTask" }); agent processes of ${SvcExe}: $(Describe-Procs $procs); install said: $($r.Out) $($r.Err)"
+    if ($r.Code -eq 0 -and $st['installed'] -eq 'yes' -and $st['enabled'] -eq 'yes' -and $st['running'] -like 'yes*' -and $row -and $procs.Count -eq 1) { Report PASS service-install $seen }
+    else { Report FAIL service-install $seen }
+}
+
+function Case-service-restart {
+    if ($SvcSkip) { Report SKIP service-restart $SvcSkip; return }
+    $procs = @(Get-AgentProcs $SvcExe)
+    if ($procs.Count -ne 1) { Report FAIL service-restart "want the one agent process of $SvcExe to kill, found: $(Describe-Procs $procs)"; return }
+    $old = $procs[0].ProcessId
+    Stop-Process -Id $old -Force
+    $limit = $RestartSec + $RestartSlack
+    $sw = [System.Diagnostics.Stopwatch]::StartNew()
+    $new = $null
+    # Watched a while past the limit, to say how late a late start is.
+    while ($sw.Elapsed.TotalSeconds -lt $limit + 45) {
+        Start-Sleep -Seconds 1
+        $p = @(Get-AgentProcs $SvcExe | Where-Object { $_.ProcessId -ne $old })
+        if ($p.Count -gt 0) { $new = $p[0].ProcessId; break }
+    }
+    $secs = [math]::Round($sw.Elapsed.TotalSeconds)
+    $st = Wait-Running 10
+    $seen = "killed agent process $old (Stop-Process -Force); "
+    if ($new) { $seen += "Task Scheduler started process $new $secs s later (the task promises a start every $RestartSec s while it is not running; allowed $limit s); status: $(Status-Line $st)" }
+    else { $seen += "no agent $secs s later; status: $(Status-Line $st); task: $(Get-TaskInfo)" }
+    if ($new -and $secs -le $limit -and $st['running'] -like 'yes*') { Report PASS service-restart $seen }
+    else { Report FAIL service-restart $seen }
+}
+
+function Case-service-logon {
+    Report SKIP service-logon 'logging off and on cannot be scripted from inside the session; to check it by hand: metnos-agent install, log off, log on, metnos-agent status (want running: yes), then metnos-agent uninstall'
+}
+
+function Case-service-uninstall {
+    if ($SvcSkip) { Report SKIP service-uninstall $SvcSkip; return }
+    $r = Invoke-Plain $AgentExe @('uninstall')
+    if ($r.Code -eq 0) { $script:SvcInstalled = $false }
+    $sw = [System.Diagnostics.Stopwatch]::StartNew()
+    do {
+        $left = @(Get-AgentProcs $SvcExe)
+        if ($left.Count -eq 0) { break }
+        Start-Sleep -Milliseconds 500
+    } while ($sw.Elapsed.TotalSeconds -lt 15)
+    $row = Get-TaskRow $SvcTask
+    $xml = Join-Path $DataDir "$SvcTask.xml"
+    $xmlLeft = Test-Path -LiteralPath $xml
+    $st = Get-Status
+    $seen = "uninstall exit $($r.Code); task ${SvcTask}: $(if ($row) { "still there: $row" } else { 'gone' }); agent processes: $(Describe-Procs $left); status: $(Status-Line $st); ${xml}: $(if ($xmlLeft) { 'left' } else { 'gone' }); uninstall said: $($r.Out) $($r.Err)"
+    if ($r.Code -eq 0 -and -not $row -and -not $xmlLeft -and $left.Count -eq 0 -and $st['installed'] -eq 'no' -and $st['running'] -eq 'no') { Report PASS service-uninstall $seen }
+    else { Report FAIL service-uninstall $seen }
+}
+
+# Case-service-takeover: with a stand-in of the Rust client's task
+# registered, install disables it (and keeps it), and status says so.
+function Case-service-takeover {
+    if ($SvcSkip) { Report SKIP service-takeover $SvcSkip; return }
+    if (Get-TaskRow $RustTask) { Report SKIP service-takeover "a task $RustTask (the Rust client's) is registered here: the case registers a stand-in under that name"; return }
+    $c = Invoke-Plain $Schtasks @('/Create', '/TN', $RustTask, '/TR', "$(Join-Path $Sys32 'cmd.exe') /d /c exit 0", '/SC', 'ONCE', '/ST', '00:00', '/F')
+    if ($c.Code -ne 0) { Report FAIL service-takeover "could not register a stand-in $RustTask task: $($c.Out) $($c.Err)"; return }
+    $script:RustStandIn = $true
+    $r = Invoke-Plain $AgentExe @('install')
+    $script:SvcInstalled = $true
+    $st = Wait-Running 30
+    $rustRow = Get-TaskRow $RustTask
+    $u = Invoke-Plain $AgentExe @('uninstall')
+    if ($u.Code -eq 0) { $script:SvcInstalled = $false }
+    $kept = Get-TaskRow $RustTask
+    $d = Invoke-Plain $Schtasks @('/Delete', '/TN', $RustTask, '/F')
+    if ($d.Code -eq 0) { $script:RustStandIn = $false }
+    $seen = "with a stand-in $RustTask task registered, install exit $($r.Code); status: $(Status-Line $st); schtasks: $(if ($rustRow) { $rustRow } else { "no task $RustTask" }); after uninstall (exit $($u.Code)) the $RustTask task is $(if ($kept) { 'kept' } else { 'gone' }); install said: $($r.Out) $($r.Err)"
+    if ($r.Code -eq 0 -and $r.Out.Contains('taking over from the Rust client') -and $st['rust client'] -eq "task $RustTask (enabled: no)" -and
+        $rustRow -match '"Disabled"' -and $st['installed'] -eq 'yes' -and $st['running'] -like 'yes*' -and $u.Code -eq 0 -and $kept) { Report PASS service-takeover $seen }
+    else { Report FAIL service-takeover $seen }
+}
+
+# Case-uninstall-purge-refused: with an agent running (started by hand, on
+# a data folder of this run's with a stand-in pairing), uninstall --purge
+# refuses and keeps the key; once it is stopped, it removes the folder.
+function Case-uninstall-purge-refused {
+    $st = Get-Status
+    if ($st['installed'] -ne 'no') { Report SKIP uninstall-purge-refused "the agent's service is installed here ($(Status-Line $st)): uninstall --purge would remove it"; return }
+    $pd = Join-Path $T 'purge\metnos'
+    New-StandInPairing $pd
+    $vars = @{ METNOS_DATA_DIR = $pd; METNOS_CACHE_DIR = (Join-Path $T 'purge\cache\metnos') }
+    $h = Start-Proc $AgentExe @('run') $vars
+    $script:Started += $h.P
+    $s1 = Wait-Running 30 $vars $h.P
+    $r = Invoke-Plain $AgentExe @('uninstall', '--purge') $vars
+    $kept = Test-Path -LiteralPath (Join-Path $pd 'key')
+    Stop-Process -Id $h.P.Id -Force -ErrorAction SilentlyContinue
+    $ran = Wait-Proc $h
+    $r2 = Invoke-Plain $AgentExe @('uninstall', '--purge') $vars
+    $gone = -not (Test-Path -LiteralPath $pd)
+    $said = (($r.Out + ' ' + $r.Err) -replace '\s+', ' ').Trim()
+    $seen = "an agent on $pd, running: $($s1['running']); uninstall --purge: exit $($r.Code), the key $(if ($kept) { 'kept' } else { 'removed' }); once the agent was stopped, uninstall --purge: exit $($r2.Code), the folder $(if ($gone) { 'removed' } else { 'left' }); the first uninstall --purge said: $said"
+    if ($s1['running'] -notlike 'yes*') { $seen += "; the agent said: $($ran.Err)" }
+    if ($s1['running'] -like 'yes*' -and $r.Code -ne 0 -and $said.Contains('still holds') -and $kept -and $r2.Code -eq 0 -and $gone) { Report PASS uninstall-purge-refused $seen }
+    else { Report FAIL uninstall-purge-refused $seen }
+}
+
 try {
     New-Item -ItemType Directory -Path $T, $Granted, $Other -Force | Out-Null
+    $DataDir = Get-DataDir
+    $DataExisted = Test-Path -LiteralPath $DataDir
     if (-not (Test-Path -LiteralPath $SshDir)) { New-Item -ItemType Directory -Path $SshDir | Out-Null; $MadeSsh = $true }
     $AcePaths = @($T, $Granted, $Other, $HomeDir, $SshDir)
     $AcesBefore = @(Get-ContainerAces $AcePaths)
     $ScratchBefore = Get-Scratch
-    foreach ($case in 'word', 'nucleus-home-grant', 'grant-read', 'grant-write', 'no-network', 'deadline-kills-tree', 'min-sandbox', 'no-leftovers') {
+    foreach ($case in 'word', 'nucleus-home-grant', 'grant-read', 'grant-write', 'no-network', 'deadline-kills-tree', 'min-sandbox', 'no-leftovers',
+        'service-install', 'service-restart', 'service-logon', 'service-uninstall', 'service-takeover', 'uninstall-purge-refused') {
         try { & "Case-$case" }
         catch { Report FAIL $case "the script failed: $($_.Exception.Message)" }
     }
 } finally {
     foreach ($p in @(Get-Marked)) { Stop-Process -Id $p.ProcessId -Force -ErrorAction SilentlyContinue }
+    foreach ($p in $Started) { if (-not $p.HasExited) { Stop-Process -Id $p.Id -Force -ErrorAction SilentlyContinue } }
+    try {
+        if ($SvcInstalled) { Invoke-Plain $AgentExe @('uninstall') | Out-Null }
+        if ($RustStandIn) { Invoke-Plain $Schtasks @('/Delete', '/TN', $RustTask, '/F') | Out-Null }
+    } catch { [Console]::Error.WriteLine("accept.ps1: removing the service this run installed: $($_.Exception.Message); run metnos-agent uninstall (and schtasks /Delete /TN $RustTask /F if status shows a stand-in)") }
+    if ($StandIn -and (Test-Path -LiteralPath $DataDir)) {
+        try { Remove-Item -LiteralPath $DataDir -Recurse -Force }
+        catch { [Console]::Error.WriteLine("accept.ps1: could not remove the stand-in pairing's data folder $DataDir (it did not exist before): $($_.Exception.Message)") }
+    }
     if (Test-Path -LiteralPath $Secret) { Remove-Item -LiteralPath $Secret -Force -ErrorAction SilentlyContinue }
     if ($MadeSsh -and -not (Get-ChildItem -LiteralPath $SshDir -Force)) { Remove-Item -LiteralPath $SshDir -Force -ErrorAction SilentlyContinue }
     if (Test-Path -LiteralPath $T) { Remove-Item -LiteralPath $T -Recurse -Force -ErrorAction SilentlyContinue }

@@ -378,14 +378,25 @@ func (s *Manager) installLaunchd(ctx context.Context, plist []byte) error {
 	return nil
 }
 
+// taskExists reports whether schtasks lists the task name, and whether
+// it is enabled. Only a row naming the task counts: a query that
+// succeeds without one (Wine's schtasks, which has no /Query, prints
+// nothing and exits 0) does not show the task is there.
 func (s *Manager) taskExists(ctx context.Context, name string) (exists, enabled bool) {
 	out, err := s.probe(ctx, "schtasks", "/Query", "/TN", name, "/FO", "CSV", "/NH")
 	if err != nil {
 		return false, false
 	}
-	// "\MetnosAgent","N/A","Disabled": Task Scheduler's status words
-	// are in the system's language; only the English one is known.
-	return true, !strings.Contains(out, `"Disabled"`)
+	// A row as "\MetnosAgent","N/A","Disabled". Task names are not
+	// case-sensitive; the status words are in the system's language,
+	// and only the English one is known.
+	row := strings.ToLower(`"\` + name + `",`)
+	for _, l := range strings.Split(out, "\n") {
+		if l = strings.TrimSpace(l); strings.HasPrefix(strings.ToLower(l), row) {
+			return true, !strings.Contains(l, `"Disabled"`)
+		}
+	}
+	return false, false
 }
 
 func (s *Manager) installTask(ctx context.Context, xml []byte) error {

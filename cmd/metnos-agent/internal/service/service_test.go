@@ -339,6 +339,31 @@ func TestTask(t *testing.T) {
 	}
 }
 
+// TestTaskExists: only a row of schtasks /Query naming the task shows
+// it is there; a query that exits 0 printing nothing (Wine's schtasks,
+// which has no /Query) or another task does not.
+func TestTaskExists(t *testing.T) {
+	for _, tt := range []struct {
+		name            string
+		answer          fakeAnswer
+		exists, enabled bool
+	}{
+		{"ready", fakeAnswer{out: "\r\n\"\\MetnosAgent\",\"N/A\",\"Ready\"\r\n"}, true, true},
+		{"running, other case", fakeAnswer{out: `"\metnosagent","N/A","Running"`}, true, true},
+		{"disabled", fakeAnswer{out: `"\MetnosAgent","N/A","Disabled"`}, true, false},
+		{"nothing printed", fakeAnswer{}, false, false},
+		{"another task", fakeAnswer{out: `"\MetnosAgentOld","N/A","Ready"`}, false, false},
+		{"not found", fakeAnswer{out: "ERROR: The system cannot find the file specified.", err: true}, false, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _, _ := newManager(t, "windows", map[string]fakeAnswer{"schtasks /Query /TN MetnosAgent": tt.answer})
+			if exists, enabled := s.taskExists(context.Background(), taskName); exists != tt.exists || enabled != tt.enabled {
+				t.Errorf("exists, enabled = %v, %v; want %v, %v", exists, enabled, tt.exists, tt.enabled)
+			}
+		})
+	}
+}
+
 func TestUninstallPurge(t *testing.T) {
 	s, r, out := newManager(t, "linux", systemdUp)
 	ctx := context.Background()
