@@ -243,7 +243,7 @@ func TestWindowsTask(t *testing.T) {
 	})
 	t.Run("uninstall", func(t *testing.T) {
 		tt.r.t = t
-		if err := s.Uninstall(ctx, false); err != nil {
+		if err := s.Uninstall(ctx, UninstallOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		if def, ok := tt.registered(taskName); ok {
@@ -317,7 +317,7 @@ func TestWindowsTaskTakeover(t *testing.T) {
 	if st.RustClient != "task "+rustTaskName || st.RustEnabled || !st.Installed || !st.Enabled {
 		t.Errorf("status after the takeover = %+v, want the Rust client's task there but disabled, and the agent's installed and enabled", st)
 	}
-	if err := s.Uninstall(ctx, false); err != nil {
+	if err := s.Uninstall(ctx, UninstallOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := tt.registered(rustTaskName); !ok {
