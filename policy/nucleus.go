@@ -50,7 +50,9 @@ type Host struct {
 	// whole home, reaches them.
 	Never []string
 	// NetAllow and NetDeny are the device owner's network lists
-	// (METNOS_NET_ALLOW, METNOS_NET_DENY, read with [ParseOwnerDest]):
+	// (limits.toml's [network] allow and deny, or METNOS_NET_ALLOW and
+	// METNOS_NET_DENY, which override them; read with
+	// [ParseOwnerDest]):
 	// NetAllow is added to the destinations of every run whose network
 	// is narrowed, NetDeny to the default deny list, which wins.
 	NetAllow, NetDeny []Dest
