@@ -156,7 +156,11 @@ func (a *Agent) startLimits() {
 	}
 	rec := audit.LimitsChange{File: a.lim.File, Seen: "start", OldSHA256: sha(seen), NewSHA256: a.lim.SHA256,
 		Changes: a.limitsDiff(seen, a.lim.Data), InForce: true}
-	a.log.Warn("the owner's limits file changed while no agent ran; in force now, and recorded in the audit log", "limits", a.lim.File, "changes", changesText(rec.Changes))
+	what := "the owner's limits file changed while no agent ran; in force now, and recorded in the audit log"
+	if seen == nil {
+		what = "the owner's limits file is seen for the first time; in force now, and recorded in the audit log"
+	}
+	a.log.Warn(what, "limits", a.lim.File, "changes", changesText(rec.Changes))
 	a.recordLimits(rec)
 }
 
