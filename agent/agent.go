@@ -32,6 +32,7 @@ import (
 	"github.com/metnos/agent/audit"
 	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/fetch"
+	"github.com/metnos/agent/internal/config"
 	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/policy"
@@ -52,6 +53,22 @@ type Config struct {
 	Host policy.Host
 	// Sandbox are the sandbox's settings, passed to every run.
 	Sandbox sandbox.Options
+	// Limits are the device owner's limits in force at the start
+	// (limits.toml with the environment's overrides, see
+	// [config.LoadLimits]; the zero value is today's behaviour). Before
+	// every run the agent refuses an executor [executors] refuses, an
+	// argument inside a never folder and, in readonly mode, an executor
+	// that writes (in preview mode, it runs as a dry run where the build
+	// has them, else it is refused); Host carries the never folders and
+	// the network lists. Priority is for the sandbox.
+	Limits config.Limits
+	// ReloadLimits, when set, reads the owner's limits again, with the
+	// Host they make (never and network included). After each poll the
+	// agent looks at Limits.File's size and time; when they changed and
+	// its bytes did too, it calls ReloadLimits and puts what it returns
+	// in force (when it fails, the limits in force stay), and records
+	// the change in the audit log either way.
+	ReloadLimits func() (config.Limits, policy.Host, error)
 	// Python is the interpreter executors run with whatever else is
 	// installed (METNOS_PYTHON); "" looks for one (see [FindPython]).
 	Python string
@@ -176,6 +193,12 @@ type Agent struct {
 	bc        *pyc.Bytecode
 	journal   *undo.Journal
 	audit     *audit.Log
+	// lim are the owner's limits in force, limStat what the run loop
+	// last saw of their file, and limSeen the hash of the bytes it last
+	// read there (only the Run goroutine touches them after New).
+	lim     config.Limits
+	limStat limitsStat
+	limSeen string
 	// auditPrunedAt is when the audit log was last pruned (UnixNano).
 	auditPrunedAt atomic.Int64
 
@@ -315,6 +338,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if err == nil {
 		a.auditUnknown(unknown)
+		a.startLimits()
 	}
 	if err != nil {
 		sp.Close()
@@ -493,6 +517,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}
 		a.noteShim(resp.ShimSHA256)
+		// The owner's last word comes before the next run.
+		a.watchLimits()
 		if resp.Invocation != nil {
 			worked, quiet = true, false
 			a.working.Store(true)

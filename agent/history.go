@@ -113,7 +113,8 @@ func (a *Agent) pruneJournal() {
 func (a *Agent) auditRecord(inv *invocation, r result.Result, body []byte) {
 	rec := audit.Record{Time: time.Now(), InvocationID: inv.ID, TurnID: inv.TurnID, Executor: inv.Executor,
 		ManifestSHA256: inv.ManifestSHA256, Args: inv.Args, Output: body, DurationMS: r.ElapsedMS,
-		OK: r.OK, ErrorClass: r.ErrorClass, Sandbox: r.Sandbox, Policy: r.Policy, Network: auditNetwork(inv.net)}
+		OK: r.OK, ErrorClass: r.ErrorClass, Sandbox: r.Sandbox, Policy: r.Policy, Network: auditNetwork(inv.net),
+		RefusedBy: inv.refusedBy, OwnerMode: a.ownerMode()}
 	if err := a.audit.Write(rec); err != nil {
 		a.log.Error("could not write the audit record (is the data folder full?); it is retried while the agent runs", "invocation", inv.ID, "err", err)
 		a.redo = append(a.redo, redo{id: inv.ID, what: "audit log", do: func() error { return a.audit.Write(rec) }})

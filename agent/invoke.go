@@ -51,6 +51,11 @@ type invocation struct {
 	timing *sandbox.Timing
 	// egress is the network the run was narrowed to, nil for none.
 	egress *policy.Egress
+	// refusedBy says which of the owner's limits refused the invocation
+	// before it ran ("" when none did); preview marks a run that the
+	// owner's preview mode makes a dry run (see ownerRefusal).
+	refusedBy string
+	preview   bool
 }
 
 // readArgs reads the arguments for everything after it: their strings
@@ -143,6 +148,10 @@ func (a *Agent) finish(inv *invocation, ran result.Result) {
 		// The result says why; so does the device's own log.
 		attrs = append(attrs, "error", r.Error)
 	}
+	if inv.refusedBy != "" {
+		inv.log.Info("not run: refused by the owner's limits", attrs...)
+		return
+	}
 	inv.log.Info("executed", attrs...)
 }
 
@@ -166,9 +175,22 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 	// Everything before the marker has no effect on the device: when the
 	// agent is asked to stop meanwhile, nothing is spooled, and the server
 	// hands the invocation out again later.
+	// The owner's limits refuse an executor by name before it is
+	// fetched, and the rest once it is known, before anything else.
 	var err error
-	inv.ex, err = a.executor(ctx, inv)
+	if why := a.lim.RefuseExecutor(inv.Executor); why != "" {
+		err = a.lim.Refused(why)
+	}
+	if err == nil {
+		inv.ex, err = a.executor(ctx, inv)
+	}
 	inv.spans.mark("executor")
+	if err == nil {
+		err = inv.readArgs()
+	}
+	if err == nil {
+		err = a.ownerRefusal(inv)
+	}
 	var shimDir string
 	if err == nil {
 		shimDir, err = a.ensureShim(ctx, false)
@@ -176,9 +198,6 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 	inv.spans.mark("shim")
 	if err == nil {
 		err = a.pyErr
-	}
-	if err == nil {
-		err = inv.readArgs()
 	}
 	var req sandbox.Request
 	if err == nil {
@@ -188,6 +207,9 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 		if ctx.Err() != nil {
 			inv.log.Info("stopping before the run started; the server will hand the invocation out again")
 			return result.Result{}, false
+		}
+		if r, ok := a.refusedByOwner(inv, err); ok {
+			return r, true
 		}
 		return result.DeviceError(err), true
 	}

@@ -12,6 +12,11 @@
 //
 // (on one line). The invocation and turn ids are the server's, so each
 // line can be matched with the server's own record of the invocation.
+// An invocation the device owner's limits refused before it ran says so
+// ("refused_by"), and one that ran under an owner's mode other than full
+// says which ("owner_mode"). The log also holds the changes to the
+// owner's limits file, one line each ([Log.WriteLimits]), in the same
+// chain; [OwnerEvents] reads those and the refusals back.
 //
 // What is guaranteed: a line is on disk before [Log.Write] returns; the
 // log is only appended to (a line cut short by a crash is dropped);
@@ -81,6 +86,12 @@ type Record struct {
 	// ("network"), for a run whose network was narrowed to the hosts
 	// its manifest names; nil for any other.
 	Network *Network
+	// RefusedBy says who refused the invocation before it ran, and by
+	// which rule, when the device owner's limits did ("refused_by").
+	RefusedBy string
+	// OwnerMode is the owner's mode the invocation was handled under,
+	// when it is not full ("owner_mode").
+	OwnerMode string
 }
 
 // Network is a run's egress proxy's account, as the audit line holds it.
@@ -129,6 +140,8 @@ type line struct {
 	Sandbox        string   `json:"sandbox"`
 	Policy         string   `json:"policy_fingerprint,omitempty"`
 	Network        *Network `json:"network,omitempty"`
+	RefusedBy      string   `json:"refused_by,omitempty"`
+	OwnerMode      string   `json:"owner_mode,omitempty"`
 }
 
 type output struct {
@@ -205,10 +218,21 @@ func (l *Log) Write(r Record) error {
 		Sandbox:        r.Sandbox,
 		Policy:         r.Policy,
 		Network:        capConns(r.Network),
+		RefusedBy:      r.RefusedBy,
+		OwnerMode:      r.OwnerMode,
 	}
+	if err := l.append(r.Time, ln); err != nil {
+		return fmt.Errorf("writing the audit record of %s: %w", r.InvocationID, err)
+	}
+	return nil
+}
+
+// append appends the line ln of a record of time t, in the file of t's
+// UTC day, or in the newest file when that is later.
+func (l *Log) append(t time.Time, ln any) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	day := r.Time.UTC().Format(dayFormat) + chainlog.Ext
+	day := t.UTC().Format(dayFormat) + chainlog.Ext
 	for {
 		file := max(day, l.last)
 		_, err := l.log.Append(file, ln)
@@ -217,7 +241,7 @@ func (l *Log) Write(r Record) error {
 			return nil
 		}
 		if l.last <= file {
-			return fmt.Errorf("writing the audit record of %s: %w", r.InvocationID, err)
+			return err
 		}
 		// Another process began a newer file since this one last
 		// looked (Append saw it and refused to write before it): go

@@ -297,7 +297,7 @@ var rules = []rule{
 		Detail: "as fs:read, writable (system paths and shared roots stay read-only)"},
 		accept: fsHint, apply: applyFS(Write)},
 	{CapabilityRule: CapabilityRule{Capability: "network:http", Forms: `destinations: a host ("api.github.com"), host:port ("127.0.0.1:8080"), "*.domain", "*", "http://*", "https://*", URLs (scheme and path dropped); prose ("Google People API HTTPS") names none and is ignored and noted`, Meaning: MeaningGrant,
-		Detail: "the network through the run's egress proxy only, to the destinations named (and the owner's METNOS_NET_ALLOW): a wildcard reaches public addresses only, a loopback, private, link-local or tailnet address only when a hint names it literally (127.0.0.1, localhost); mail and IRC ports and personal cloud storage are denied whatever is named (and METNOS_NET_DENY)"}, apply: applyNetwork},
+		Detail: "the network through the run's egress proxy only, to the destinations named (and the owner's [network] allow, limits.toml or METNOS_NET_ALLOW): a wildcard reaches public addresses only, a loopback, private, link-local or tailnet address only when a hint names it literally (127.0.0.1, localhost); mail and IRC ports and personal cloud storage are denied whatever is named (and the owner's [network] deny)"}, apply: applyNetwork},
 	{CapabilityRule: CapabilityRule{Capability: "network:sites", Forms: "as network:http", Meaning: MeaningGrant,
 		Detail: "as network:http"}, apply: applyNetwork},
 	{CapabilityRule: CapabilityRule{Capability: "code:exec", Forms: `program names ("ps", "dpkg-query"); prose ("WMI/CIM", "subprocess Python google_api.py …") is ignored and noted`, Meaning: MeaningGrant,

@@ -90,7 +90,8 @@ func ParseHint(hint string) (Dest, bool) {
 }
 
 // ParseOwnerDest reads one entry of the device owner's allow or deny
-// list (METNOS_NET_ALLOW, METNOS_NET_DENY, exec --allow-net): the forms of [ParseHint], plus CIDR prefixes
+// list (limits.toml's [network] allow and deny, METNOS_NET_ALLOW,
+// METNOS_NET_DENY, exec --allow-net): the forms of [ParseHint], plus CIDR prefixes
 // ("192.168.1.0/24", "192.168.1.0/24:*", "[fc00::/7]:443") and "*:25"
 // (any host, port 25). The error names the entry.
 func ParseOwnerDest(s string) (Dest, error) {
@@ -415,12 +416,12 @@ func (r *Refusal) Error() string {
 		}
 		return fmt.Sprintf("egress: %s is on the deny list (%s); the deny list wins over every allow", hp, r.Reason)
 	case "address":
-		return fmt.Sprintf("egress: %s resolves to %s (%s): a name reaches local addresses only when a hint names the address literally (or METNOS_NET_ALLOW a range holding it)", hp, r.Addr, r.Reason)
+		return fmt.Sprintf("egress: %s resolves to %s (%s): a name reaches local addresses only when a hint names the address literally (or the device owner's [network] allow in limits.toml, or METNOS_NET_ALLOW, a range holding it)", hp, r.Addr, r.Reason)
 	}
 	if kind, ok := strings.CutSuffix(r.Reason, " address not named literally"); ok {
-		return fmt.Sprintf("egress: %s is not named by the executor's manifest network hints: it is a %s address, which a wildcard hint never reaches (only public hosts); a hint must name it literally, or the device owner allow it with METNOS_NET_ALLOW", hp, kind)
+		return fmt.Sprintf("egress: %s is not named by the executor's manifest network hints: it is a %s address, which a wildcard hint never reaches (only public hosts); a hint must name it literally, or the device owner allow it with [network] allow in limits.toml (or METNOS_NET_ALLOW)", hp, kind)
 	}
-	return fmt.Sprintf("egress: %s is not named by the executor's manifest network hints; the device owner can allow it with METNOS_NET_ALLOW", hp)
+	return fmt.Sprintf("egress: %s is not named by the executor's manifest network hints; the device owner can allow it with [network] allow in limits.toml (or METNOS_NET_ALLOW)", hp)
 }
 
 // CheckName decides a destination before its name is resolved: it

@@ -293,7 +293,7 @@ func TestCheckNamePrefersTheHostItself(t *testing.T) {
 func TestRefusalSaysWhatToDo(t *testing.T) {
 	e := upstream()
 	_, err := e.CheckName("api.github.com", 443)
-	if want := "api.github.com:443 is not named by the executor's manifest network hints; the device owner can allow it with METNOS_NET_ALLOW"; !strings.Contains(err.Error(), want) {
+	if want := "api.github.com:443 is not named by the executor's manifest network hints; the device owner can allow it with [network] allow in limits.toml (or METNOS_NET_ALLOW)"; !strings.Contains(err.Error(), want) {
 		t.Errorf("got %q; want it to contain %q", err, want)
 	}
 	if _, err := e.CheckName("10.0.0.1", 8080); err == nil || !strings.Contains(err.Error(), "10.0.0.1:8080 is not named by the executor's manifest network hints: it is a private address, which a wildcard hint never reaches") {

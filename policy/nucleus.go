@@ -44,8 +44,15 @@ type Host struct {
 	// grants read-only, those that exist. Empty means dpkg's, apt's,
 	// rpm's and pacman's usual places.
 	PackageDBs []string
+	// Never are the device owner's folders and files no executor may
+	// read or write (limits.toml's never): absolute, or starting with
+	// "~/". They join the nucleus, so that no grant, not even one of the
+	// whole home, reaches them.
+	Never []string
 	// NetAllow and NetDeny are the device owner's network lists
-	// (METNOS_NET_ALLOW, METNOS_NET_DENY, read with [ParseOwnerDest]):
+	// (limits.toml's [network] allow and deny, or METNOS_NET_ALLOW and
+	// METNOS_NET_DENY, which override them; read with
+	// [ParseOwnerDest]):
 	// NetAllow is added to the destinations of every run whose network
 	// is narrowed, NetDeny to the default deny list, which wins.
 	NetAllow, NetDeny []Dest
@@ -149,9 +156,11 @@ var systemNucleus = []nucleusEntry{
 
 // Nucleus returns the masks of the device nucleus on h: the paths no
 // grant can open, whether they exist or not. The list is fixed in code;
-// to it are added h.AgentDataDirs and, for every entry that resolves
-// elsewhere (a symlink, or beneath one), a second mask for the
-// resolved path. Nucleus returns nil when h.Home is not absolute.
+// to it are added h.AgentDataDirs, the owner's h.Never (a file that
+// exists is masked as a file, anything else as a folder) and, for every
+// entry that resolves elsewhere (a symlink, or beneath one), a second
+// mask for the resolved path. Nucleus returns nil when h.Home is not
+// absolute.
 func Nucleus(h Host) []Mask {
 	if !filepath.IsAbs(h.Home) {
 		return nil
@@ -171,6 +180,18 @@ func Nucleus(h Host) []Mask {
 			continue
 		}
 		ms = append(ms, Mask{Path: filepath.Clean(d), Kind: MaskDir, Why: "agent data " + d})
+	}
+	for _, p := range h.Never {
+		p = expandTilde(p, home)
+		if !filepath.IsAbs(p) {
+			continue
+		}
+		p = filepath.Clean(p)
+		kind := MaskDir
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			kind = MaskFile
+		}
+		ms = append(ms, Mask{Path: p, Kind: kind, Why: "owner's never " + p})
 	}
 	for _, e := range systemNucleus {
 		ms = append(ms, Mask{Path: e.path, Kind: e.kind, Why: e.path})

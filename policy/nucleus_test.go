@@ -295,3 +295,48 @@ func TestNucleusResolveLoose(t *testing.T) {
 	symlink(t, "loop1", filepath.Join(root, "loop2"))
 	_ = resolveLoose(root + "/loop1/x")
 }
+
+// TestNucleusNever: the owner's never entries join the nucleus, ~
+// expanded, an existing file as a file and anything else as a folder,
+// with their link targets; a grant of the whole home, or one an
+// argument names inside them, does not reach them.
+func TestNucleusNever(t *testing.T) {
+	h, root := testHost(t)
+	private := filepath.Join(h.Home, "Private")
+	mkdirs(t, private)
+	letter := filepath.Join(root, "srv", "letter.txt")
+	writeFile(t, letter)
+	symlink(t, private, filepath.Join(h.Home, "Link"))
+	h.Never = []string{"~/Private", letter, filepath.Join(root, "srv", "absent"), "relative", "~/Link"}
+	ms := Nucleus(h)
+	for _, want := range []Mask{
+		{Path: private, Kind: MaskDir},
+		{Path: letter, Kind: MaskFile},
+		{Path: filepath.Join(root, "srv", "absent"), Kind: MaskDir},
+		{Path: filepath.Join(h.Home, "Link"), Kind: MaskDir},
+	} {
+		m, ok := maskByPath(ms, want.Path)
+		if !ok || m.Kind != want.Kind || !strings.HasPrefix(m.Why, "owner's never ") {
+			t.Errorf("mask of %s: %+v (found %v), want kind %s from the owner's never", want.Path, m, ok, want.Kind)
+		}
+	}
+	if _, ok := maskByPath(ms, "relative"); ok {
+		t.Error("a relative never entry was masked")
+	}
+	m, err := ParseManifest([]Capability{{Name: "fs:write"}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Derive(DeriveInput{Manifest: m, Args: map[string]any{"a": h.Home, "b": filepath.Join(private, "x.txt")}, Host: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := CoveredByMask(filepath.Join(private, "x.txt"), p.Masks); !ok {
+		t.Errorf("the policy's masks do not cover %s: %+v", private, p.Masks)
+	}
+	for _, g := range p.Grants {
+		if pathWithin(g.Path, private) {
+			t.Errorf("a grant reaches the owner's never folder: %+v", g)
+		}
+	}
+}

@@ -24,8 +24,13 @@
 //   - The tailnet auth key is a [Secret], which fmt, encoding/json and
 //     log/slog print as "[redacted]".
 //
-// What it does not: look at the disk (a METNOS_PYTHON or METNOS_BWRAP
-// that does not exist is found out where it is used), compute paths
+// [LoadLimits] reads the device owner's limits file (limits.toml, in the
+// configuration folder package layout names) together with the
+// environment, whose METNOS_NET_ALLOW and METNOS_NET_DENY override its
+// [network] lists: see [Limits].
+//
+// What it does not: look at the disk beyond that file (a METNOS_PYTHON
+// or METNOS_BWRAP that does not exist is found out where it is used), compute paths
 // (package layout does, from [Paths]), or read the variables only the
 // tests read (METNOS_REQUIRE_SANDBOX, METNOS_E2E_BIN,
 // METNOS_TAILNET_NETNS, METNOS_BENCH_*), those the Go runtime and the
@@ -176,6 +181,10 @@ type Config struct {
 	Lang string
 	// Term and TZ are TERM and TZ, passed to exec commands when set.
 	Term, TZ string
+	// Editor is the editor `limits edit` opens: VISUAL, else EDITOR, as
+	// they are (a program, and maybe its arguments, such as
+	// "code --wait"). "" unset.
+	Editor string
 	// GoMemLimit is GOMEMLIMIT as it is; the Go runtime reads it. While
 	// it is unset the agent sets a soft memory limit of its own when it
 	// joins a tailnet.
@@ -297,6 +306,10 @@ func FromEnv(goos string, getenv func(string) string) (Config, error) {
 		TZ:             getenv("TZ"),
 		GoMemLimit:     getenv("GOMEMLIMIT"),
 		JournalStream:  getenv("JOURNAL_STREAM"),
+		Editor:         getenv("VISUAL"),
+	}
+	if c.Editor == "" {
+		c.Editor = getenv("EDITOR")
 	}
 	for name, f := range pathVars {
 		*f(&c.Paths) = getenv(name)

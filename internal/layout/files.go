@@ -160,6 +160,41 @@ func (l Layout) RuntimeArchive(filename string) string {
 	return l.join(l.Cache, "runtime", filename+".verified")
 }
 
+// In the configuration folder, which holds what the device's owner
+// writes by hand.
+
+// ConfigDir is the agent's configuration folder, the dirs crate's (where
+// the Rust client keeps nothing): $XDG_CONFIG_HOME/metnos (else
+// ~/.config/metnos) on Linux, ~/Library/Application Support/metnos (the
+// data folder) on macOS, %APPDATA%\metnos (else %LOCALAPPDATA%\metnos)
+// on Windows; ~/.config/metnos for a Layout built by hand. It is one of
+// [Layout.AgentDirs] wherever it is, so no executor sees it. ""
+// when the home folder it needs is unknown. METNOS_DATA_DIR does not
+// move it.
+func (l Layout) ConfigDir() string {
+	switch {
+	case l.config != "":
+		return l.config
+	case l.goos == "" && l.Home != "":
+		return l.join(l.Home, ".config", "metnos")
+	}
+	return ""
+}
+
+// Limits is the device owner's limits file, which no invocation can
+// change: <config>/limits.toml ("" without a configuration folder).
+func (l Layout) Limits() string {
+	if d := l.ConfigDir(); d != "" {
+		return l.join(d, "limits.toml")
+	}
+	return ""
+}
+
+// LimitsSeen is the copy of the owner's limits file the agent last put
+// in force, which the next change is compared with:
+// <data>/limits-seen.toml.
+func (l Layout) LimitsSeen() string { return l.join(l.Data, "limits-seen.toml") }
+
 // Outside the agent's folders.
 
 // ServiceDir is the folder of the agent's service definition:

@@ -64,6 +64,9 @@ type Layout struct {
 	// osDirs are the folders the environment adds to AgentDirs, in order,
 	// before Data and Cache.
 	osDirs []string
+	// config is the configuration folder on goos ("" when the home
+	// folder it needs is unknown): see [Layout.ConfigDir].
+	config string
 	// configHome is $XDG_CONFIG_HOME when it is absolute.
 	configHome string
 	// runtimeDir is $XDG_RUNTIME_DIR when it is absolute.
@@ -137,6 +140,7 @@ func For(goos string, getenv func(string) string, home string) (Layout, error) {
 	}
 	if derr == nil {
 		l.osDirs = append(l.osDirs, def.data, def.cache, def.config)
+		l.config = def.config
 	}
 	if c := getenv("XDG_CONFIG_HOME"); goos != "windows" && goos != "darwin" && l.abs(c) {
 		l.configHome = l.clean(c)

@@ -404,3 +404,63 @@ func TestDirsFollowXDG(t *testing.T) {
 		t.Errorf("Data without XDG = %q", l.Data)
 	}
 }
+
+// TestLimitsHidden: the owner's limits file is in the configuration
+// folder, which is one of AgentDirs (the folders every executor's
+// sandbox masks) on every operating system and whatever the
+// environment moves; the copy the agent keeps of it is in the data
+// folder, masked too.
+func TestLimitsHidden(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		goos, home string
+		env        map[string]string
+		want       string
+	}{
+		{name: "linux", goos: "linux", home: "/home/ada", want: "/home/ada/.config/metnos/limits.toml"},
+		{name: "linux xdg", goos: "linux", home: "/home/ada", env: map[string]string{"XDG_CONFIG_HOME": "/x/conf"},
+			want: "/x/conf/metnos/limits.toml"},
+		{name: "linux data moved", goos: "linux", home: "/home/ada", env: map[string]string{"METNOS_DATA_DIR": "/srv/d"},
+			want: "/home/ada/.config/metnos/limits.toml"},
+		{name: "darwin", goos: "darwin", home: "/Users/ada", want: "/Users/ada/Library/Application Support/metnos/limits.toml"},
+		{name: "windows", goos: "windows", home: `C:\Users\Ada`,
+			env:  map[string]string{"LOCALAPPDATA": `C:\Users\Ada\AppData\Local`, "APPDATA": `C:\Users\Ada\AppData\Roaming`},
+			want: `C:\Users\Ada\AppData\Roaming\metnos\limits.toml`},
+		{name: "windows without APPDATA", goos: "windows", env: map[string]string{"LOCALAPPDATA": `C:\L`},
+			want: `C:\L\metnos\limits.toml`},
+		{name: "no home", goos: "linux", env: map[string]string{"METNOS_DATA_DIR": "/srv/d", "METNOS_CACHE_DIR": "/srv/c"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := For(tt.goos, envOf(tt.env), tt.home)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := l.Limits(); got != tt.want {
+				t.Fatalf("Limits = %q, want %q", got, tt.want)
+			}
+			if tt.want == "" {
+				return
+			}
+			for _, p := range []string{l.ConfigDir(), l.Limits(), l.LimitsSeen()} {
+				if !slices.ContainsFunc(l.AgentDirs(), func(d string) bool { return p == d || strings.HasPrefix(p, d+sep(tt.goos)) }) {
+					t.Errorf("%s is in none of AgentDirs %q", p, l.AgentDirs())
+				}
+			}
+		})
+	}
+	l := Layout{Data: "/d", Cache: "/c", Home: "/home/ada"}
+	if got, want := l.Limits(), filepath.Join("/home/ada", ".config", "metnos", "limits.toml"); got != want {
+		t.Errorf("a Layout by hand: Limits = %q, want %q", got, want)
+	}
+	if got := (Layout{Data: "/d"}).Limits(); got != "" {
+		t.Errorf("a Layout by hand without home: Limits = %q, want none", got)
+	}
+}
+
+// sep is the path separator on goos.
+func sep(goos string) string {
+	if goos == "windows" {
+		return `\`
+	}
+	return "/"
+}

@@ -24,6 +24,7 @@ var layoutNames = map[string]bool{
 	"current.json":            true,
 	"runtime-descriptor.json": true,
 	"sandbox-grants":          true,
+	"limits-seen.toml":        true,
 }
 
 // TestLayoutNamesOnlyInLayout: internal/layout is the one place the

@@ -104,6 +104,11 @@ func init() {
 			short: "show the changes executors made on this device, and what undo would do",
 			run:   runHistory,
 		},
+		"limits": {
+			usage: "limits [--json]\nlimits edit",
+			short: "show the device owner's limits in force (limits.toml), or edit them",
+			run:   runLimits,
+		},
 		"undo": {
 			usage:   "undo (INVOCATION_ID | --last) [--dry-run] [--offline]",
 			short:   "put a change back on this device, without the server",

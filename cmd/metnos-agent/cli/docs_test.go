@@ -336,6 +336,8 @@ func (w *docWorld) cannotRun(args []string, fullSandbox bool) string {
 		return notRun["install"]
 	case args[0] == "runtime" && len(args) > 1 && args[1] == "install":
 		return "downloads a Python runtime"
+	case args[0] == "limits" && len(args) > 1 && args[1] == "edit":
+		return "opens an editor (testdata/limits.txtar runs it with one of its own)"
 	case args[0] == "exec" && hasWord(args, "--allow-net"):
 		return "reaches hosts on the internet"
 	case args[0] == "exec" && !fullSandbox:
@@ -358,7 +360,7 @@ func hasWord(args []string, w string) bool {
 func (w *docWorld) checkSyntax(t *testing.T, d docLine, args []string, why string) {
 	t.Helper()
 	cmd := []string{args[0]}
-	if len(args) > 1 && (args[0] == "runtime" || args[0] == "audit") && !strings.HasPrefix(args[1], "-") {
+	if len(args) > 1 && (args[0] == "runtime" || args[0] == "audit" || args[0] == "limits") && !strings.HasPrefix(args[1], "-") {
 		cmd = append(cmd, args[1])
 	}
 	code, help := w.run(t, append(cmd, "--help"))

@@ -14,6 +14,7 @@ import (
 	"github.com/metnos/agent/agent"
 	"github.com/metnos/agent/fetch"
 	"github.com/metnos/agent/internal/layout"
+	"github.com/metnos/agent/internal/term"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
 )
@@ -65,6 +66,34 @@ type doctorReport struct {
 	Landlock landlockReport           `json:"landlock"`
 	Profiles map[string]profileReport `json:"profiles"`
 	Python   pythonReport             `json:"python"`
+	Limits   limitsDoctor             `json:"limits"`
+}
+
+// limitsDoctor is the owner's limits file as doctor reports it.
+type limitsDoctor struct {
+	// File is the limits file ("" without a configuration folder).
+	File string `json:"file"`
+	// Present says it exists; InForce that its limits are in force (a
+	// missing file's defaults are); Error why it is refused.
+	Present bool   `json:"present"`
+	InForce bool   `json:"in_force"`
+	Error   string `json:"error,omitempty"`
+	// Mode is the mode in force, Never how many never entries there are.
+	Mode  string `json:"mode,omitempty"`
+	Never int    `json:"never"`
+}
+
+// limitsLine is doctor's line for the owner's limits file.
+func limitsLine(l limitsDoctor) string {
+	switch {
+	case l.File == "":
+		return "none: no configuration folder (the home folder is not known); the defaults are in force"
+	case l.Error != "":
+		return l.File + ": REFUSED, not in force (run refuses to start): " + l.Error
+	case !l.Present:
+		return l.File + ": none, the defaults are in force"
+	}
+	return fmt.Sprintf("%s (in force: mode %s, %d never)", l.File, l.Mode, l.Never)
 }
 
 // pythonReport is the interpreter executors would run with.
@@ -185,6 +214,14 @@ func doctor(e environment) doctorReport {
 	}
 	if u, err := user.LookupId(strconv.Itoa(r.UID)); err == nil {
 		r.User = u.Username
+	}
+	r.Limits = limitsDoctor{File: e.lay.Limits(), Present: e.lim.Present, InForce: e.limErr == nil}
+	if e.limErr != nil {
+		r.Limits.Error = e.limErr.Error()
+		_, err := os.Stat(r.Limits.File)
+		r.Limits.Present = err == nil
+	} else {
+		r.Limits.Mode, r.Limits.Never = string(e.lim.InForce()), len(e.lim.Never)
 	}
 	switch {
 	case c.BwrapUsable:
@@ -345,6 +382,7 @@ func printDoctor(w io.Writer, r doctorReport, lay layout.Layout) {
 	if lay.Data != "" {
 		row("data", lay.Data)
 	}
+	row("limits", term.SanitizeLines(limitsLine(r.Limits)))
 	switch py := r.Python; {
 	case py.Path == "":
 		row("python", "none: "+py.Error)

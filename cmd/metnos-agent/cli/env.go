@@ -25,6 +25,11 @@ import (
 type environment struct {
 	cfg config.Config
 	lay layout.Layout
+	// lim are the owner's limits (limits.toml with the environment's
+	// overrides), limErr why the file is refused: every command that
+	// builds a policy (run, exec, doctor) fails with it, naming the file.
+	lim    config.Limits
+	limErr error
 }
 
 // readEnvironment reads the configuration from getenv and computes the
@@ -49,7 +54,9 @@ func withLayout(cfg config.Config, cerr error) (environment, error) {
 	if err != nil {
 		return environment{cfg: cfg}, err
 	}
-	return environment{cfg: cfg, lay: lay}, nil
+	e := environment{cfg: cfg, lay: lay}
+	e.lim, e.limErr = config.LoadLimits(lay.Limits(), lay.Home, cfg)
+	return e, nil
 }
 
 // environment returns the environment Main read, or reads it now when
@@ -75,6 +82,9 @@ func deviceHost(e environment, uid int) (policy.Host, error) {
 	if e.lay.Home == "" {
 		return policy.Host{}, errors.New("sandbox: the home folder is not known: set $HOME")
 	}
+	if e.limErr != nil {
+		return policy.Host{}, e.limErr
+	}
 	var programs []string
 	if goruntime.GOOS == "windows" {
 		// Windows has no usual program folders to look code:exec's
@@ -85,15 +95,16 @@ func deviceHost(e environment, uid int) (policy.Host, error) {
 			}
 		}
 	}
-	allow, err := ownerDests("METNOS_NET_ALLOW", e.cfg.NetAllow)
+	allow, err := ownerDests(netListName(e.lim, "network.allow"), e.lim.Network.Allow)
 	if err != nil {
 		return policy.Host{}, err
 	}
-	deny, err := ownerDests("METNOS_NET_DENY", e.cfg.NetDeny)
+	deny, err := ownerDests(netListName(e.lim, "network.deny"), e.lim.Network.Deny)
 	if err != nil {
 		return policy.Host{}, err
 	}
 	return policy.Host{
+		Never:         e.lim.Never,
 		NetAllow:      allow,
 		NetDeny:       deny,
 		Home:          e.lay.Home,
@@ -106,8 +117,21 @@ func deviceHost(e environment, uid int) (policy.Host, error) {
 	}, nil
 }
 
-// ownerDests reads the entries of the owner's network list in the
-// variable name.
+// netListName names where the owner's network list key comes from,
+// for its errors and its entries' Why: the variable that overrides it,
+// or the place in limits.toml ("…/limits.toml:4:9 [network] allow").
+func netListName(l config.Limits, key string) string {
+	for _, s := range l.Settings() {
+		if s.Key == key && s.Var != "" {
+			return s.Var
+		}
+	}
+	table, k, _ := strings.Cut(key, ".")
+	return fmt.Sprintf("%s [%s] %s", l.Where(key), table, k)
+}
+
+// ownerDests reads the entries of the owner's network list named name
+// (a variable, or the place in limits.toml).
 func ownerDests(name string, entries []string) ([]policy.Dest, error) {
 	var out []policy.Dest
 	for _, s := range entries {
@@ -132,6 +156,8 @@ func agentConfig(e environment) (agent.Config, error) {
 	return agent.Config{
 		Layout:           e.lay,
 		Host:             host,
+		Limits:           e.lim,
+		ReloadLimits:     reloadLimits(e),
 		Sandbox:          sandboxOptions(e),
 		Python:           e.cfg.Python,
 		Path:             e.cfg.Path,
@@ -144,6 +170,20 @@ func agentConfig(e environment) (agent.Config, error) {
 		HistoryQuota:     e.cfg.HistoryQuotaBytes,
 		BytecodeOff:      e.cfg.BytecodeOff,
 	}, nil
+}
+
+// reloadLimits reads the owner's limits file of e again, with the
+// environment's overrides, and the Host they make: what `run` does when
+// the file changes while it runs.
+func reloadLimits(e environment) func() (config.Limits, policy.Host, error) {
+	return func() (config.Limits, policy.Host, error) {
+		e.lim, e.limErr = config.LoadLimits(e.lay.Limits(), e.lay.Home, e.cfg)
+		if e.limErr != nil {
+			return config.Limits{}, policy.Host{}, e.limErr
+		}
+		host, err := deviceHost(e, os.Getuid())
+		return e.lim, host, err
+	}
 }
 
 // sandboxOptions are the sandbox's settings from the configuration and

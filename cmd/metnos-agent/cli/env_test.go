@@ -136,26 +136,68 @@ func TestDeviceHostFromEnv(t *testing.T) {
 	}
 }
 
-// TestOwnerNetLists: the owner's METNOS_NET_ALLOW and METNOS_NET_DENY
-// reach the Host every command derives from, and an entry that is no
-// destination stops the command with an error naming the variable.
+// TestOwnerNetLists: the owner's network lists, from limits.toml or
+// from METNOS_NET_ALLOW and METNOS_NET_DENY, which override the file's,
+// and the never list, reach the Host every command derives from; an
+// entry that is no destination stops the command with an error naming
+// the variable, or the file's row and column.
 func TestOwnerNetLists(t *testing.T) {
 	home := t.TempDir()
-	e, err := readEnvironment(func(k string) string {
-		return map[string]string{"HOME": home, "METNOS_NET_ALLOW": "nas.lan:5000,192.168.1.0/24", "METNOS_NET_DENY": "*:22"}[k]
-	})
-	if err != nil {
-		t.Fatal(err)
+	vars := map[string]string{"HOME": home, "METNOS_NET_ALLOW": "nas.lan:5000,192.168.1.0/24", "METNOS_NET_DENY": "*:22"}
+	read := func() environment {
+		t.Helper()
+		e, err := readEnvironment(func(k string) string { return vars[k] })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
 	}
-	h, err := deviceHost(e, os.Getuid())
+	h, err := deviceHost(read(), os.Getuid())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(h.NetAllow) != 2 || h.NetAllow[1].Host != "192.168.1.0/24" || len(h.NetDeny) != 1 || h.NetDeny[0].Port != 22 {
 		t.Errorf("host lists: allow %+v deny %+v", h.NetAllow, h.NetDeny)
 	}
-	e.cfg.NetAllow = []string{"the NAS please"}
-	if _, err := deviceHost(e, os.Getuid()); err == nil || !strings.HasPrefix(err.Error(), "METNOS_NET_ALLOW: ") || !strings.Contains(err.Error(), "the NAS please") {
+	vars["METNOS_NET_ALLOW"] = "the NAS please"
+	if _, err := deviceHost(read(), os.Getuid()); err == nil || !strings.HasPrefix(err.Error(), "METNOS_NET_ALLOW: ") || !strings.Contains(err.Error(), "the NAS please") {
 		t.Errorf("a bad entry: %v, want an error naming METNOS_NET_ALLOW and the entry", err)
+	}
+
+	// The file's lists, the variable overriding one of them.
+	dir := filepath.Join(home, ".config", "metnos")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "limits.toml")
+	if err := os.WriteFile(file, []byte("never = [\"~/Private\"]\n[network]\nallow = [\"files.lan\"]\ndeny = [\"*:25\", \"evil.example\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars["METNOS_NET_ALLOW"] = ""
+	h, err = deviceHost(read(), os.Getuid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.NetAllow) != 1 || h.NetAllow[0].Host != "files.lan" || len(h.NetDeny) != 1 || h.NetDeny[0].Port != 22 {
+		t.Errorf("host lists from the file, deny overridden: allow %+v deny %+v", h.NetAllow, h.NetDeny)
+	}
+	if len(h.Never) != 1 || h.Never[0] != filepath.Join(home, "Private") {
+		t.Errorf("never = %q", h.Never)
+	}
+	vars["METNOS_NET_DENY"] = ""
+	if h, err = deviceHost(read(), os.Getuid()); err != nil || len(h.NetDeny) != 2 || !strings.Contains(h.NetDeny[0].Why, file+":4:8 [network] deny") {
+		t.Errorf("deny from the file: %+v, %v", h.NetDeny, err)
+	}
+	if err := os.WriteFile(file, []byte("[network]\nallow = [\"the NAS please\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := deviceHost(read(), os.Getuid()); err == nil || !strings.HasPrefix(err.Error(), file+":2:9 [network] allow: ") {
+		t.Errorf("a bad entry in the file: %v, want an error naming its row and column", err)
+	}
+	if err := os.WriteFile(file, []byte("moed = 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := deviceHost(read(), os.Getuid()); err == nil || !strings.Contains(err.Error(), file+":1:1: unknown key") {
+		t.Errorf("a broken file: %v, want its error", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/metnos/agent/audit"
 	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/internal/lockfile"
 	"github.com/metnos/agent/internal/term"
@@ -22,7 +23,12 @@ import (
 func runHistory(std stdio, args []string) int {
 	fs := newFlagSet("history", std, `Show the changes executors made on this device, newest first, and what
 undo would do for each. The history journal is chained with blake3: an
-edited or removed record is reported.`)
+edited or removed record is reported.
+
+Among them are the device owner's: each change of the limits file
+(limits.toml) the agent saw, with its old and new values, and each
+invocation the owner's limits refused before it ran, with the rule (both
+read from the audit log; with --json, under "owner_events").`)
 	asJSON := fs.Bool("json", false, "print the entries as JSON")
 	limit := fs.Int("n", 20, "show at most this many entries (0: all)")
 	if code, stop := parseFlags(fs, args); stop {
@@ -65,13 +71,27 @@ edited or removed record is reported.`)
 	if err != nil {
 		return fail(std, err)
 	}
+	// The owner's events, as far back as the entries shown go (all of
+	// them when the journal has no more).
+	var since time.Time
+	if *limit > 0 && len(entries) == *limit {
+		since = entries[len(entries)-1].Began
+	}
+	events, err := audit.OwnerEvents(e.lay.Audit(), since, *limit)
+	if err != nil {
+		fmt.Fprintf(std.err, "metnos-agent: warning: %s\n", term.SanitizeLines(err.Error()))
+	}
 	if *asJSON {
 		out := struct {
-			Journal string       `json:"journal"`
-			Problem string       `json:"problem,omitempty"`
-			Pruned  *undo.Pruned `json:"pruned,omitempty"`
-			Entries []entryJSON  `json:"entries"`
-		}{Journal: dir, Problem: problem, Entries: []entryJSON{}}
+			Journal     string             `json:"journal"`
+			Problem     string             `json:"problem,omitempty"`
+			Pruned      *undo.Pruned       `json:"pruned,omitempty"`
+			Entries     []entryJSON        `json:"entries"`
+			OwnerEvents []audit.OwnerEvent `json:"owner_events"`
+		}{Journal: dir, Problem: problem, Entries: []entryJSON{}, OwnerEvents: events}
+		if out.OwnerEvents == nil {
+			out.OwnerEvents = []audit.OwnerEvent{}
+		}
 		if wasPruned {
 			out.Pruned = &pruned
 		}
@@ -93,12 +113,20 @@ edited or removed record is reported.`)
 	if problem != "" {
 		fmt.Fprintf(std.out, "warning: %s\n\n", term.Sanitize(problem))
 	}
-	if len(entries) == 0 && !wasPruned {
+	if len(entries) == 0 && len(events) == 0 && !wasPruned {
 		fmt.Fprintln(std.out, "No changes recorded on this device yet.")
 		return exitOK
 	}
-	for _, e := range entries {
-		printEntry(std.out, e)
+	// The journal's entries and the owner's events, newest first.
+	ei, oi := 0, 0
+	for n := 0; (ei < len(entries) || oi < len(events)) && (*limit == 0 || n < *limit); n++ {
+		if oi == len(events) || (ei < len(entries) && !entries[ei].Began.Before(events[oi].Time)) {
+			printEntry(std.out, entries[ei])
+			ei++
+		} else {
+			printOwnerEvent(std.out, events[oi])
+			oi++
+		}
 	}
 	if wasPruned && (*limit == 0 || len(entries) < *limit) {
 		fmt.Fprintf(std.out, "%s.\n", pruned)
@@ -219,6 +247,42 @@ func printEntry(w io.Writer, e undo.Entry) {
 	}
 	if e.UndoStarted {
 		fmt.Fprintln(w, "    a local undo was started and did not finish: run `metnos-agent undo --offline "+san(e.InvocationID)+"` again")
+	}
+}
+
+// printOwnerEvent prints one of the owner's events for humans: a
+// change of the limits file, or an invocation its limits refused; what
+// came from a file or the server is sanitised, as in printEntry.
+func printOwnerEvent(w io.Writer, ev audit.OwnerEvent) {
+	san := term.Sanitize
+	at := ev.Time.Local().Format("2006-01-02 15:04:05")
+	if ev.Event == audit.EventRefused {
+		fmt.Fprintf(w, "%s  %-16s %s  refused by the owner\n", at, san(ev.Executor), san(ev.InvocationID))
+		if ev.TurnID != "" {
+			fmt.Fprintf(w, "    turn %s\n", san(ev.TurnID))
+		}
+		fmt.Fprintf(w, "    %s\n", san(ev.RefusedBy))
+		return
+	}
+	state := "changed, in force"
+	if !ev.InForce {
+		state = "changed, refused: the limits before stay in force"
+	}
+	name := filepath.Base(ev.File)
+	fmt.Fprintf(w, "%s  %-16s %s\n", at, san(name), state)
+	when := "seen while the agent ran"
+	if ev.Seen == "start" {
+		when = "made while no agent ran, seen at its start"
+	}
+	fmt.Fprintf(w, "    the owner's limits %s · %s\n", san(ev.File), when)
+	for _, c := range ev.Changes {
+		fmt.Fprintf(w, "    %s: %s → %s\n", san(c.Key), san(c.Old), san(c.New))
+	}
+	if ev.InForce && len(ev.Changes) == 0 {
+		fmt.Fprintln(w, "    no setting changed")
+	}
+	if ev.Error != "" {
+		fmt.Fprintf(w, "    %s\n", san(ev.Error))
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/metnos/agent/audit"
 	"github.com/metnos/agent/undo"
 )
 
@@ -473,4 +474,68 @@ func TestHistorySaysWhatWasPruned(t *testing.T) {
 		t.Fatalf("--json: %s %v", out, err)
 	}
 	_ = dir
+}
+
+// TestHistoryShowsTheOwnersEvents: history shows, among the changes and
+// in time order, the changes of the owner's limits file (old and new
+// values, in force or refused) and the invocations they refused (the
+// rule's words), from the audit log; --json lists them under
+// owner_events; -n counts them with the changes.
+func TestHistoryShowsTheOwnersEvents(t *testing.T) {
+	home := t.TempDir()
+	madeOne(t, home, "turn-1", "a.txt")
+	e, err := readEnvironment(func(k string) string { return map[string]string{"HOME": home}[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := audit.Open(e.lay.Audit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := l.WriteLimits(audit.LimitsChange{Time: now.Add(time.Second), File: e.lay.Limits(), Seen: "run", InForce: true,
+		Changes: []audit.Change{{Key: "mode", Old: `"full"`, New: `"readonly"`}}}); err != nil {
+		t.Fatal(err)
+	}
+	rule := `refused by the owner's limits (` + e.lay.Limits() + `): mode = "readonly" refuses executors that write`
+	if err := l.Write(audit.Record{Time: now.Add(2 * time.Second), InvocationID: "inv-r", Executor: "write_files", ErrorClass: "device_error",
+		Sandbox: "none", RefusedBy: rule, OwnerMode: "readonly"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WriteLimits(audit.LimitsChange{Time: now.Add(3 * time.Second), File: e.lay.Limits(), Seen: "run",
+		Error: `config: limits.toml:1:1: unknown key "moed"`}); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+
+	code, out, errs := runWith(t, home, "history")
+	if code != exitOK || errs != "" {
+		t.Fatalf("history: exit %d, %s", code, errs)
+	}
+	broken := strings.Index(out, "limits.toml      changed, refused: the limits before stay in force")
+	refused := strings.Index(out, "write_files      inv-r  refused by the owner\n    "+rule)
+	changed := strings.Index(out, "limits.toml      changed, in force\n    the owner's limits "+e.lay.Limits()+" · seen while the agent ran\n    mode: \"full\" → \"readonly\"")
+	made := strings.Index(out, "write_files      inv-m")
+	if broken < 0 || refused < 0 || changed < 0 || made < 0 || !(broken < refused && refused < changed && changed < made) {
+		t.Errorf("history, newest first, want the broken file, the refusal, the change, the write:\n%s", out)
+	}
+	if !strings.Contains(out, `unknown key "moed"`) {
+		t.Errorf("history does not say why the file was refused:\n%s", out)
+	}
+	if _, out, _ := runWith(t, home, "history", "-n", "2"); strings.Contains(out, "inv-m") || !strings.Contains(out, "inv-r") {
+		t.Errorf("history -n 2 shows the two newest:\n%s", out)
+	}
+
+	code, out, _ = runWith(t, home, "history", "--json")
+	var h struct {
+		Entries     []entryJSON        `json:"entries"`
+		OwnerEvents []audit.OwnerEvent `json:"owner_events"`
+	}
+	if err := json.Unmarshal([]byte(out), &h); code != exitOK || err != nil {
+		t.Fatalf("history --json: exit %d, %v\n%s", code, err, out)
+	}
+	if len(h.Entries) != 1 || len(h.OwnerEvents) != 3 || h.OwnerEvents[1].Event != audit.EventRefused || h.OwnerEvents[1].RefusedBy != rule ||
+		h.OwnerEvents[2].Changes[0].New != `"readonly"` || h.OwnerEvents[0].InForce {
+		t.Errorf("history --json: %+v", h)
+	}
 }
