@@ -1,10 +1,16 @@
 //go:build linux
 
 // Package filter builds the seccomp filters the sandbox shim installs.
-// They are assembled here, in the agent, with go-seccomp-bpf (pure Go, so
-// release builds stay static) and travel to the shim as raw sock_filter
-// programs: the shim, started for every run, links no assembler and no
-// syscall tables.
+// They are assembled here, in the agent, with x/net/bpf and, for the
+// name filter, go-seccomp-bpf (pure Go, so release builds stay static),
+// and travel to the shim as raw sock_filter programs: the shim, started
+// for every run, links no assembler and no syscall tables. On amd64 the
+// name filter and the few syscall numbers the other filters need are
+// kept assembled (native_amd64.go, checked against go-seccomp-bpf by the
+// tests), so that the agent does not link go-seccomp-bpf's tables of
+// every architecture, which cost every start of the agent (every `exec`)
+// their building; other architectures assemble them at run time
+// (native_other.go, package names).
 //
 // [Programs] returns three filters, installed in order; the kernel runs
 // them all and the strictest answer wins:
@@ -15,7 +21,7 @@
 //  2. the argument filter (argFilter): clone with namespace flags,
 //     terminal-injection ioctls, and socket families the policy does not
 //     allow, compared on the low 32 bits the kernel actually reads;
-//  3. the name filter (namePolicy): the deniedCalls syscalls with EPERM,
+//  3. the name filter (names.Policy): the deniedCalls syscalls with EPERM,
 //     clone3 with ENOSYS (libc then falls back to clone, whose flags
 //     filter 2 sees), x32 calls with ENOSYS.
 package filter
@@ -25,101 +31,21 @@ import (
 	"fmt"
 	"sync"
 
-	seccomp "github.com/elastic/go-seccomp-bpf"
-	"github.com/elastic/go-seccomp-bpf/arch"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
-
-// deniedCalls lists the syscalls the filter always refuses with EPERM (the
-// usual container deny list and what other sandboxes' escape tests taught): tracing other
-// processes, kernel and module control, mounts and namespaces, eBPF,
-// keyrings, io_uring, and handle-based opens that sidestep path checks.
-// Names this architecture lacks are skipped. It is unexported, and read
-// only here, so that no importer can weaken the filter.
-var deniedCalls = []string{
-	"ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "process_madvise", "kcmp",
-	"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
-	"reboot", "swapon", "swapoff", "acct", "quotactl", "syslog", "uselib", "vhangup",
-	"sethostname", "setdomainname", "settimeofday", "clock_settime", "clock_adjtime", "iopl", "ioperm",
-	"mount", "umount2", "pivot_root", "chroot", "fsopen", "fsconfig", "fsmount", "fspick",
-	"open_tree", "move_mount", "mount_setattr", "unshare", "setns",
-	"bpf", "userfaultfd", "perf_event_open", "lookup_dcookie",
-	"keyctl", "add_key", "request_key",
-	"io_uring_setup", "io_uring_enter", "io_uring_register",
-	"open_by_handle_at", "name_to_handle_at",
-}
 
 // Namespace flags of clone(2); a clone asking for any of them is refused.
 const cloneNewFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWUSER |
 	unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP
 
-// metadataCalls lists the calls that change a file's mode, owner, times or
-// extended attributes by path. Landlock has no hook for them, so without
-// bwrap's mount view they would reach any file of the user's, masked
-// ones included (and, for a root agent, any file at all): the fallback
-// denies them. fchmod and friends on a descriptor stay allowed, since
-// opening one needs Landlock's leave. Unexported, like deniedCalls.
-var metadataCalls = []string{
-	"chmod", "fchmodat", "fchmodat2", "chown", "lchown", "fchownat",
-	"utime", "utimes", "futimesat",
-	"setxattr", "lsetxattr", "removexattr", "lremovexattr", "setxattrat", "removexattrat",
-}
-
-// hostPIDsCalls lists the calls that take another process's pid or
-// pidfd and that deniedCalls allows, denied to a run that shares the
-// host's PID namespace, where every process is a pid away: pidfd_open
-// (a handle on any host process), process_mrelease, and the NUMA calls
-// that move another process's pages. Landlock's ptrace check and the
-// user namespace already refuse most of them; this refuses them by
-// name. Signals are Landlock's signal scope (ABI 6), which seccomp
-// could not tell apart from the command signalling its own children.
-// Unexported, like deniedCalls.
-var hostPIDsCalls = []string{"pidfd_open", "process_mrelease", "migrate_pages", "move_pages", "get_robust_list"}
-
-// namePolicy returns the name-based filter: a default-allow policy
-// denying deniedCalls (and, with o.Metadata false, metadataCalls; with
-// o.HostPIDs, hostPIDsCalls) with EPERM and clone3 with ENOSYS (so that
-// libc falls back to clone, whose flags argFilter inspects).
-func namePolicy(o Options) (seccomp.Policy, error) {
-	info, err := arch.GetInfo("")
-	if err != nil {
-		return seccomp.Policy{}, fmt.Errorf("seccomp: %w (refusing to run unfiltered)", err)
-	}
-	var names []string
-	deny := append([]string(nil), deniedCalls...)
-	if !o.Metadata {
-		deny = append(deny, metadataCalls...)
-	}
-	if o.HostPIDs {
-		deny = append(deny, hostPIDsCalls...)
-	}
-	for _, n := range deny {
-		if _, ok := info.SyscallNames[n]; ok {
-			names = append(names, n)
-		}
-	}
-	groups := []seccomp.SyscallGroup{
-		{Names: names, Action: seccomp.ActionErrno},
-	}
-	if _, ok := info.SyscallNames["clone3"]; ok {
-		// openat2 takes its mode in a struct no filter can read.
-		enosys := []string{"clone3"}
-		if _, ok := info.SyscallNames["openat2"]; ok {
-			enosys = append(enosys, "openat2")
-		}
-		groups = append(groups, seccomp.SyscallGroup{Names: enosys, Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS)})
-	}
-	return seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: groups}, nil
-}
-
 // archFilter kills the process on any syscall made through a foreign
 // ABI (i386 int 0x80 on amd64, for instance): the deny-list filter only
 // knows the native numbers, so a foreign call would otherwise pass.
-func archFilter(info *arch.Info) []bpf.Instruction {
+func archFilter(id uint32) []bpf.Instruction {
 	return []bpf.Instruction{
 		bpf.LoadAbsolute{Off: 4, Size: 4}, // seccomp_data.arch
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: id, SkipTrue: 1},
 		bpf.RetConstant{Val: unix.SECCOMP_RET_KILL_PROCESS},
 		bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW},
 	}
@@ -238,18 +164,16 @@ func argFilter(netCut, unixOK, metadata, netView, proxied bool) []bpf.Instructio
 	var blocks []block
 	// Calls this architecture may lack (the legacy ones are x86 only)
 	// are looked up by name.
-	if info, err := arch.GetInfo(""); err == nil {
-		for _, c := range []struct {
-			name string
-			code []bpf.Instruction
-		}{
-			{"chmod", setid(1)}, {"fchmod", setid(1)}, {"fchmodat", setid(2)}, {"fchmodat2", setid(2)},
-			{"mkdir", setid(1)}, {"mkdirat", setid(2)}, {"mknod", setid(1)}, {"mknodat", setid(2)},
-			{"creat", setid(1)}, {"open", setidCreate(1, 2)}, {"openat", setidCreate(2, 3)},
-		} {
-			if nr, ok := info.SyscallNames[c.name]; ok {
-				blocks = append(blocks, block{uint32(nr), c.code})
-			}
+	for _, c := range []struct {
+		name string
+		code []bpf.Instruction
+	}{
+		{"chmod", setid(1)}, {"fchmod", setid(1)}, {"fchmodat", setid(2)}, {"fchmodat2", setid(2)},
+		{"mkdir", setid(1)}, {"mkdirat", setid(2)}, {"mknod", setid(1)}, {"mknodat", setid(2)},
+		{"creat", setid(1)}, {"open", setidCreate(1, 2)}, {"openat", setidCreate(2, 3)},
+	} {
+		if nr, ok := syscallNr(c.name); ok {
+			blocks = append(blocks, block{nr, c.code})
 		}
 	}
 	blocks = append(blocks, []block{
@@ -334,32 +258,56 @@ func Programs(o Options) ([][]byte, error) {
 	if v, ok := cache.Load(o); ok {
 		return v.([][]byte), nil
 	}
-	info, err := arch.GetInfo("")
-	if err != nil {
-		return nil, fmt.Errorf("seccomp: %w (refusing to run unfiltered)", err)
-	}
-	pol, err := namePolicy(o)
+	id, err := auditArch()
 	if err != nil {
 		return nil, err
 	}
-	names, err := pol.Assemble()
+	names, err := nameProgram(o.Metadata, o.HostPIDs)
 	if err != nil {
-		return nil, fmt.Errorf("seccomp: assembling the filter: %w", err)
+		return nil, err
 	}
-	var out [][]byte
-	for _, prog := range [][]bpf.Instruction{archFilter(info), argFilter(o.NetCut, o.Unix, o.Metadata, o.NetView, o.Proxied), names} {
+	var raws [][]bpf.RawInstruction
+	for _, prog := range [][]bpf.Instruction{archFilter(id), argFilter(o.NetCut, o.Unix, o.Metadata, o.NetView, o.Proxied)} {
 		raw, err := bpf.Assemble(prog)
 		if err != nil {
 			return nil, fmt.Errorf("seccomp: assembling: %w", err)
 		}
-		b := make([]byte, 0, 8*len(raw))
-		for _, r := range raw {
-			b = binary.NativeEndian.AppendUint16(b, r.Op)
-			b = append(b, r.Jt, r.Jf)
-			b = binary.NativeEndian.AppendUint32(b, r.K)
-		}
-		out = append(out, b)
+		raws = append(raws, raw)
+	}
+	var out [][]byte
+	for _, raw := range append(raws, names) {
+		out = append(out, encode(raw))
 	}
 	cache.Store(o, out)
 	return out, nil
+}
+
+// ListenFilter is the filter tailnet.DenyListen loads into the agent
+// (listen(2) refused but on the shim's egress proxy socket), as raw
+// struct sock_filter bytes in native byte order.
+func ListenFilter() ([]byte, error) {
+	raw, err := listenProgram()
+	if err != nil {
+		return nil, err
+	}
+	return encode(raw), nil
+}
+
+// encode lays raw out as struct sock_filter in native byte order.
+func encode(raw []bpf.RawInstruction) []byte {
+	b := make([]byte, 0, 8*len(raw))
+	for _, r := range raw {
+		b = binary.NativeEndian.AppendUint16(b, r.Op)
+		b = append(b, r.Jt, r.Jf)
+		b = binary.NativeEndian.AppendUint32(b, r.K)
+	}
+	return b
+}
+
+// Supported reports whether this kernel has the seccomp syscall: strict
+// mode takes no flags, so asking for it with one fails with EINVAL where
+// the call exists and is allowed.
+func Supported() bool {
+	_, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_STRICT, 1, 0)
+	return errno == unix.EINVAL
 }

@@ -11,9 +11,10 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/elastic/go-seccomp-bpf/arch"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/metnos/agent/sandbox/internal/filter/names"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/seccomp_<arch>.golden")
@@ -135,7 +136,7 @@ func TestArgFilter(t *testing.T) {
 }
 
 func TestFilterPolicyGolden(t *testing.T) {
-	pol, err := namePolicy(Options{Metadata: true})
+	pol, err := names.Policy(true, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func TestHostPIDsCalls(t *testing.T) {
 	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
 		t.Skip("the test lays out seccomp_data little-endian")
 	}
-	info, err := arch.GetInfo("")
+	info, err := names.Info()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +208,7 @@ func TestHostPIDsCalls(t *testing.T) {
 		{"kill, host pids", unix.SYS_KILL, true, unix.SECCOMP_RET_ALLOW},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			pol, err := namePolicy(Options{Metadata: true, HostPIDs: c.hostPIDs})
+			pol, err := names.Policy(true, c.hostPIDs)
 			if err != nil {
 				t.Fatal(err)
 			}
