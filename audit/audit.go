@@ -92,6 +92,9 @@ type Record struct {
 	// OwnerMode is the owner's mode the invocation was handled under,
 	// when it is not full ("owner_mode").
 	OwnerMode string
+	// DryRun says the run was a dry run ("dry_run": true): its writes
+	// went to a layer that was thrown away, and nothing changed on disk.
+	DryRun bool
 }
 
 // Network is a run's egress proxy's account, as the audit line holds it.
@@ -142,6 +145,7 @@ type line struct {
 	Network        *Network `json:"network,omitempty"`
 	RefusedBy      string   `json:"refused_by,omitempty"`
 	OwnerMode      string   `json:"owner_mode,omitempty"`
+	DryRun         bool     `json:"dry_run,omitempty"`
 }
 
 type output struct {
@@ -220,6 +224,7 @@ func (l *Log) Write(r Record) error {
 		Network:        capConns(r.Network),
 		RefusedBy:      r.RefusedBy,
 		OwnerMode:      r.OwnerMode,
+		DryRun:         r.DryRun,
 	}
 	if err := l.append(r.Time, ln); err != nil {
 		return fmt.Errorf("writing the audit record of %s: %w", r.InvocationID, err)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Meaning is what a capability means on this device: one of
@@ -212,7 +213,7 @@ var defaultProgramDirs = map[string][]string{
 // programName matches a code:exec hint that names a program; anything
 // else ("WMI/CIM", "subprocess Python google_api.py contacts list") is
 // prose.
-var programName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]*$`)
+var programName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]*$`) })
 
 // applyProgram finds the program a code:exec hint names in the
 // system's program folders, puts its folder on the executor's PATH and
@@ -224,7 +225,7 @@ func applyProgram(d *derivation, c capability, hint string) {
 	if hint == "" {
 		return
 	}
-	if !programName.MatchString(hint) {
+	if !programName().MatchString(hint) {
 		d.p.Notes = append(d.p.Notes, fmt.Sprintf("%s hint %q is not a program name: ignored, nothing added for it", c.Name, hint))
 		return
 	}

@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -347,8 +348,11 @@ func withLinkTargets(in []Mask) []Mask {
 	for _, m := range in {
 		add(m)
 	}
+	// The masks share their ancestors (the home folder, ~/.config,
+	// ~/.local/share...): each is resolved once per call.
+	r := &linkResolver{}
 	for _, m := range in {
-		if t := resolveLoose(m.Path); t != m.Path {
+		if t := r.resolveLoose(m.Path); t != m.Path {
 			add(Mask{Path: t, Kind: m.Kind, Why: m.Why + " (link target)"})
 		}
 	}
@@ -362,10 +366,61 @@ const maxLinkHops = 40
 // exist: the longest existing prefix is resolved with
 // filepath.EvalSymlinks, a dangling symlink right after it is followed
 // by hand, and the missing rest is appended unchanged.
-func resolveLoose(p string) string {
+func resolveLoose(p string) string { return (&linkResolver{}).resolveLoose(p) }
+
+// linkResolver resolves paths as resolveLoose does, remembering what
+// filepath.EvalSymlinks answered for each path it asked about: one
+// resolver serves one derivation, whose paths share their ancestors.
+type linkResolver struct {
+	seen map[string]evalResult
+	// absent holds the resolved paths an lstat found missing: nothing
+	// to read a link from.
+	absent map[string]bool
+}
+
+type evalResult struct {
+	path string
+	err  error
+}
+
+// evalSymlinks is filepath.EvalSymlinks(p) for a clean path p, asked
+// once per resolver and path: an absolute path is resolved from its
+// parent's answer, with one lstat of its last element, unless that
+// element is itself a symbolic link, which filepath.EvalSymlinks
+// follows. (On Windows, whose reparse points are more than symbolic
+// links, filepath.EvalSymlinks answers every path itself.)
+func (r *linkResolver) evalSymlinks(p string) (string, error) {
+	if e, ok := r.seen[p]; ok {
+		return e.path, e.err
+	}
+	var t string
+	var err error
+	if parent := filepath.Dir(p); runtime.GOOS == "windows" || !filepath.IsAbs(p) || parent == p {
+		t, err = filepath.EvalSymlinks(p)
+	} else if t, err = r.evalSymlinks(parent); err == nil {
+		t = filepath.Join(t, filepath.Base(p))
+		var fi os.FileInfo
+		if fi, err = os.Lstat(t); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			t, err = filepath.EvalSymlinks(p)
+		} else if errors.Is(err, fs.ErrNotExist) {
+			if r.absent == nil {
+				r.absent = map[string]bool{}
+			}
+			r.absent[t] = true
+		}
+	}
+	if r.seen == nil {
+		r.seen = map[string]evalResult{}
+	}
+	r.seen[p] = evalResult{t, err}
+	return t, err
+}
+
+// resolveLoose is [resolveLoose] with r's memory.
+func (r *linkResolver) resolveLoose(p string) string {
 	p = filepath.Clean(p)
 	for hops := 0; hops < maxLinkHops; hops++ {
-		if r, err := filepath.EvalSymlinks(p); err == nil {
+		if r, err := r.evalSymlinks(p); err == nil {
 			return r
 		}
 		// Find the deepest ancestor that resolves.
@@ -378,12 +433,15 @@ func resolveLoose(p string) string {
 			}
 			rest = append([]string{filepath.Base(dir)}, rest...)
 			dir = parent
-			if r, err := filepath.EvalSymlinks(dir); err == nil {
-				base = r
+			if t, err := r.evalSymlinks(dir); err == nil {
+				base = t
 				break
 			}
 		}
 		next := filepath.Join(base, rest[0])
+		if r.absent[next] {
+			return filepath.Join(append([]string{base}, rest...)...)
+		}
 		target, err := os.Readlink(next)
 		if err != nil {
 			// Missing (or unreadable): nothing more to resolve.

@@ -3,6 +3,7 @@ package policy
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -337,6 +338,44 @@ func TestNucleusNever(t *testing.T) {
 	for _, g := range p.Grants {
 		if pathWithin(g.Path, private) {
 			t.Errorf("a grant reaches the owner's never folder: %+v", g)
+		}
+	}
+}
+
+// TestNucleusEvalSymlinks: the resolver's memoised evalSymlinks answers
+// as filepath.EvalSymlinks does, path for path, asked in any order
+// through one resolver: links absolute and relative, chained, to files,
+// dangling, in a loop, and below each of them.
+func TestNucleusEvalSymlinks(t *testing.T) {
+	_, root := testHost(t)
+	mkdirs(t, filepath.Join(root, "real", "d", "e"))
+	if err := os.WriteFile(filepath.Join(root, "real", "f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	symlink(t, filepath.Join(root, "real"), filepath.Join(root, "abs"))
+	symlink(t, "real/d", filepath.Join(root, "rel"))
+	symlink(t, "../abs", filepath.Join(root, "real", "up"))
+	symlink(t, "rel", filepath.Join(root, "chain"))
+	symlink(t, "f", filepath.Join(root, "real", "tofile"))
+	symlink(t, "nowhere", filepath.Join(root, "real", "dangling"))
+	symlink(t, "loop2", filepath.Join(root, "loop1"))
+	symlink(t, "loop1", filepath.Join(root, "loop2"))
+	var paths []string
+	for _, p := range []string{"", "real", "real/d", "real/d/e", "real/f", "real/f/x", "abs", "abs/d/e", "abs/up/d", "rel", "rel/e",
+		"chain", "chain/e/x", "real/tofile", "real/tofile/x", "real/dangling", "real/dangling/x", "loop1", "loop1/x", "none", "none/x", "abs/none/x"} {
+		paths = append(paths, filepath.Join(root, p))
+	}
+	paths = append(paths, "/", filepath.Dir(root))
+	reversed := slices.Clone(paths)
+	slices.Reverse(reversed)
+	for _, order := range [][]string{paths, reversed} {
+		r := &linkResolver{}
+		for _, p := range order {
+			want, werr := filepath.EvalSymlinks(p)
+			got, err := r.evalSymlinks(p)
+			if (err == nil) != (werr == nil) || (err == nil && got != want) {
+				t.Errorf("evalSymlinks(%q) = %q, %v; filepath.EvalSymlinks gives %q, %v", p, got, err, want, werr)
+			}
 		}
 	}
 }

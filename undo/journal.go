@@ -886,6 +886,11 @@ type Outcome struct {
 	// after a user may have changed it. A local undo then replaces or
 	// removes no file by that look (see [Entry.Recovered]).
 	Recovered bool
+	// Busy are the folders and files other runs still going may write
+	// (the agent runs invocations side by side): an earlier change's
+	// step whose path lies in one is not looked at, as what is there
+	// may be that run's doing, for its own Finish to recognise.
+	Busy []string
 }
 
 // ErrNotOpen is returned by [Journal.Finish] for an invocation that was
@@ -965,7 +970,7 @@ func (j *Journal) Finish(id string, o Outcome) (Finished, error) {
 		j.recent = true
 	}
 	var err error
-	f.Undid, err = j.recognise(e, o.Args, h)
+	f.Undid, err = j.recognise(e, o.Args, o.Busy, h)
 	j.trim()
 	return f, err
 }

@@ -2,7 +2,9 @@ package undo
 
 import (
 	"path/filepath"
+	"slices"
 
+	"github.com/metnos/agent/internal/fspath"
 	"github.com/metnos/agent/wire"
 )
 
@@ -14,7 +16,7 @@ import (
 // with the history. A change older than that put back by a run is not
 // marked undone by it: a local undo of it finds its steps already done
 // (each step looks at the disk first), and says so. j.mu is held.
-func (j *Journal) recognise(e *Entry, args any, h *hasher) ([]string, error) {
+func (j *Journal) recognise(e *Entry, args any, busy []string, h *hasher) ([]string, error) {
 	paths := map[string]bool{}
 	add := func(p string) {
 		if p != "" {
@@ -73,6 +75,9 @@ func (j *Journal) recognise(e *Entry, args any, h *hasher) ([]string, error) {
 			}
 			if (it.Kind == RemoveFile || it.Kind == RemoveDir) && !deleted[filepath.Clean(it.Path)] {
 				continue
+			}
+			if slices.ContainsFunc(busy, func(b string) bool { return fspath.Within(filepath.Clean(it.target()), b) }) {
+				continue // another run still going may be putting it back
 			}
 			if _, _, _, err := c.locate(it.target()); err != nil {
 				continue // a local undo would not touch it either: not looked at

@@ -45,6 +45,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -137,10 +138,19 @@ type Config struct {
 	// of running it with the narrowing binding only the programs that
 	// use the proxy variables. Default false.
 	NetStrict bool
+	// Concurrency is METNOS_CONCURRENCY, a whole number from 1 to
+	// [MaxConcurrency]: how many invocations may run at once, which
+	// overrides the limits file's [priority] concurrency. 0 unset.
+	Concurrency int
 	// EgressDNS is METNOS_EGRESS_DNS, a host:port: the DNS server the
 	// egress proxy resolves names with instead of the system's. ""
 	// unset.
 	EgressDNS string
+	// DryRunScratch is METNOS_DRY_RUN_SCRATCH, an absolute path: the
+	// folder a dry run keeps its layers in while it runs (Linux). ""
+	// unset: the temporary folder, else /var/tmp, whichever lies outside
+	// the folders the run may write.
+	DryRunScratch string
 
 	// UpdateOff is METNOS_UPDATE=off (0, off, no, false): the agent
 	// does not update itself from the server (`metnos-agent update` by
@@ -348,11 +358,25 @@ func FromEnv(goos string, getenv func(string) string) (Config, error) {
 	c.NetAllow = list(getenv("METNOS_NET_ALLOW"))
 	c.NetDeny = list(getenv("METNOS_NET_DENY"))
 	c.NetStrict = r.flag("METNOS_NET_STRICT")
+	if v := getenv("METNOS_CONCURRENCY"); strings.TrimSpace(v) != "" {
+		if n, ok := whole(v, MaxConcurrency); ok && n >= 1 {
+			c.Concurrency = int(n)
+		} else {
+			r.fail("METNOS_CONCURRENCY", v, fmt.Sprintf("a whole number of invocations from 1 (one at a time) to %d", MaxConcurrency))
+		}
+	}
 	if v := strings.TrimSpace(getenv("METNOS_EGRESS_DNS")); v != "" {
 		if h, p, err := net.SplitHostPort(v); err != nil || h == "" || p == "" {
 			r.fail("METNOS_EGRESS_DNS", v, "a DNS server as host:port, such as 127.0.0.1:53")
 		} else {
 			c.EgressDNS = v
+		}
+	}
+	if v := strings.TrimSpace(getenv("METNOS_DRY_RUN_SCRATCH")); v != "" {
+		if !filepath.IsAbs(v) {
+			r.fail("METNOS_DRY_RUN_SCRATCH", v, "an absolute path of a folder outside the folders executors may write, such as /var/tmp")
+		} else {
+			c.DryRunScratch = filepath.Clean(v)
 		}
 	}
 	switch v := getenv("METNOS_UPDATE"); strings.ToLower(strings.TrimSpace(v)) {

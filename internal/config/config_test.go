@@ -123,6 +123,8 @@ func TestVariables(t *testing.T) {
 		{name: "net strict on", env: map[string]string{"METNOS_NET_STRICT": " Yes"}, got: func(c Config) any { return c.NetStrict }, want: true},
 		{name: "net strict bad", env: map[string]string{"METNOS_NET_STRICT": "maybe"}, err: `METNOS_NET_STRICT="maybe" is not valid`},
 		{name: "egress dns", env: map[string]string{"METNOS_EGRESS_DNS": "127.0.0.1:5353"}, got: func(c Config) any { return c.EgressDNS }, want: "127.0.0.1:5353"},
+		{name: "dry run scratch", env: map[string]string{"METNOS_DRY_RUN_SCRATCH": "/var/tmp/"}, got: func(c Config) any { return c.DryRunScratch }, want: "/var/tmp"},
+		{name: "dry run scratch relative", env: map[string]string{"METNOS_DRY_RUN_SCRATCH": "tmp"}, err: "METNOS_DRY_RUN_SCRATCH"},
 		{name: "egress dns without port", env: map[string]string{"METNOS_EGRESS_DNS": "127.0.0.1"}, err: "METNOS_EGRESS_DNS"},
 		{name: "update on by default", got: func(c Config) any { return c.UpdateOff }, want: false},
 		{name: "update off", env: map[string]string{"METNOS_UPDATE": "off"}, got: func(c Config) any { return c.UpdateOff }, want: true},

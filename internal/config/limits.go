@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -44,21 +45,45 @@ var modes = []Mode{ModeFull, ModeSupervised, ModeReadonly, ModePreview}
 
 // Priority is limits.toml's [priority]: how much of the machine an
 // executor's run may take. The values are checked here; the sandbox
-// applies them. "" and 0 are "not set": the sandbox's own default.
+// applies them (sandbox.ParsePriority reads the same words). "" and 0
+// are "not set": the sandbox's own default, cpu and io low.
 type Priority struct {
-	// CPU is cpu: "background" or "normal".
+	// CPU is cpu: "background", "low" or "normal" ("": low).
 	CPU string
-	// IO is io: "idle", "best-effort-low" or "normal".
+	// IO is io: "idle", "low" (also "best-effort-low") or "normal"
+	// ("": low).
 	IO string
 	// CPUTimeS is cpu_time_s: the most CPU time a run may use, in
 	// seconds (0: no limit but the run's deadline).
 	CPUTimeS int64
+	// Concurrency is concurrency: how many invocations may run at once
+	// (0: [DefaultConcurrency]; 1: one at a time). METNOS_CONCURRENCY
+	// overrides it.
+	Concurrency int
+}
+
+// DefaultConcurrency is how many invocations run at once when neither
+// the limits file nor METNOS_CONCURRENCY says; MaxConcurrency the most
+// either may say.
+const (
+	DefaultConcurrency = 4
+	MaxConcurrency     = 64
+)
+
+// Concurrency is how many invocations may run at once: [priority]
+// concurrency (or METNOS_CONCURRENCY), [DefaultConcurrency] when
+// neither says.
+func (l Limits) Concurrency() int {
+	if n := l.Priority.Concurrency; n > 0 {
+		return n
+	}
+	return DefaultConcurrency
 }
 
 // priorityValues are the values [priority] cpu and io take.
 var priorityValues = map[string][]string{
-	"priority.cpu": {"background", "normal"},
-	"priority.io":  {"idle", "best-effort-low", "normal"},
+	"priority.cpu": {"background", "low", "normal"},
+	"priority.io":  {"idle", "low", "best-effort-low", "normal"},
 }
 
 // maxCPUTimeS is the largest cpu_time_s: a week.
@@ -89,11 +114,11 @@ var LimitKeys = []string{
 	"mode", "never",
 	"network.allow", "network.deny",
 	"executors.allow", "executors.deny",
-	"priority.cpu", "priority.io", "priority.cpu_time_s",
+	"priority.cpu", "priority.io", "priority.cpu_time_s", "priority.concurrency",
 }
 
 // netVars are the variables that override [network]'s lists.
-var netVars = map[string]string{"network.allow": "METNOS_NET_ALLOW", "network.deny": "METNOS_NET_DENY"}
+var netVars = map[string]string{"network.allow": "METNOS_NET_ALLOW", "network.deny": "METNOS_NET_DENY", "priority.concurrency": "METNOS_CONCURRENCY"}
 
 // Limits are the device owner's limits: limits.toml in the agent's
 // configuration folder, with the environment's overrides. No invocation
@@ -203,11 +228,13 @@ func (l Limits) value(key string) string {
 	case "executors.deny":
 		return tomlList(l.Executors.Deny)
 	case "priority.cpu":
-		return strconv.Quote(l.Priority.CPU)
+		return strconv.Quote(cmp.Or(l.Priority.CPU, "low"))
 	case "priority.io":
-		return strconv.Quote(l.Priority.IO)
+		return strconv.Quote(cmp.Or(l.Priority.IO, "low"))
 	case "priority.cpu_time_s":
 		return strconv.FormatInt(l.Priority.CPUTimeS, 10)
+	case "priority.concurrency":
+		return strconv.Itoa(l.Concurrency())
 	}
 	return ""
 }
@@ -329,6 +356,7 @@ const LimitsTemplate = `# The owner's limits on what Metnos executors may do on 
 # cpu = "background"          # or "normal"
 # io = "idle"                 # or "best-effort-low", "normal"
 # cpu_time_s = 600            # CPU seconds a run may use (0: no limit)
+# concurrency = 4             # invocations run at once (1: one at a time)
 `
 
 // LoadLimits reads the owner's limits file at path, ~ in it expanded to
@@ -379,6 +407,10 @@ func LoadLimits(path, home string, env Config) (Limits, error) {
 		}
 		l.setFrom(key, FromEnvironment, "")
 	}
+	if env.Concurrency > 0 {
+		l.Priority.Concurrency = env.Concurrency
+		l.setFrom("priority.concurrency", FromEnvironment, "")
+	}
 	return l, nil
 }
 
@@ -400,22 +432,24 @@ type priorityFile struct {
 	CPU      *string `toml:"cpu"`
 	IO       *string `toml:"io"`
 	CPUTimeS *int64  `toml:"cpu_time_s"`
+	Conc     *int64  `toml:"concurrency"`
 }
 
 // takes says what each key takes, for the messages.
 var takes = map[string]string{
-	"mode":                "a string: " + quotedModes(),
-	"never":               `a list of paths, such as ["~/Private", "/srv/family"]`,
-	"network":             "a table: [network] with allow and deny",
-	"network.allow":       `a list of hosts, such as ["nas.local", "192.168.1.0/24"]`,
-	"network.deny":        `a list of hosts, such as ["*.example.com", "*:25"]`,
-	"executors":           "a table: [executors] with allow and deny",
-	"executors.allow":     `a list of executor names, such as ["list_folder"]`,
-	"executors.deny":      `a list of executor names, such as ["delete_files"]`,
-	"priority":            "a table: [priority] with cpu, io and cpu_time_s",
-	"priority.cpu":        `a string: "background" or "normal"`,
-	"priority.io":         `a string: "idle", "best-effort-low" or "normal"`,
-	"priority.cpu_time_s": fmt.Sprintf("a whole number of seconds from 0 (no limit) to %d", maxCPUTimeS),
+	"mode":                 "a string: " + quotedModes(),
+	"never":                `a list of paths, such as ["~/Private", "/srv/family"]`,
+	"network":              "a table: [network] with allow and deny",
+	"network.allow":        `a list of hosts, such as ["nas.local", "192.168.1.0/24"]`,
+	"network.deny":         `a list of hosts, such as ["*.example.com", "*:25"]`,
+	"executors":            "a table: [executors] with allow and deny",
+	"executors.allow":      `a list of executor names, such as ["list_folder"]`,
+	"executors.deny":       `a list of executor names, such as ["delete_files"]`,
+	"priority":             "a table: [priority] with cpu, io, cpu_time_s and concurrency",
+	"priority.cpu":         `a string: "background", "low" or "normal"`,
+	"priority.io":          `a string: "idle", "low" (or "best-effort-low") or "normal"`,
+	"priority.cpu_time_s":  fmt.Sprintf("a whole number of seconds from 0 (no limit) to %d", maxCPUTimeS),
+	"priority.concurrency": fmt.Sprintf("a whole number of invocations run at once, from 1 (one at a time) to %d", MaxConcurrency),
 }
 
 // known lists the keys a table takes, for the message of an unknown one.
@@ -423,7 +457,7 @@ var known = map[string]string{
 	"":          "mode, never, [network], [executors] and [priority]",
 	"network":   "allow and deny",
 	"executors": "allow and deny",
-	"priority":  "cpu, io and cpu_time_s",
+	"priority":  "cpu, io, cpu_time_s and concurrency",
 }
 
 func quotedModes() string {
@@ -531,6 +565,14 @@ func ParseLimits(data []byte, path, home string) (Limits, error) {
 				bad("priority.cpu_time_s", "[priority] cpu_time_s = %d: it takes %s", n, takes["priority.cpu_time_s"])
 			} else {
 				l.Priority.CPUTimeS = n
+			}
+		}
+		if p.Conc != nil {
+			set("priority.concurrency")
+			if n := *p.Conc; n < 1 || n > MaxConcurrency {
+				bad("priority.concurrency", "[priority] concurrency = %d: it takes %s", n, takes["priority.concurrency"])
+			} else {
+				l.Priority.Concurrency = int(n)
 			}
 		}
 	}

@@ -68,6 +68,7 @@ func TestLimitsKeys(t *testing.T) {
 		{name: "executors deny", file: "[executors]\ndeny = [\"delete_files\"]", got: func(l Limits) any { return l.Executors.Deny }, want: []string{"delete_files"}},
 		{name: "priority", file: "[priority]\ncpu = \"background\"\nio = \"best-effort-low\"\ncpu_time_s = 600",
 			got: func(l Limits) any { return l.Priority }, want: Priority{CPU: "background", IO: "best-effort-low", CPUTimeS: 600}},
+		{name: "concurrency", file: "[priority]\nconcurrency = 1", got: func(l Limits) any { return l.Concurrency() }, want: 1},
 		{name: "comments and blank lines", file: "# mine\n\nmode = \"readonly\" # for now\n", got: func(l Limits) any { return l.InForce() }, want: ModeReadonly},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -113,8 +114,10 @@ func TestLimitsRefused(t *testing.T) {
 		{name: "never above the home", file: `never = ["/home"]`, want: `would hide your whole home folder`},
 		{name: "list of numbers", file: "[executors]\ndeny = [1]", want: `limits.toml:2:9: executors.deny takes a list of executor names`},
 		{name: "empty name", file: "[executors]\nallow = [\"\"]", want: `limits.toml:2:9: [executors] allow: "" is not an executor name`},
-		{name: "bad cpu", file: "[priority]\ncpu = \"low\"", want: `limits.toml:2:7: [priority] cpu = "low" is not one it takes: write "background" or "normal"`},
-		{name: "bad io", file: "[priority]\nio = \"fast\"", want: `[priority] io = "fast" is not one it takes: write "idle", "best-effort-low" or "normal"`},
+		{name: "bad cpu", file: "[priority]\ncpu = \"fast\"", want: `limits.toml:2:7: [priority] cpu = "fast" is not one it takes: write "background", "low" or "normal"`},
+		{name: "bad io", file: "[priority]\nio = \"fast\"", want: `[priority] io = "fast" is not one it takes: write "idle", "low" (or "best-effort-low") or "normal"`},
+		{name: "no concurrency", file: "[priority]\nconcurrency = 0", want: `limits.toml:2:15: [priority] concurrency = 0: it takes a whole number of invocations run at once, from 1`},
+		{name: "concurrency too high", file: "[priority]\nconcurrency = 1000", want: `[priority] concurrency = 1000: it takes`},
 		{name: "negative cpu time", file: "[priority]\ncpu_time_s = -1", want: `limits.toml:2:14: [priority] cpu_time_s = -1: it takes a whole number of seconds`},
 		{name: "cpu time not a number", file: "[priority]\ncpu_time_s = \"600\"", want: `limits.toml:2:14: priority.cpu_time_s takes a whole number of seconds`},
 		{name: "not TOML", file: "mode = ", want: `limits.toml:1:7: expected value`},
@@ -296,4 +299,45 @@ func writeLimits(t *testing.T, dir, s string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestConcurrency: [priority] concurrency says how many invocations
+// run at once, 4 when nothing says, and METNOS_CONCURRENCY overrides
+// the file.
+func TestConcurrency(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "limits.toml")
+	if l, err := LoadLimits(path, dir, Config{}); err != nil || l.Concurrency() != DefaultConcurrency || l.Source("priority.concurrency") != FromDefault {
+		t.Fatalf("no file: %d from %s (err %v), want %d by default", l.Concurrency(), l.Source("priority.concurrency"), err, DefaultConcurrency)
+	}
+	if err := os.WriteFile(path, []byte("[priority]\nconcurrency = 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := LoadLimits(path, dir, Config{})
+	if err != nil || l.Concurrency() != 2 || l.Source("priority.concurrency") != FromFile {
+		t.Fatalf("file: %d from %s (err %v), want 2 from the file", l.Concurrency(), l.Source("priority.concurrency"), err)
+	}
+	env, err := FromEnv("linux", func(k string) string {
+		if k == "METNOS_CONCURRENCY" {
+			return "1"
+		}
+		return ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err = LoadLimits(path, dir, env)
+	if err != nil || l.Concurrency() != 1 || l.Source("priority.concurrency") != FromEnvironment {
+		t.Fatalf("METNOS_CONCURRENCY=1: %d from %s (err %v), want 1 from the environment", l.Concurrency(), l.Source("priority.concurrency"), err)
+	}
+	for _, bad := range []string{"0", "-1", "x", "65"} {
+		if _, err := FromEnv("linux", func(k string) string {
+			if k == "METNOS_CONCURRENCY" {
+				return bad
+			}
+			return ""
+		}); err == nil || !strings.Contains(err.Error(), "METNOS_CONCURRENCY") {
+			t.Errorf("METNOS_CONCURRENCY=%s: err %v, want it refused", bad, err)
+		}
+	}
 }
