@@ -33,6 +33,12 @@ type runCgroup struct {
 	// cgroup reused from an earlier run (see cgroupPool) keeps its count.
 	oomBase int
 	v2      bool
+	// cpu and io report that the run's scheduling weights apply (see
+	// cgWeights): cpu.weight and io.weight on v2, cpu.shares on v1.
+	cpu, io bool
+	// cpuV1 is the index in procs of the v1 cpu hierarchy's cgroup, -1
+	// for none: a run joins it only when its CPU priority is not normal.
+	cpuV1 int
 }
 
 // cgroupPool keeps the emptied cgroups of finished runs for the next
@@ -59,7 +65,7 @@ const (
 
 // pooledCgroup takes a cgroup from the pool and sets its limits for
 // the run; nil when the pool is empty.
-func pooledCgroup(maxProcs int, memBytes int64) *runCgroup {
+func pooledCgroup(maxProcs int, memBytes int64, w cgWeights) *runCgroup {
 	for {
 		cgroupPool.Lock()
 		n := len(cgroupPool.free)
@@ -70,7 +76,7 @@ func pooledCgroup(maxProcs int, memBytes int64) *runCgroup {
 		c := cgroupPool.free[n-1]
 		cgroupPool.free = cgroupPool.free[:n-1]
 		cgroupPool.Unlock()
-		if c.setLimits(maxProcs, memBytes) == nil {
+		if c.setLimits(maxProcs, memBytes, w) == nil {
 			c.oomBase = c.oomCount()
 			return c
 		}
@@ -78,8 +84,8 @@ func pooledCgroup(maxProcs int, memBytes int64) *runCgroup {
 	}
 }
 
-// setLimits writes the run's limits into every cgroup of c.
-func (c *runCgroup) setLimits(maxProcs int, memBytes int64) error {
+// setLimits writes the run's limits and weights into every cgroup of c.
+func (c *runCgroup) setLimits(maxProcs int, memBytes int64, w cgWeights) error {
 	for _, d := range c.dirs {
 		var err error
 		switch {
@@ -88,8 +94,11 @@ func (c *runCgroup) setLimits(maxProcs int, memBytes int64) error {
 			if err == nil {
 				err = writeCgroupFile(d, "memory.max", strconv.FormatInt(memBytes, 10))
 			}
+			c.setWeightsV2(d, w)
 		case fileExists(filepath.Join(d, "pids.max")):
 			err = writeCgroupFile(d, "pids.max", strconv.Itoa(maxProcs))
+		case fileExists(filepath.Join(d, "cpu.shares")):
+			err = setWeightsV1(d, w)
 		default:
 			err = setMemoryV1(d, memBytes)
 		}
@@ -131,14 +140,16 @@ var cgroupSeq atomic.Int64
 // cgroup v2 child of its own cgroup whose controllers include pids and
 // memory, else children of its own cgroups in the v1 pids and memory
 // hierarchies (root only, in practice). It returns nil when neither
-// works; then limits fall back to rlimits.
-func newRunCgroup(maxProcs int, memBytes int64) *runCgroup {
-	if c := pooledCgroup(maxProcs, memBytes); c != nil {
+// works; then limits fall back to rlimits. The weights w go where the
+// cgroup has the controllers for them: cpu and io on v2 (when
+// delegated), the cpu hierarchy on v1 (see cgWeights).
+func newRunCgroup(maxProcs int, memBytes int64, w cgWeights) *runCgroup {
+	if c := pooledCgroup(maxProcs, memBytes, w); c != nil {
 		return c
 	}
 	mounts, self := readCgroupMounts(), readSelfCgroups()
 	name := fmt.Sprintf("metnos-run-%d-%d", os.Getpid(), cgroupSeq.Add(1))
-	c := &runCgroup{}
+	c := &runCgroup{cpuV1: -1}
 	for _, m := range mounts {
 		if !m.v2 {
 			continue
@@ -161,6 +172,8 @@ func newRunCgroup(maxProcs int, memBytes int64) *runCgroup {
 		}
 		_ = writeCgroupFile(child, "memory.swap.max", "0")
 		c.pids, c.memory, c.v2 = true, true, true
+		c.cpu, c.io = strings.Contains(have, " cpu "), strings.Contains(have, " io ")
+		c.setWeightsV2(child, w)
 		c.oomFile = filepath.Join(child, "memory.events")
 		return c
 	}
@@ -168,8 +181,8 @@ func newRunCgroup(maxProcs int, memBytes int64) *runCgroup {
 		if m.v2 {
 			continue
 		}
-		for _, ctrl := range []string{"pids", "memory"} {
-			if !m.controllers[ctrl] || (ctrl == "pids" && c.pids) || (ctrl == "memory" && c.memory) {
+		for _, ctrl := range []string{"pids", "memory", "cpu"} {
+			if !m.controllers[ctrl] || (ctrl == "pids" && c.pids) || (ctrl == "memory" && c.memory) || (ctrl == "cpu" && c.cpu) {
 				continue
 			}
 			child, ok := makeChild(m, self[ctrl], name)
@@ -177,9 +190,12 @@ func newRunCgroup(maxProcs int, memBytes int64) *runCgroup {
 				continue
 			}
 			var err error
-			if ctrl == "pids" {
+			switch ctrl {
+			case "pids":
 				err = writeCgroupFile(child, "pids.max", strconv.Itoa(maxProcs))
-			} else {
+			case "cpu":
+				err = setWeightsV1(child, w)
+			default:
 				// With swap accounting, the limit covers swap too.
 				err = setMemoryV1(child, memBytes)
 			}
@@ -187,9 +203,12 @@ func newRunCgroup(maxProcs int, memBytes int64) *runCgroup {
 				os.Remove(child)
 				continue
 			}
-			if ctrl == "pids" {
+			switch ctrl {
+			case "pids":
 				c.pids = true
-			} else {
+			case "cpu":
+				c.cpu, c.cpuV1 = true, len(c.procs)-1
+			default:
 				c.memory = true
 				c.oomFile = filepath.Join(child, "memory.oom_control")
 			}
@@ -245,7 +264,7 @@ func (c *runCgroup) add(dir, join string) bool {
 // by says which limits the cgroup enforces, for Output.LimitsBy.
 func (c *runCgroup) by() string {
 	switch {
-	case c == nil:
+	case c == nil || !c.pids && !c.memory:
 		return "rlimit"
 	case c.pids && c.memory:
 		return "cgroup"

@@ -27,7 +27,52 @@ func (l jobLimits) extendedLimits() windows.JOBOBJECT_EXTENDED_LIMIT_INFORMATION
 	info.BasicLimitInformation.LimitFlags = jobLimitFlags
 	info.BasicLimitInformation.ActiveProcessLimit = l.processes
 	info.ProcessMemoryLimit = uintptr(min(l.memory, uint64(^uintptr(0))))
+	if l.priorityClass != 0 {
+		info.BasicLimitInformation.LimitFlags |= windows.JOB_OBJECT_LIMIT_PRIORITY_CLASS
+		info.BasicLimitInformation.PriorityClass = l.priorityClass
+	}
+	if l.userTime > 0 {
+		// Past it every process of the job ends, with exit status
+		// ERROR_NOT_ENOUGH_QUOTA (JOB_OBJECT_TERMINATE_AT_END_OF_JOB).
+		info.BasicLimitInformation.LimitFlags |= windows.JOB_OBJECT_LIMIT_JOB_TIME
+		info.BasicLimitInformation.PerJobUserTimeLimit = l.userTime
+	}
 	return info
+}
+
+// JOBOBJECT_CPU_RATE_CONTROL_INFORMATION's flags.
+const (
+	jobCPURateEnable      = 0x1
+	jobCPURateWeightBased = 0x2
+)
+
+// cpuRateControl is JOBOBJECT_CPU_RATE_CONTROL_INFORMATION: the flags,
+// then the weight (or the rate, which the job does not use).
+type cpuRateControl struct {
+	ControlFlags uint32
+	Weight       uint32
+}
+
+// cpuRate is the weight-based CPU rate control that sets l's weight; ok
+// is false when l has none.
+func (l jobLimits) cpuRate() (cpuRateControl, bool) {
+	if l.cpuWeight == 0 {
+		return cpuRateControl{}, false
+	}
+	return cpuRateControl{ControlFlags: jobCPURateEnable | jobCPURateWeightBased, Weight: l.cpuWeight}, true
+}
+
+// setCPURate gives the job l's CPU weight, when l has one.
+func (j *job) setCPURate(l jobLimits) error {
+	info, ok := l.cpuRate()
+	if !ok {
+		return nil
+	}
+	if _, err := windows.SetInformationJobObject(j.h, windows.JobObjectCpuRateControlInformation,
+		uintptr(unsafe.Pointer(&info)), uint32(unsafe.Sizeof(info))); err != nil {
+		return fmt.Errorf("setting the job object's CPU weight: %w", err)
+	}
+	return nil
 }
 
 // job is one run's Job Object. Closing its handle kills every process

@@ -81,6 +81,19 @@ type jobLimits struct {
 	memory uint64
 	// processes bounds how many processes are alive at once.
 	processes uint32
+	// priorityClass is every process's priority class (0: unchanged),
+	// cpuWeight the job's CPU rate control weight (1 to 9; 0: none), and
+	// userTime the user-mode processor time of the whole job, in 100 ns
+	// units (0: none): the run's priority (see prioPlan).
+	priorityClass, cpuWeight uint32
+	userTime                 int64
+}
+
+// withPriority is l with the job's share of pl.
+func (l jobLimits) withPriority(pl prioPlan) jobLimits {
+	l.priorityClass, l.cpuWeight = pl.winClass, pl.winWeight
+	l.userTime = int64(pl.cpuTime / 100)
+	return l
 }
 
 // jobLimitsFor is the job object's share of l, whose unset fields
