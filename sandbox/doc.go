@@ -125,6 +125,70 @@
 // its deadline comes due with its end (after a pause of the calling
 // process) has not timed out.
 //
+// # Dry runs (Request.DryRun)
+//
+// A dry run runs the command with every folder it may write behind a
+// copy-on-write layer that is thrown away, and lists in Output.DryRun
+// what it changed there. On Linux with bubblewrap only; it is planned
+// as any run, and then:
+//
+//   - Each writable grant the bwrap view binds (a writable file's
+//     folder for a file; a removable grant's parent where it is mounted
+//     in its stead; the agent's own writable folders too), but those
+//     inside another, gets an overlay. Its upper and work folders are
+//     made in a private folder in Options.DryRunScratch (else the
+//     temporary folder), the upper one with the mode (and for root the
+//     owner) of the folder it stands for.
+//   - The launch starts the layer stage (package shim, [shim.LayerArg])
+//     in a user and a mount namespace of its own, the agent's uid and
+//     gid mapped to themselves (for root, every id to itself), with
+//     CAP_SYS_ADMIN and the capabilities over files an overlay needs of
+//     its mounter as ambient capabilities; in a namespace that maps one
+//     uid they bear on that uid's files alone. The stage checks that it
+//     is not in the agent's own mount namespace, makes it private,
+//     mounts each overlay (the
+//     folder, opened without following links and checked to be the one
+//     planned, as its lower layer and its mount point; every layer
+//     handed to the kernel as a descriptor; the userxattr option), makes
+//     the folders above the masks' placeholders beneath the layers,
+//     opens again there the grants bubblewrap binds by descriptor,
+//     drops the ambient capabilities and executes bubblewrap. The
+//     sandbox is then the one described above, made from that mount
+//     namespace: every bind beneath those folders shows the overlay.
+//     The command gets METNOS_DRY_RUN=1.
+//   - When the run's whole tree is gone, package changes reads the upper
+//     layers (whiteouts, opaque folders, renames paired by content, hard
+//     links; see its doc), the changes beneath the agent's own grants
+//     and the placeholders are left out, and the scratch folder is
+//     removed.
+//
+// What a dry run guarantees: nothing beneath the layered folders
+// changes, neither content, mode, size, nor modification and change
+// times, nor the access times of files of the agent's user (the layer
+// and package changes read them with O_NOATIME); and since the layered
+// folders are all a run may write but its private /tmp and /dev, nothing
+// of the host is written. A dry run that cannot be layered is refused
+// with a [*RefusedError] whose DryRun is set, and nothing starts: off
+// Linux, with the sandbox off, without bubblewrap (also when bubblewrap
+// fails at run time and Run would fall back), for a Policy whose root
+// is writable, a writable grant whose folder would be "/", a scratch
+// folder inside a layered folder or writable in the view, a placeholder
+// outside every layer, and when the kernel will not mount the overlay
+// (the stage reports what it said; bubblewrap never starts).
+//
+// What it does not guarantee: the network is the run's as in any run,
+// and what it sends is sent. The list is what a real run changes only
+// as far as the overlay behaves as the folders would: a folder of the
+// lower layer cannot be renamed (EXDEV; programs that copy and delete
+// instead show the move); a file written through one of its hard links
+// keeps its old bytes under its other names during the run; an agent
+// that is not root cannot write another user's file through the layer
+// (its namespace maps no other user: EOVERFLOW).
+// Timestamps, owners and extended attributes are not compared. Access
+// times of other users' files the run reads follow the mount's relatime
+// rule. The upper layers hold what the run writes, in the scratch
+// folder, until it ends.
+//
 // # What Run guarantees on Windows
 //
 // The strongest of three rungs the machine gives, each proven before it
@@ -183,6 +247,24 @@
 // refused, and without sandbox-exec nothing that asks for isolation runs.
 // The profile is golden-tested on every system; it has not been run on a
 // Mac.
+//
+// # Priority
+//
+// Every run gets Options.Priority ([Priority]; the zero value is cpu low,
+// io low): set by the shim on the thread that executes the command,
+// before the command's first instruction, and inherited by everything it
+// starts (nice, SCHED_IDLE, the I/O class; RLIMIT_NICE 0 and no
+// capability keep the command from undoing the nice value), with the
+// run's cgroup weighted where the agent may make one with the CPU or I/O
+// controller, and the run's session autogroup niced where the kernel
+// schedules sessions as groups and no cgroup holds the run. RLIMIT_CPU
+// bounds each process's processor time ([Output].CPUTimeExceeded). On
+// Windows the job carries a priority class, a CPU weight and the whole
+// run's user time; on macOS nice and taskpolicy run before sandbox-exec.
+// [Output].Priority names what took and what did not; nothing of the
+// agent's own process or of any process outside the run is changed. It
+// is a share, not a cap: an idle machine is the run's. docs/sandbox.md
+// says what each system gives and what is not guaranteed.
 //
 // # What it does not guarantee
 //

@@ -33,6 +33,14 @@ type Options struct {
 	// missing and must be a private folder of this user. "": a folder
 	// named after this uid in the temporary folder.
 	LockDir string
+	// DryRunScratch is the folder where a dry run (Request.DryRun, Linux)
+	// keeps its layers' upper and work folders while it runs, in a
+	// private folder of its own removed afterwards. It must be on a file
+	// system that keeps user extended attributes (ext4, xfs, btrfs;
+	// tmpfs since Linux 6.6), and outside every folder a run may write
+	// (a dry run that would layer it is refused). "": the temporary
+	// folder.
+	DryRunScratch string
 	// EgressResolver resolves the names a run's egress proxy connects
 	// to. nil: the system's resolver. Tests point it at a DNS server of
 	// their own.
@@ -48,6 +56,10 @@ type Options struct {
 	// the proxy (Windows' job object), instead of running it with the
 	// narrowing binding only the programs that use the proxy variables.
 	StrictEgress bool
+	// Priority is how much of the machine runs may take from the
+	// owner's programs (the owner's file); the zero Priority is
+	// [DefaultPriority].
+	Priority Priority
 	// NoAppContainer, when not "", keeps Windows runs out of the
 	// AppContainer and says why (the owner's
 	// METNOS_SANDBOX_APPCONTAINER=0): they take the next rung down.
@@ -61,6 +73,10 @@ type Options struct {
 	// caller's that lasts (the agent's data folder). "": a folder in the
 	// temporary folder, named after the container.
 	GrantLedger string
+	// dryRunFS is the file system a dry run's layer stage mounts ("":
+	// overlay): tests name one the kernel lacks, to see a dry run
+	// refused by the kernel's failure itself.
+	dryRunFS string
 	// jobOnly keeps Windows runs on the job-object rung whatever else the
 	// machine gives: for the tests of that rung.
 	jobOnly bool

@@ -25,8 +25,12 @@ import (
 // A process is one of those when it is a bwrap whose arguments run the
 // metnos shim, in a user namespace other than this process's, and its
 // parent is not such a bwrap (a running sandbox's inner process has its
-// outer one as parent). Processes of other users, and ones this process
-// cannot inspect, are left alone. It returns how many it killed.
+// outer one as parent). A dry run's bwrap (named [shim.LayerBwrap])
+// runs its outer process in the layer stage's user namespace, a child
+// of the agent's: only one in a namespace further down, its inner
+// process, is taken for an orphan. Processes of other users, and ones
+// this process cannot inspect, are left alone. It returns how many it
+// killed.
 func SweepOrphans(log *slog.Logger) int {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -69,7 +73,8 @@ func SweepOrphans(log *slog.Logger) int {
 // owned by uid, outside the user namespace self, whose parent is not
 // its outer bwrap.
 func orphanSandbox(pid, uid int, self string) bool {
-	if !isShimBwrap(pid) || procUID(pid) != uid {
+	layer := isLayerBwrap(pid)
+	if (!isShimBwrap(pid) && !layer) || procUID(pid) != uid {
 		return false
 	}
 	ns, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/user")
@@ -77,22 +82,72 @@ func orphanSandbox(pid, uid int, self string) bool {
 		return false
 	}
 	ppid, _ := procStat(pid)
-	return ppid > 0 && !isShimBwrap(ppid)
+	if ppid <= 0 || isShimBwrap(ppid) || isLayerBwrap(ppid) {
+		return false
+	}
+	// A dry run's outer bwrap, whose parent is its agent, lives in a
+	// user namespace the agent made: its parent namespace is this
+	// one. When that cannot be read, it is left alone.
+	if layer {
+		under, ok := userNSParentIs(pid, "/proc/self/ns/user")
+		return ok && !under
+	}
+	return true
+}
+
+// nsGetParent is NS_GET_PARENT of linux/nsfs.h: _IO(0xb7, 0x2).
+const nsGetParent = 0xb702
+
+// userNSParentIs reports whether the parent of pid's user namespace is
+// the namespace at nsPath; ok is false when that cannot be read.
+func userNSParentIs(pid int, nsPath string) (is, ok bool) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/user")
+	if err != nil {
+		return false, false
+	}
+	defer f.Close()
+	parent, err := unix.IoctlRetInt(int(f.Fd()), nsGetParent)
+	if err != nil {
+		return false, false
+	}
+	defer unix.Close(parent)
+	var p, want unix.Stat_t
+	if unix.Fstat(parent, &p) != nil || unix.Stat(nsPath, &want) != nil {
+		return false, false
+	}
+	return p.Dev == want.Dev && p.Ino == want.Ino, true
 }
 
 // isShimBwrap reports whether pid runs bwrap with the metnos shim
 // among its arguments.
 func isShimBwrap(pid int) bool {
+	args := cmdline(pid)
+	return len(args) > 0 && filepath.Base(args[0]) == "bwrap" && runsShim(args)
+}
+
+// isLayerBwrap reports whether pid is a dry run's bwrap (argv[0]
+// shim.LayerBwrap) with the metnos shim among its arguments.
+func isLayerBwrap(pid int) bool {
+	args := cmdline(pid)
+	return len(args) > 0 && args[0] == shim.LayerBwrap && runsShim(args)
+}
+
+// cmdline is pid's arguments, nil when they cannot be read.
+func cmdline(pid int) []string {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	if err != nil || len(b) == 0 {
-		return false
+		return nil
 	}
-	args := bytes.Split(bytes.TrimSuffix(b, []byte{0}), []byte{0})
-	if filepath.Base(string(args[0])) != "bwrap" {
-		return false
+	var out []string
+	for _, a := range bytes.Split(bytes.TrimSuffix(b, []byte{0}), []byte{0}) {
+		out = append(out, string(a))
 	}
+	return out
+}
+
+func runsShim(args []string) bool {
 	for _, a := range args[1:] {
-		if string(a) == shim.Arg {
+		if a == shim.Arg {
 			return true
 		}
 	}

@@ -63,8 +63,19 @@ func sleeper(argv0 string, userns bool) *exec.Cmd {
 // returns it and its sleeper's pid.
 func parentOf(t *testing.T, mode, parent0, sleeper0 string) (*exec.Cmd, int) {
 	t.Helper()
+	return parentOfIn(t, false, mode, parent0, sleeper0)
+}
+
+// parentOfIn is parentOf, the helper itself in a user namespace of its
+// own when userns is set (its sleeper's is then a namespace further
+// down, as a dry run's inner bwrap's is).
+func parentOfIn(t *testing.T, userns bool, mode, parent0, sleeper0 string) (*exec.Cmd, int) {
+	t.Helper()
 	self, _ := os.Executable()
 	p := &exec.Cmd{Path: self, Args: []string{parent0, "--orphan-parent", mode, sleeper0, shim.Arg}}
+	if userns {
+		p.SysProcAttr = sleeper("", true).SysProcAttr
+	}
 	out, err := p.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +124,14 @@ func alive(pid int) bool {
 // waits until it is reparented to this process (a subreaper).
 func newOrphan(t *testing.T) int {
 	t.Helper()
-	p, orphan := parentOf(t, "exit", "metnos-agent", "/usr/bin/bwrap")
+	return newOrphanOf(t, false, "/usr/bin/bwrap")
+}
+
+// newOrphanOf is newOrphan of a stand-in named argv0, its launcher in a
+// user namespace of its own when userns is set.
+func newOrphanOf(t *testing.T, userns bool, argv0 string) int {
+	t.Helper()
+	p, orphan := parentOfIn(t, userns, "exit", "metnos-agent", argv0)
 	p.Wait()
 	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 		if ppid, _ := procStat(orphan); ppid == os.Getpid() || !alive(orphan) {
@@ -183,5 +201,38 @@ func TestSweepOrphans(t *testing.T) {
 		if !alive(pid) {
 			t.Errorf("the sweep killed %s (%d)", name, pid)
 		}
+	}
+}
+
+// TestSweepOrphansOfDryRuns: a dry run's bwrap (argv[0]
+// shim.LayerBwrap) runs its outer process in the layer stage's user
+// namespace, a child of the agent's, with the agent as its parent: the
+// sweep leaves it alone (it used to kill it, and every dry run running
+// beside another agent's sweep with it). Its inner process, orphaned in
+// a namespace further down, is killed as an ordinary run's is.
+func TestSweepOrphansOfDryRuns(t *testing.T) {
+	if !subreaper() {
+		t.Skip("cannot become a child subreaper")
+	}
+	outer := sleeper(shim.LayerBwrap, true)
+	if err := outer.Start(); err != nil {
+		skipOrFail(t, "this machine does not let this user make a user namespace: "+err.Error())
+	}
+	t.Cleanup(func() { outer.Process.Kill(); outer.Wait() })
+	orphan := newOrphanOf(t, true, shim.LayerBwrap)
+	n := SweepOrphans(nil)
+	for try := 0; n < 1 && !alive(orphan) && try < 5; try++ {
+		// Another agent of this user swept first: it should.
+		orphan = newOrphanOf(t, true, shim.LayerBwrap)
+		n = SweepOrphans(nil)
+	}
+	for end := time.Now().Add(10 * time.Second); alive(orphan) && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if alive(orphan) {
+		t.Error("a dry run's orphaned inner bwrap survives the sweep")
+	}
+	if !alive(outer.Process.Pid) {
+		t.Error("the sweep killed a running dry run's outer bwrap")
 	}
 }

@@ -13,8 +13,9 @@ import (
 	"syscall"
 	"time"
 
-	seccomp "github.com/elastic/go-seccomp-bpf"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+
+	"github.com/metnos/agent/sandbox/internal/filter"
 )
 
 var (
@@ -113,7 +114,7 @@ func cachedCaps(o Options, full bool) Caps {
 func kernelCaps(bw, disabled string) Caps {
 	c := Caps{OS: "linux", Bwrap: bw, LandlockPinned: 7, Disabled: disabled}
 	c.LandlockABI, _ = llsys.LandlockGetABIVersion()
-	c.Seccomp = seccomp.Supported()
+	c.Seccomp = filter.Supported()
 	if bw == "" {
 		c.BwrapError = "bwrap not found in a system directory on PATH (install bubblewrap)"
 	} else if fi, err := os.Stat(bw); err != nil || fi.IsDir() {
@@ -155,7 +156,12 @@ func probeBwrap(bw string) (version string, ok bool, why string) {
 // probeCgroup tries what Run does: make a cgroup for a run (then removes
 // it) and says which limits it would enforce.
 func probeCgroup() (string, string) {
-	cg := newRunCgroup(DefaultLimits().MaxProcs, DefaultLimits().MemoryBytes)
+	cg := newRunCgroup(DefaultLimits().MaxProcs, DefaultLimits().MemoryBytes, weightsOf(priorityPlan(Priority{CPU: CPUNormal, IO: IONormal}, 0, 1)))
+	if cg != nil && !cg.pids && !cg.memory {
+		// One for the CPU weight alone: the limits use rlimits.
+		cg.remove()
+		cg = nil
+	}
 	if cg == nil {
 		return "", "no cgroup this process may create with the pids and memory controllers (a delegated cgroup v2, or v1 hierarchies as root); limits use rlimits"
 	}

@@ -49,6 +49,15 @@ type Request struct {
 	// Options are the caller's settings of the sandbox (which bwrap and
 	// shim, where the placeholder locks go, whether it is off).
 	Options Options
+	// DryRun runs the command with every folder it may write behind a
+	// copy-on-write layer that is thrown away afterwards (Linux, with
+	// bubblewrap: see the package doc), and with METNOS_DRY_RUN=1 in its
+	// environment; Output.DryRun lists what it would have changed.
+	// Where the layer cannot be made (another system, no bubblewrap, the
+	// sandbox off, a policy whose root is writable, a kernel that will
+	// not mount it), Run refuses with a [*RefusedError] whose DryRun is
+	// set: it never runs the command for real instead.
+	DryRun bool
 }
 
 // Output is what a run produced and how it was isolated.
@@ -74,6 +83,15 @@ type Output struct {
 	// the command's exit status and output are then its own. Rlimit
 	// failures show up as the command's own errors instead.
 	OOMKilled bool `json:"oom_killed,omitempty"`
+	// CPUTimeExceeded is true when the CPU-time limit ended the run
+	// (Priority.CPUTime): the command's main process was killed by it
+	// (SIGXCPU on Linux and macOS; on Windows the job's user time ran
+	// out). A child it killed while the main process went on does not
+	// count, as for OOMKilled.
+	CPUTimeExceeded bool `json:"cpu_time_exceeded,omitempty"`
+	// Priority says what of Options.Priority was applied to the run and
+	// what was not, and why; nil when the command did not start.
+	Priority *PriorityReport `json:"priority,omitempty"`
 	// Limits are the limits the run had, with the defaults of this
 	// system in the fields the Request left unset: what a message about
 	// a limit must name.
@@ -97,6 +115,9 @@ type Output struct {
 	// Timing is where the run's time went, where the platform measures
 	// it (Linux); nil elsewhere.
 	Timing *Timing `json:"timing,omitempty"`
+	// DryRun is what a dry run (Request.DryRun) would have changed; nil
+	// for any other run.
+	DryRun *DryRun `json:"dry_run,omitempty"`
 }
 
 // ErrRefused is wrapped by every error that refuses a run because the
@@ -111,6 +132,10 @@ type RefusedError struct {
 	Have string
 	// Why explains what was required and what is missing.
 	Why string
+	// DryRun is set when the refusal is a dry run's (Request.DryRun):
+	// its layer cannot be made here, and the command is not run for
+	// real instead.
+	DryRun bool
 }
 
 func (e *RefusedError) Error() string {
@@ -143,6 +168,13 @@ func Run(ctx context.Context, req Request) (Output, error) {
 	req.Policy.Normalize()
 	if req.Logger == nil {
 		req.Logger = slog.New(slog.DiscardHandler)
+	}
+	if req.DryRun {
+		req.Env = setEnv(req.Env, "METNOS_DRY_RUN", "1")
+		if why := dryRunOS(runtime.GOOS); why != "" {
+			pl := PlanFor(req.Options, req.Policy, req.MinSandbox)
+			return Output{Policy: req.Policy.Fingerprint(), Sandbox: "none", Limits: req.Limits}, &RefusedError{Have: pl.Sandbox, Why: why, DryRun: true}
+		}
 	}
 	out, err := run(ctx, req)
 	out.Limits = req.Limits

@@ -128,6 +128,16 @@ func run(ctx context.Context, req Request) (Output, error) {
 	}
 
 	lim := req.Limits
+	// The run's priority: nice and taskpolicy execute the next program
+	// with theirs (sandbox-exec, then the command), and RLIMIT_CPU goes
+	// with the other rlimits.
+	pp := priorityPlan(req.Options.Priority, lim.Timeout, runtime.NumCPU())
+	argv, prio := pp.darwinArgv(argv, func(p string) bool { fi, err := os.Stat(p); return err == nil && fi.Mode().IsRegular() })
+	cpuTime := pp.cpuTime
+	if cpuTime > 0 && !cpuLimitSafe(cpuTime) {
+		prio.missing("RLIMIT_CPU %s: the agent has used nearly that much processor time itself, and lowering its own limit to pass it on would end the agent", seconds(cpuTime))
+		cpuTime = 0
+	}
 	stdout := &capped{limit: lim.OutputBytes}
 	stderr := &capped{limit: lim.OutputBytes}
 	outR, outW, err := os.Pipe()
@@ -147,7 +157,7 @@ func run(ctx context.Context, req Request) (Output, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 
 	start := time.Now()
-	err = startWithRlimits(cmd, lim)
+	err = startWithRlimits(cmd, lim, cpuTime)
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -159,6 +169,11 @@ func run(ctx context.Context, req Request) (Output, error) {
 		out.Sandbox = seatbeltWord
 	}
 	out.Reason = pl.Reason
+	if cpuTime > 0 {
+		prio.CPUTime = cpuTime
+		prio.applied("RLIMIT_CPU %s per process (soft: SIGXCPU)", seconds(cpuTime))
+	}
+	out.Priority = prio
 	var copies sync.WaitGroup
 	copies.Add(2)
 	go func() { defer copies.Done(); _, _ = io.Copy(stdout, outR) }()
@@ -204,6 +219,7 @@ func run(ctx context.Context, req Request) (Output, error) {
 	out.Stderr, out.StderrTruncated = stderr.buf, stderr.dropped
 
 	out.ExitCode, out.Signal = exitStatus(cmd.ProcessState, false)
+	out.CPUTimeExceeded = !out.TimedOut && ctxErr == nil && out.Signal == "SIGXCPU"
 	if out.TimedOut {
 		out.ExitCode, out.Signal = -1, "SIGKILL"
 		return out, ctxErr
@@ -218,6 +234,19 @@ func run(ctx context.Context, req Request) (Output, error) {
 	return out, ctxErr
 }
 
+// cpuLimitSafe reports whether this process may lower its own
+// RLIMIT_CPU to limit for the moment of a fork (startWithRlimits): only
+// when it has used well below that much processor time itself, or the
+// kernel would send it SIGXCPU.
+func cpuLimitSafe(limit time.Duration) bool {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return false
+	}
+	used := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return used+10*time.Second < limit
+}
+
 // rlimitMu serializes the moments when this process lowers its own
 // rlimits so that the command inherits them.
 var rlimitMu sync.Mutex
@@ -226,8 +255,9 @@ var rlimitMu sync.Mutex
 // for a child alone on macOS, so this process lowers its own soft limits
 // for the fork and restores them at once. RLIMIT_NPROC counts every
 // process of the user, so its limit is what already runs plus MaxProcs.
-// Memory is not limited: macOS does not enforce RLIMIT_AS.
-func startWithRlimits(cmd *exec.Cmd, lim Limits) error {
+// Memory is not limited: macOS does not enforce RLIMIT_AS. cpuTime is
+// RLIMIT_CPU's soft limit (0: none): SIGXCPU past it.
+func startWithRlimits(cmd *exec.Cmd, lim Limits, cpuTime time.Duration) error {
 	ps, err := unix.SysctlKinfoProcSlice("kern.proc.uid", os.Getuid())
 	if err != nil {
 		// Guessing would set a limit below what already runs, and every
@@ -242,6 +272,12 @@ func startWithRlimits(cmd *exec.Cmd, lim Limits) error {
 		{unix.RLIMIT_FSIZE, uint64(lim.FileBytes)},
 		{unix.RLIMIT_CORE, 0},
 		{unix.RLIMIT_NPROC, uint64(procs + lim.MaxProcs)},
+	}
+	if cpuTime > 0 {
+		set = append(set, struct {
+			res int
+			val uint64
+		}{unix.RLIMIT_CPU, uint64(cpuTime / time.Second)})
 	}
 	rlimitMu.Lock()
 	defer rlimitMu.Unlock()

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -150,6 +151,13 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 	began := time.Now()
 	pl := planFor(c, req.Policy, req.MinSandbox)
 	out := Output{Policy: req.Policy.Fingerprint(), Sandbox: "none"}
+	if req.DryRun {
+		// Said first: a dry run that cannot be made is refused for that,
+		// whatever else this plan lacks.
+		if why := dryRunRefusal(c, pl, req.Policy); why != "" {
+			return out, false, &RefusedError{Have: pl.Sandbox, Why: why, DryRun: true}
+		}
+	}
 	if pl.Refused != "" {
 		return out, false, &RefusedError{Have: pl.Sandbox, Why: pl.Refused}
 	}
@@ -162,7 +170,14 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 	if err != nil {
 		return out, false, err
 	}
-	ln, err := newLaunch(req, c, pl.lay, l, spec, exe)
+	var dry *dryRun
+	if req.DryRun {
+		if dry, err = newDryRun(l, req.Options, pl.Sandbox, req.Logger); err != nil {
+			return out, false, err
+		}
+		defer dry.remove()
+	}
+	ln, err := newLaunch(req, c, pl.lay, l, spec, exe, dry)
 	defer ln.cleanup()
 	if err != nil {
 		return out, false, err
@@ -184,6 +199,10 @@ func runWith(ctx context.Context, req Request, c Caps) (Output, bool, error) {
 	}
 	o, broke, err := outcome(out, pl, ln, ex, req.Argv[0])
 	o.Timing = ex.timing(prepared.Sub(began))
+	if dry != nil && err == nil && !broke {
+		// The run's whole tree is gone: what it wrote is all there.
+		o.DryRun, err = dry.report()
+	}
 	return o, broke, err
 }
 
@@ -269,11 +288,20 @@ type launch struct {
 	undo         []func()
 	// lockDir is Options.LockDir.
 	lockDir string
+	// prio is the run's priority plan; autogroup the nice value the
+	// shim gives the run's autogroup (0: none), which this process
+	// keeps trying to set when the kernel refused it for now and no
+	// supervising shim does (keepAutogroup).
+	prio          prioPlan
+	autogroup     int
+	keepAutogroup bool
 	// proxy is the run's egress proxy, and proxyChild the end of the
 	// socket pair over which the shim hands it its listener (closed
 	// here once the child has it).
 	proxy      *runProxy
 	proxyChild *os.File
+	// dry is a dry run's layers (nil for any other run).
+	dry *dryRun
 }
 
 // cleanup undoes, last first, what the launch set up.
@@ -287,8 +315,8 @@ func (ln *launch) cleanup() {
 // bwrap view (viaBwrap) or the shim alone (alone), then the environment
 // and the shim's arguments. The returned launch is never nil; its
 // cleanup undoes what was done, also on error.
-func newLaunch(req Request, c Caps, use layers, l layout, spec shim.Spec, exe string) (*launch, error) {
-	ln := &launch{bwrap: use.bwrap, log: req.Logger, lockDir: req.Options.LockDir}
+func newLaunch(req Request, c Caps, use layers, l layout, spec shim.Spec, exe string, dry *dryRun) (*launch, error) {
+	ln := &launch{bwrap: use.bwrap, log: req.Logger, lockDir: req.Options.LockDir, dry: dry}
 	var err error
 	if ln.statusR, ln.statusW, err = os.Pipe(); err != nil {
 		return ln, fmt.Errorf("sandbox: status pipe: %w", err)
@@ -309,10 +337,14 @@ func newLaunch(req Request, c Caps, use layers, l layout, spec shim.Spec, exe st
 	// A cgroup, where this process may make one, bounds the whole tree
 	// (RLIMIT_NPROC does not hold for root at all, and RLIMIT_AS bounds
 	// each process alone); the rlimits it replaces are not set.
-	ln.cg = newRunCgroup(lim.MaxProcs, lim.MemoryBytes)
+	ln.prio = priorityPlan(req.Options.Priority, lim.Timeout, runtime.NumCPU())
+	ln.cg = newRunCgroup(lim.MaxProcs, lim.MemoryBytes, weightsOf(ln.prio))
 	ln.undo = append(ln.undo, ln.cg.remove)
 	if ln.cg != nil {
-		for _, f := range ln.cg.procs {
+		for i, f := range ln.cg.procs {
+			if i == ln.cg.cpuV1 && ln.prio.p.CPU == CPUNormal {
+				continue // see runCgroup.cpuV1
+			}
 			spec.CgroupFDs = append(spec.CgroupFDs, ln.fds.add(f))
 		}
 		if ln.cg.memory {
@@ -328,6 +360,7 @@ func newLaunch(req Request, c Caps, use layers, l layout, spec shim.Spec, exe st
 		return ln, err
 	}
 	ln.supervise = spec.Supervise
+	ln.prioritySpec(&spec)
 	if e := egressOf(l.Policy); e != nil {
 		if err := ln.startProxy(req, &spec, *e); err != nil {
 			return ln, err
@@ -347,6 +380,12 @@ func newLaunch(req Request, c Caps, use layers, l layout, spec shim.Spec, exe st
 		return ln, err
 	}
 	ln.argv = append(ln.argv, sargs...)
+	if dry != nil {
+		// bwrap becomes what the dry run's layer stage executes.
+		if ln.argv, err = dry.wrap(exe, ln.argv); err != nil {
+			return ln, err
+		}
+	}
 	return ln, nil
 }
 
@@ -380,13 +419,21 @@ func (ln *launch) viaBwrap(spec *shim.Spec, c Caps, l layout, exe, dir string, l
 	if err != nil {
 		return err
 	}
-	recordPlaceholders(locks, phs)
-	// bwrap resolves every bind source before it mounts anything, so the
-	// directories above a placeholder, which it binds onto themselves,
-	// must exist beforehand.
-	for _, ph := range phs {
-		if err := os.MkdirAll(filepath.Dir(ph.Path), 0o755); err != nil {
-			return fmt.Errorf("sandbox: placeholder for %s: %w", ph.Path, err)
+	if ln.dry != nil {
+		// Placeholders and the folders above them go into the layers:
+		// nothing is made on the host, so nothing is recorded.
+		if err := ln.dry.bind(l.Policy, grantFDs, phs); err != nil {
+			return err
+		}
+	} else {
+		recordPlaceholders(locks, phs)
+		// bwrap resolves every bind source before it mounts anything, so the
+		// directories above a placeholder, which it binds onto themselves,
+		// must exist beforehand.
+		for _, ph := range phs {
+			if err := os.MkdirAll(filepath.Dir(ph.Path), 0o755); err != nil {
+				return fmt.Errorf("sandbox: placeholder for %s: %w", ph.Path, err)
+			}
 		}
 	}
 	// bwrap names its child on the info descriptor: the process this
@@ -514,6 +561,9 @@ type executed struct {
 	started, ready, ended time.Time
 	// clock is the shim's clock from its ready line (nil: none).
 	clock *shim.Clock
+	// autogroupAt is when this process saw the run's autogroup at its
+	// nice value after the shim was refused it (zero: never).
+	autogroupAt time.Time
 }
 
 // timing is ex's stages, with prepare before them; Finish runs to now.
@@ -574,6 +624,9 @@ func (ln *launch) execute(ctx context.Context, stdin io.Reader, lim Limits) (exe
 		sig = syscall.SIGTERM
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: sig}
+	if ln.dry != nil {
+		ln.dry.namespaces(cmd.SysProcAttr)
+	}
 
 	start := time.Now()
 	ex.started = start
@@ -583,10 +636,17 @@ func (ln *launch) execute(ctx context.Context, stdin io.Reader, lim Limits) (exe
 		ln.proxyChild.Close()
 	}
 	var childc chan bwrapChild
+	var child bwrapChild
+	known := make(chan struct{})
 	if ln.infoW != nil {
 		ln.infoW.Close()
 		childc = make(chan bwrapChild, 1)
-		go func() { childc <- readChild(ln.infoR) }()
+		go func() {
+			c := readChild(ln.infoR)
+			child = c
+			close(known)
+			childc <- c
+		}()
 	}
 	if err != nil {
 		return ex, fmt.Errorf("sandbox: starting %s: %w", ln.argv[0], err)
@@ -596,7 +656,28 @@ func (ln *launch) execute(ctx context.Context, stdin io.Reader, lim Limits) (exe
 	defer ln.reapOrphan(childc)
 	statusc := make(chan []shim.Status, 1)
 	readyc := make(chan time.Time, 1)
-	go func() { statusc <- readStatus(ln.statusR, readyc) }()
+	// The run's autogroup, where the shim could not set its nice value
+	// yet, is set from here: bwrap's child is in the command's session.
+	var agWait sync.WaitGroup
+	agStop := make(chan struct{})
+	onReady := func(s shim.Status) {
+		if !ln.keepAutogroup || childc == nil || s.Prio == nil || !s.Prio.AutogroupDeferred {
+			return
+		}
+		agWait.Go(func() {
+			select {
+			case <-known:
+			case <-agStop:
+				return
+			}
+			if child.pid <= 0 {
+				return
+			}
+			alive := func() bool { _, start := procStat(child.pid); return start == child.start }
+			ex.autogroupAt = shim.KeepAutogroup(child.pid, ln.autogroup, ownSchedGroup().autogroup, agStop, alive)
+		})
+	}
+	go func() { statusc <- readStatus(ln.statusR, readyc, onReady) }()
 	waitc := make(chan error, 1)
 	go func() { waitc <- cmd.Wait() }()
 
@@ -622,6 +703,8 @@ func (ln *launch) execute(ctx context.Context, stdin io.Reader, lim Limits) (exe
 	ex.ended = time.Now()
 	ex.wall = ex.ended.Sub(start)
 	ex.statuses = <-statusc
+	close(agStop)
+	agWait.Wait()
 	select {
 	case ex.ready = <-readyc:
 	default:
@@ -652,6 +735,10 @@ func outcome(out Output, pl Plan, ln *launch, ex executed, name string) (Output,
 			ready = s
 		case s.Exited:
 			final = s
+		case s.Error != "" && ready == nil && s.Layer:
+			// A dry run's layer stage failed: bwrap never started.
+			return out, false, &RefusedError{Have: pl.Sandbox, DryRun: true,
+				Why: "a dry run's copy-on-write layer could not be made here, and the run is refused rather than run for real: " + s.Error}
 		case s.Error != "" && ready == nil:
 			return out, false, fmt.Errorf("sandbox: could not start %s: %s", name, s.Error)
 		case s.Error != "":
@@ -696,6 +783,10 @@ func outcome(out Output, pl Plan, ln *launch, ex executed, name string) (Output,
 	// Only the main process dying of SIGKILL makes the run a memory
 	// failure.
 	out.OOMKilled = !out.TimedOut && out.Signal == "SIGKILL" && ln.cg.oomKilled()
+	out.Priority = ln.priorityReport(ready, final, ex)
+	// RLIMIT_CPU sends SIGXCPU, which nothing else sends a sandboxed
+	// command: the CPU-time limit ended it.
+	out.CPUTimeExceeded = !out.TimedOut && out.Signal == "SIGXCPU"
 	return out, false, ex.ctxErr
 }
 
@@ -831,8 +922,9 @@ func killTree(cmd *exec.Cmd, supervised bool, waitc chan error) error {
 }
 
 // readStatus reads the shim's status lines until the pipe closes, and
-// sends on ready (buffered) when the line that says it is ready came.
-func readStatus(r *os.File, ready chan<- time.Time) []shim.Status {
+// sends on ready (buffered) when the line that says it is ready came,
+// which it also passes to onReady (nil: none).
+func readStatus(r *os.File, ready chan<- time.Time, onReady func(shim.Status)) []shim.Status {
 	var out []shim.Status
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
@@ -840,6 +932,9 @@ func readStatus(r *os.File, ready chan<- time.Time) []shim.Status {
 		if json.Unmarshal(sc.Bytes(), &s) == nil {
 			if s.Ready && len(ready) == 0 {
 				ready <- time.Now()
+				if onReady != nil {
+					onReady(s)
+				}
 			}
 			out = append(out, s)
 		}

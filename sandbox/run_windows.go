@@ -201,12 +201,16 @@ func run(ctx context.Context, req Request) (Output, error) {
 		so = spawnOpts{token: t}
 	}
 	var j *job
+	pp := priorityPlan(req.Options.Priority, req.Limits.Timeout, runtime.NumCPU())
+	jl := jobLimitsFor(req.Limits).withPriority(pp)
+	prio := &PriorityReport{}
 	if c.Disabled == "" {
-		if j, err = newJob(jobLimitsFor(req.Limits)); err != nil {
+		if j, err = newJob(jl); err != nil {
 			return out, err
 		}
 		defer j.close()
 		out.LimitsBy = wordJobObject
+		jobPriority(j, jl, pp, prio)
 	}
 	ch, err := startSuspended(exe, req.Argv, env, dir, so)
 	if err != nil {
@@ -235,6 +239,10 @@ func run(ctx context.Context, req Request) (Output, error) {
 		forgetRungs()
 		return out, &RefusedError{Have: pl.Sandbox, Why: fmt.Sprintf("%s did not start as %s (%v): it was killed before it ran", exe, pl.Sandbox, cerr)}
 	}
+	// Still suspended: the priority class is checked, or set, before
+	// the command's first instruction.
+	processPriority(ch.process, j != nil, jl, prio)
+	out.Priority = prio
 	start := time.Now()
 	if err := ch.resume(); err != nil {
 		_ = ch.kill(jobKilledExitCode)
@@ -251,6 +259,7 @@ func run(ctx context.Context, req Request) (Output, error) {
 	out.Stderr, out.StderrTruncated = res.stderr.buf, res.stderr.dropped
 	out.TimedOut = res.timedOut
 	out.ExitCode = int(res.code)
+	out.CPUTimeExceeded = !res.timedOut && res.ctxErr == nil && jobTimeUsedUp(j, jl, res.code)
 	if res.timedOut || res.ctxErr != nil {
 		out.ExitCode = -1
 	}

@@ -3,11 +3,13 @@
 package tailnet
 
 import (
+	"encoding/binary"
 	"fmt"
+	"unsafe"
 
-	seccomp "github.com/elastic/go-seccomp-bpf"
+	"golang.org/x/sys/unix"
 
-	"github.com/metnos/agent/sandbox/shim"
+	"github.com/metnos/agent/sandbox"
 )
 
 // DenyListen makes listen(2) fail with EPERM for the rest of this
@@ -40,19 +42,32 @@ import (
 // (cmd/metnos-agent/cli's connect step), and only then: without a tailnet
 // configured, nothing is filtered.
 func DenyListen() error {
-	f := seccomp.Filter{
-		NoNewPrivs: true,
-		Flag:       seccomp.FilterFlagTSync,
-		Policy: seccomp.Policy{
-			DefaultAction: seccomp.ActionAllow,
-			Syscalls: []seccomp.SyscallGroup{{Action: seccomp.ActionErrno, NamesWithCondtions: []seccomp.NameWithConditions{
-				{Name: "listen", Conditions: seccomp.ArgumentConditions{{Argument: 0, Operation: seccomp.NotEqual, Value: shim.ProxyListenFD}}},
-				{Name: "listen", Conditions: seccomp.ArgumentConditions{{Argument: 1, Operation: seccomp.NotEqual, Value: shim.ProxyBacklog}}},
-			}}},
-		},
-	}
-	if err := seccomp.LoadFilter(f); err != nil {
+	b, err := sandbox.ListenFilter()
+	if err != nil {
 		return fmt.Errorf("tailnet: denying listen(2) to the agent: %w", err)
+	}
+	if len(b) == 0 || len(b)%8 != 0 {
+		return fmt.Errorf("tailnet: denying listen(2) to the agent: the filter is %d bytes, not a whole program", len(b))
+	}
+	prog := make([]unix.SockFilter, len(b)/8)
+	for i := range prog {
+		w := b[8*i:]
+		prog[i] = unix.SockFilter{Code: binary.NativeEndian.Uint16(w), Jt: w[2], Jf: w[3], K: binary.NativeEndian.Uint32(w[4:])}
+	}
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("tailnet: denying listen(2) to the agent: failed to set no_new_privs with prctl: %w", err)
+	}
+	// With TSYNC the call returns the id of a thread it could not
+	// synchronise (a positive value), or fails with an errno.
+	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
+	switch {
+	case errno == unix.ENOSYS:
+		return fmt.Errorf("tailnet: denying listen(2) to the agent: failed loading seccomp filter: seccomp is not supported by the kernel: %w", errno)
+	case errno != 0:
+		return fmt.Errorf("tailnet: denying listen(2) to the agent: failed loading seccomp filter: %w", errno)
+	case r != 0:
+		return fmt.Errorf("tailnet: denying listen(2) to the agent: thread %d could not take the filter", r)
 	}
 	return nil
 }

@@ -1,8 +1,8 @@
 // Package shim is the small program that runs inside the sandbox, between
 // bubblewrap (when there is one) and the command: it sets rlimits, drops
-// every capability, sets no_new_privs, applies Landlock and seccomp to
-// itself and then executes the command, so that the command starts already
-// confined. Where no PID namespace holds the process tree, a second shim
+// every capability, sets no_new_privs, lowers its priority (nice, I/O
+// class, autogroup), applies Landlock and seccomp to itself and then
+// executes the command, so that the command starts already confined. Where no PID namespace holds the process tree, a second shim
 // process supervises: it becomes a child subreaper, runs the confined shim
 // as its child, and kills every descendant when the command ends or the
 // deadline passes.
@@ -104,8 +104,27 @@ type Spec struct {
 	// it nor take its place.
 	Proxy   int `json:"proxy,omitempty"`
 	ProxyFD int `json:"proxy_fd,omitempty"`
-	// Rlimits to set, by name: "as", "nproc", "fsize", "nofile", "core".
+	// Rlimits to set, by name: "as", "nproc", "fsize", "nofile", "core",
+	// "nice", and "cpu" (seconds: SIGXCPU at the limit, SIGKILL one
+	// second of processor time later).
 	Rlimits map[string]uint64 `json:"rlimits,omitempty"`
+	// Nice, above 0, is the nice value the command runs at; SchedIdle
+	// runs it under SCHED_IDLE; IOPrio, when not 0, is its
+	// ioprio_set(2) value (class<<13 | level). All three are set on the
+	// thread that executes the command, after the shim's own work and
+	// before Landlock, and every process the command starts inherits
+	// them.
+	Nice      int  `json:"nice,omitempty"`
+	SchedIdle bool `json:"sched_idle,omitempty"`
+	IOPrio    int  `json:"ioprio,omitempty"`
+	// Autogroup, above 0, is the nice value to give the run's autogroup
+	// (/proc/self/autogroup): where the kernel schedules each session as
+	// a group of its own, the run's session competes with the owner's as
+	// one group, whatever the nice values inside it. AgentAutogroup is
+	// the agent's own autogroup, which the shim never changes (it would
+	// renice the agent's session).
+	Autogroup      int    `json:"autogroup,omitempty"`
+	AgentAutogroup string `json:"agent_autogroup,omitempty"`
 	// CgroupFDs are open cgroup.procs (v2) or tasks (v1) files
 	// (inherited descriptors) the shim joins, by writing "0" from the
 	// thread that executes the command, before anything else: the run's
@@ -138,6 +157,9 @@ type Status struct {
 	CapsDropped bool `json:"caps_dropped,omitempty"`
 	// Error is set when the shim failed; the command did not run.
 	Error string `json:"error,omitempty"`
+	// Layer marks an Error of a dry run's layer stage (see [LayerArg]):
+	// the layer could not be made, and bubblewrap never started.
+	Layer bool `json:"layer,omitempty"`
 	// Exited, ExitCode and Signal are sent by a supervisor when the
 	// command has ended.
 	Exited   bool   `json:"exited,omitempty"`
@@ -146,6 +168,35 @@ type Status struct {
 	// Clock, on the ready line, is when the shim reached each of its
 	// steps, for the agent's timing of the run's set-up.
 	Clock *Clock `json:"clock,omitempty"`
+	// Prio, on the ready line, is what the shim applied of the run's
+	// priority.
+	Prio *Prio `json:"prio,omitempty"`
+	// AutogroupAt, on a supervisor's line that the command ended, is
+	// when the supervisor saw the run's autogroup at Spec.Autogroup (Unix
+	// nanoseconds; 0 never): it keeps setting it while the kernel's rate
+	// limit refuses.
+	AutogroupAt int64 `json:"autogroup_at,omitempty"`
+}
+
+// Prio is what the shim applied of the run's priority before it
+// executed the command: nothing that failed is in it.
+type Prio struct {
+	// Nice is the nice value set, SchedIdle whether SCHED_IDLE was, and
+	// IOPrio the ioprio_set(2) value set (0: none).
+	Nice      int  `json:"nice,omitempty"`
+	SchedIdle bool `json:"sched_idle,omitempty"`
+	IOPrio    int  `json:"ioprio,omitempty"`
+	// Autogroup is the nice value given to the run's autogroup, and
+	// AutogroupDeferred says the kernel refused it for now (it lets
+	// processes without CAP_SYS_ADMIN set one ten times a second,
+	// machine-wide): whoever waits for the run keeps trying.
+	Autogroup         int  `json:"autogroup,omitempty"`
+	AutogroupDeferred bool `json:"autogroup_deferred,omitempty"`
+	// CPUTime is the RLIMIT_CPU soft limit in force, in seconds (0:
+	// none).
+	CPUTime uint64 `json:"cpu_time,omitempty"`
+	// Failed says what was asked and not applied, and why.
+	Failed []string `json:"failed,omitempty"`
 }
 
 // Clock holds wall-clock instants of the shim's run, in nanoseconds
@@ -178,13 +229,17 @@ func EncodeArgs(spec Spec, argv []string) ([]string, error) {
 	return append([]string{Arg, string(b), "--"}, argv...), nil
 }
 
-// MainIfShim runs the shim when os.Args[1] is [Arg], and then never
-// returns: it ends the process with os.Exit and the status [Main]
+// MainIfShim runs the shim when os.Args[1] is [Arg] (or the layer stage
+// of a dry run when it is [LayerArg]), and then never returns: it ends
+// the process with os.Exit and the status [Main] (or [MainLayer])
 // returned (or the command replaced it). Otherwise it returns at once. Binaries that can serve as the shim call
 // it first thing in main (and tests in TestMain).
 func MainIfShim() {
 	if len(os.Args) > 1 && os.Args[1] == Arg {
 		os.Exit(Main(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == LayerArg {
+		os.Exit(MainLayer(os.Args[2:]))
 	}
 }
 

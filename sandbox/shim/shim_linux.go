@@ -102,6 +102,18 @@ func run(status *os.File, spec Spec, argv []string) int {
 		return fail(status, fmt.Errorf("setting no_new_privs: %w", err))
 	}
 	st.NoNewPrivs = true
+	// The run's priority, on this thread, before the command (or
+	// anything of it) runs, and before Landlock makes /proc (the
+	// autogroup) read-only; after the shim's own work, which it would
+	// only slow down. RLIMIT_NICE 0 is already in force: it keeps the
+	// command from lowering its nice value, not this from raising it.
+	st.Prio = applyPriority(spec)
+	if _, ok := spec.Rlimits["cpu"]; ok {
+		var cpu unix.Rlimit
+		if unix.Getrlimit(unix.RLIMIT_CPU, &cpu) == nil && cpu.Cur != unix.RLIM_INFINITY {
+			st.Prio.CPUTime = cpu.Cur
+		}
+	}
 	st.LandlockABI, _ = llsys.LandlockGetABIVersion()
 	// A rule that keeps the writable mount of a removable grant's parent
 	// to removing empty directories is the only thing holding it: no
@@ -243,6 +255,8 @@ var rlimitNames = map[string]int{
 	"fsize":  unix.RLIMIT_FSIZE,
 	"nofile": unix.RLIMIT_NOFILE,
 	"core":   unix.RLIMIT_CORE,
+	"nice":   unix.RLIMIT_NICE,
+	"cpu":    unix.RLIMIT_CPU,
 }
 
 func setRlimits(limits map[string]uint64) error {
@@ -252,8 +266,13 @@ func setRlimits(limits map[string]uint64) error {
 			return fmt.Errorf("unknown rlimit %q", name)
 		}
 		lim := unix.Rlimit{Cur: v, Max: v}
+		if res == unix.RLIMIT_CPU {
+			// SIGXCPU at the limit, which ends a command that does not
+			// handle it and says why; SIGKILL a second later if it does.
+			lim.Max = v + 1
+		}
 		var old unix.Rlimit
-		if err := unix.Getrlimit(res, &old); err == nil && old.Max < v {
+		if err := unix.Getrlimit(res, &old); err == nil && old.Max < lim.Max {
 			// Never raise a hard limit the agent was already given.
 			lim = unix.Rlimit{Cur: old.Max, Max: old.Max}
 		}
@@ -412,6 +431,24 @@ func supervise(status *os.File, spec Spec, argv []string) int {
 		return fail(status, fmt.Errorf("starting the confined shim: %w", err))
 	}
 	r := &reaper{main: cmd.Process.Pid}
+	// The confined shim sets its autogroup's nice value itself; where
+	// the kernel's rate limit refused it, it is set from here as soon as
+	// the kernel allows.
+	var agAt time.Time
+	agDone, agStop := make(chan struct{}), make(chan struct{})
+	if spec.Autogroup > 0 {
+		go func() {
+			defer close(agDone)
+			select {
+			case <-time.After(20 * time.Millisecond):
+			case <-agStop:
+				return
+			}
+			agAt = KeepAutogroup(r.main, spec.Autogroup, spec.AgentAutogroup, agStop, nil)
+		}()
+	} else {
+		close(agDone)
+	}
 	for !r.done {
 		r.reap()
 		if r.done {
@@ -422,9 +459,14 @@ func supervise(status *os.File, spec Spec, argv []string) int {
 			r.killDescendants()
 		}
 	}
+	close(agStop)
+	<-agDone
 	// The command is gone; nothing it left behind may outlive it.
 	r.killDescendants()
 	st := Status{Exited: true}
+	if !agAt.IsZero() {
+		st.AutogroupAt = agAt.UnixNano()
+	}
 	if r.status.Signaled() {
 		st.ExitCode = -1
 		st.Signal = unix.SignalName(r.status.Signal())
