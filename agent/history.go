@@ -41,7 +41,8 @@ func writeRoots(p policy.Policy) []string {
 // beginJournal records an invocation about to run, if it is journaled.
 func (a *Agent) beginJournal(inv *invocation, req sandbox.Request) error {
 	ex := inv.ex
-	if !journaled(inv) {
+	if !journaled(inv) || inv.dryBy != "" {
+		// A dry run changes nothing: there is nothing to undo.
 		return nil
 	}
 	var masks []string
@@ -63,7 +64,7 @@ func (a *Agent) beginJournal(inv *invocation, req sandbox.Request) error {
 // disk, and a local undo must still be able to put that back.
 func (a *Agent) finishJournal(inv *invocation, sent result.Result, payload any) {
 	// The journal reads only the strings of the arguments.
-	o := undo.Outcome{OK: sent.OK, ErrorClass: sent.ErrorClass, Payload: payload, Args: inv.strs}
+	o := undo.Outcome{OK: sent.OK, ErrorClass: sent.ErrorClass, Payload: payload, Args: inv.strs, Busy: a.busyRoots()}
 	f, err := a.journal.Finish(inv.ID, o)
 	if errors.Is(err, undo.ErrNotOpen) {
 		return // not journaled
@@ -114,7 +115,7 @@ func (a *Agent) auditRecord(inv *invocation, r result.Result, body []byte) {
 	rec := audit.Record{Time: time.Now(), InvocationID: inv.ID, TurnID: inv.TurnID, Executor: inv.Executor,
 		ManifestSHA256: inv.ManifestSHA256, Args: inv.Args, Output: body, DurationMS: r.ElapsedMS,
 		OK: r.OK, ErrorClass: r.ErrorClass, Sandbox: r.Sandbox, Policy: r.Policy, Network: auditNetwork(inv.net),
-		RefusedBy: inv.refusedBy, OwnerMode: a.ownerMode()}
+		RefusedBy: inv.refusedBy, OwnerMode: ownerMode(inv.lim), DryRun: inv.dryBy != ""}
 	if err := a.audit.Write(rec); err != nil {
 		a.log.Error("could not write the audit record (is the data folder full?); it is retried while the agent runs", "invocation", inv.ID, "err", err)
 		a.redo = append(a.redo, redo{id: inv.ID, what: "audit log", do: func() error { return a.audit.Write(rec) }})

@@ -18,36 +18,25 @@ import (
 	"github.com/metnos/agent/internal/fspath"
 )
 
-// dryRuns says this build can run an invocation as a dry run: in
-// preview mode, execute marks an invocation of an executor that writes
-// (invocation.preview) for the run to be a dry run. The dry-run work
-// sets it where it makes the run honour the mark; while it is false,
-// preview mode refuses every executor that writes, and never runs one
-// for real.
-var dryRuns = false
-
 // ownerRefusal says why the owner's limits refuse inv, whose executor
 // is verified and whose arguments are read, before it runs (nil: they
 // let it run): an argument inside a never folder; in readonly mode, an
 // executor that writes (its manifest declares fs:write, the one
-// capability that grants writing); in preview mode, one that writes
-// where this build has no dry runs. In preview mode with dry runs, it
-// marks inv for a dry run instead. The executors the limits refuse by
+// capability that grants writing). In preview mode, it marks inv for a
+// dry run instead (see dryRunOf), which a device that cannot make the
+// copy-on-write layer refuses rather than run for real. The executors the limits refuse by
 // name are refused before the executor is fetched (see execute).
 func (a *Agent) ownerRefusal(inv *invocation) error {
-	if p, n, ok := a.neverArg(inv.strs); ok {
-		return a.lim.Refused(fmt.Sprintf("never lists %q, which holds %q", n, p))
+	if p, n, ok := neverArg(inv.lim, inv.host.Home, inv.strs); ok {
+		return inv.lim.Refused(fmt.Sprintf("never lists %q, which holds %q", n, p))
 	}
 	if !inv.ex.Manifest.Facts.Writes() {
 		return nil
 	}
-	switch a.lim.InForce() {
+	switch inv.lim.InForce() {
 	case config.ModeReadonly:
-		return a.lim.Refused(`mode = "readonly" refuses executors that write`)
+		return inv.lim.Refused(`mode = "readonly" refuses executors that write`)
 	case config.ModePreview:
-		if !dryRuns {
-			return a.lim.Refused(`preview mode: dry runs are not available in this build, and mode = "preview" never runs an executor that writes for real`)
-		}
 		inv.preview = true
 	case config.ModeSupervised:
 		inv.log.Warn(`the owner's mode is "supervised": this executor writes; it runs, and its run is recorded as every run is (history, audit log)`)
@@ -56,13 +45,13 @@ func (a *Agent) ownerRefusal(inv *invocation) error {
 }
 
 // neverArg finds an argument string that names a path inside one of
-// the owner's never folders (as itself, or where its symbolic links
-// lead): the path and the never entry, as the file writes it.
-func (a *Agent) neverArg(strs []string) (path, never string, ok bool) {
-	if len(a.lim.Never) == 0 {
+// the never folders of lim (home is the home folder ~ stands for, as
+// itself, or where its symbolic links lead): the path and the never
+// entry, as the file writes it.
+func neverArg(lim config.Limits, home string, strs []string) (path, never string, ok bool) {
+	if len(lim.Never) == 0 {
 		return "", "", false
 	}
-	home := a.host.Home
 	for _, s := range strs {
 		p := s
 		switch {
@@ -76,7 +65,7 @@ func (a *Agent) neverArg(strs []string) (path, never string, ok bool) {
 		if r, err := filepath.EvalSymlinks(p); err == nil && r != p {
 			cands = append(cands, r)
 		}
-		for i, n := range a.lim.Never {
+		for i, n := range lim.Never {
 			ns := []string{n}
 			if r, err := filepath.EvalSymlinks(n); err == nil && r != n {
 				ns = append(ns, r)
@@ -84,7 +73,7 @@ func (a *Agent) neverArg(strs []string) (path, never string, ok bool) {
 			for _, c := range cands {
 				for _, n2 := range ns {
 					if fspath.Within(c, n2) {
-						return s, a.lim.NeverAsWritten[i], true
+						return s, lim.NeverAsWritten[i], true
 					}
 				}
 			}
@@ -108,9 +97,9 @@ func (a *Agent) refusedByOwner(inv *invocation, err error) (result.Result, bool)
 	return result.DeviceError(fmt.Errorf("executor %s: not run on this device: %w", inv.Executor, re)), true
 }
 
-// ownerMode is the owner's mode for an audit line: "" for full.
-func (a *Agent) ownerMode() string {
-	if m := a.lim.InForce(); m != config.ModeFull {
+// ownerMode is the owner's mode of lim for an audit line: "" for full.
+func ownerMode(lim config.Limits) string {
+	if m := lim.InForce(); m != config.ModeFull {
 		return string(m)
 	}
 	return ""

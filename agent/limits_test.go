@@ -71,8 +71,7 @@ func TestOwnerRefusesBeforeRun(t *testing.T) {
 		{name: "readonly refuses a writer", file: `mode = "readonly"`, executor: "write_files",
 			rule: `mode = "readonly" refuses executors that write`},
 		{name: "readonly lets a reader be", file: `mode = "readonly"`, executor: "echo_args"},
-		{name: "preview without dry runs refuses a writer", file: `mode = "preview"`, executor: "write_files",
-			rule: `preview mode: dry runs are not available in this build`},
+		{name: "preview lets a writer run dry", file: `mode = "preview"`, executor: "write_files"},
 		{name: "supervised lets a writer be", file: `mode = "supervised"`, executor: "write_files"},
 		{name: "deny", file: "[executors]\ndeny = [\"write_files\"]", executor: "write_files",
 			rule: `[executors] deny lists "write_files"`},
@@ -122,6 +121,9 @@ func TestOwnerRefusesBeforeRun(t *testing.T) {
 			if tt.rule == "" {
 				if strings.Contains(r.Error, "owner's limits") {
 					t.Fatalf("refused by the owner's limits, which allow it: %s", info.ResultBody)
+				}
+				if _, err := os.Lstat(out); err == nil && strings.Contains(tt.file, "preview") {
+					t.Errorf("preview mode wrote the file: %s", info.ResultBody)
 				}
 				return
 			}
@@ -179,16 +181,20 @@ func TestLimitsChangesRecorded(t *testing.T) {
 		t.Fatalf("the copy kept: %q, %v", b, err)
 	}
 
-	write("mode = \"readonly\"\n[executors]\ndeny = [\"delete_files\"]\n")
+	write("mode = \"readonly\"\n[executors]\ndeny = [\"delete_files\"]\n[priority]\ncpu = \"background\"\n")
 	a.watchLimits()
 	ev := events()
-	if len(ev) != 2 || ev[0].Seen != "run" || !ev[0].InForce || len(ev[0].Changes) != 2 ||
+	if len(ev) != 2 || ev[0].Seen != "run" || !ev[0].InForce || len(ev[0].Changes) != 3 ||
 		ev[0].Changes[0] != (audit.Change{Key: "mode", Old: `"full"`, New: `"readonly"`}) ||
-		ev[0].Changes[1] != (audit.Change{Key: "executors.deny", Old: `[]`, New: `["delete_files"]`}) {
+		ev[0].Changes[1] != (audit.Change{Key: "executors.deny", Old: `[]`, New: `["delete_files"]`}) ||
+		ev[0].Changes[2] != (audit.Change{Key: "priority.cpu", Old: `"low"`, New: `"background"`}) {
 		t.Fatalf("after the change: %+v", ev)
 	}
 	if a.lim.InForce() != config.ModeReadonly {
 		t.Errorf("mode in force %s, want readonly", a.lim.InForce())
+	}
+	if p := PriorityOf(a.lim); p.CPU != sandbox.CPUBackground || p.IO != sandbox.IOLow {
+		t.Errorf("priority in force %v, want the edited file's: cpu background, io low", p)
 	}
 
 	os.Chtimes(path, time.Now().Add(time.Hour), time.Now().Add(time.Hour))

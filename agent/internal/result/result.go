@@ -12,7 +12,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
+	"time"
 
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/wire"
@@ -106,6 +108,16 @@ func FromOutput(executor string, stdout []byte, truncated bool, limit int64) Res
 func Timeout(sandboxWord string) Result {
 	return Result{Entries: []any{}, Payload: map[string]any{}, Sandbox: sandboxWord,
 		Error: "deadline exceeded", ErrorClass: wire.ClassTimeout}
+}
+
+// CPUTimeExceeded is the result of a run its CPU-time limit ended
+// (sandbox.Output.CPUTimeExceeded): like [Timeout], error_class
+// "timeout", with an error that says which limit it was, limit being
+// the processor time each process of the run had (each process of the
+// tree on Linux and macOS, the whole run on Windows).
+func CPUTimeExceeded(sandboxWord, executor string, limit time.Duration) Result {
+	return Result{Entries: []any{}, Payload: map[string]any{}, Sandbox: sandboxWord,
+		Error: fmt.Sprintf("CPU time limit exceeded: executor %s used the %d s of processor time it may use, and was stopped", executor, int64(math.Ceil(limit.Seconds()))), ErrorClass: wire.ClassTimeout}
 }
 
 // CutAtStop is the result of a run the agent cut short because it was

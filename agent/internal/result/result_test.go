@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The protocol's example result, byte for byte (docs/protocol.md §9.2).
@@ -59,6 +60,10 @@ func TestTimeoutAndDeviceError(t *testing.T) {
 	b, _ := Timeout("bwrap+landlock+seccomp").Body()
 	if !strings.Contains(string(b), `"error":"deadline exceeded","error_class":"timeout"`) || !strings.Contains(string(b), `"sandbox":"bwrap+landlock+seccomp"`) {
 		t.Errorf("timeout body %s", b)
+	}
+	b, _ = CPUTimeExceeded("bwrap+landlock+seccomp", "busy", 120*time.Second).Body()
+	if !strings.Contains(string(b), `"error":"CPU time limit exceeded: executor busy used the 120 s of processor time it may use, and was stopped","error_class":"timeout"`) || !strings.Contains(string(b), `"entries":[]`) {
+		t.Errorf("CPU time body %s", b)
 	}
 	b, _ = DeviceError(errors.New("manifest signature")).Body()
 	if !strings.Contains(string(b), `"error_class":"device_error"`) || !strings.Contains(string(b), `"sandbox":"none"`) {
