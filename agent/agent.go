@@ -2,7 +2,10 @@
 // server, heartbeats, verifies each invocation and runs it once in the
 // sandbox, and delivers every result at least once.
 //
-// What it guarantees: an invocation runs at most once on this device
+// What it guarantees: invocations run side by side, up to the owner's
+// concurrency, but two whose grants overlap where one of them may write
+// run one after the other, in the order they came (docs/limits.md);
+// an invocation runs at most once on this device
 // (the spool's ledger and STARTED markers, across restarts: one that
 // was running when the agent stopped is reported as
 // execution_outcome_unknown, never run again), every result is on disk
@@ -39,6 +42,7 @@ import (
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/undo"
 	"github.com/metnos/agent/update"
+	"github.com/metnos/agent/wire"
 )
 
 // Config is what an [Agent] runs with. Zero fields take the protocol's
@@ -51,7 +55,9 @@ type Config struct {
 	// session's sockets and the agent's own folders, which every
 	// executor's policy masks.
 	Host policy.Host
-	// Sandbox are the sandbox's settings, passed to every run.
+	// Sandbox are the sandbox's settings, passed to every run; their
+	// Priority is replaced by the one the owner's limits give (see
+	// PriorityOf), read when the invocation is claimed.
 	Sandbox sandbox.Options
 	// Limits are the device owner's limits in force at the start
 	// (limits.toml with the environment's overrides, see
@@ -172,17 +178,20 @@ type Config struct {
 // verifies and runs each invocation once, and delivers every result at
 // least once.
 type Agent struct {
-	cfg     Config
-	log     *slog.Logger
-	client  *client.Client
-	server  ed25519.PublicKey
-	spool   *spool.Spool
-	state   pairing.State
-	host    policy.Host
-	python  Python
-	pyErr   error
-	best    string
-	shimMu  sync.Mutex
+	cfg    Config
+	log    *slog.Logger
+	client *client.Client
+	server ed25519.PublicKey
+	spool  *spool.Spool
+	state  pairing.State
+	host   policy.Host
+	python Python
+	pyErr  error
+	best   string
+	shimMu sync.Mutex
+	// exMu keeps two preparations from fetching or verifying an
+	// executor into the cache at once (see executor).
+	exMu    sync.Mutex
 	shimDir string
 	shimSHA string
 	// shimFiles are the loaded shim's files, shimSums their SHA-256
@@ -242,11 +251,24 @@ type Agent struct {
 	beatNow chan struct{}
 	// idleMu keeps two calls of Config.OnIdle from running at once.
 	idleMu sync.Mutex
-	// working is set while the Run goroutine handles an invocation,
-	// and workEnded is when it last finished one (UnixNano): the
-	// heartbeat goroutine reads them (see idleAfterBeat).
+	// working is set while an invocation runs, and workEnded is when
+	// the last run ended (UnixNano): the heartbeat goroutine reads
+	// them (see idleAfterBeat).
 	working   atomic.Bool
 	workEnded atomic.Int64
+	// queue are the claimed invocations, prepared, waiting for a
+	// conflicting run to end (in the order they came), and running
+	// those under way, each on a goroutine of its own (only the Run
+	// goroutine touches them; see schedule). inFlight is how many run
+	// and limit how many may be claimed at once (see slots), for the
+	// heartbeat and InFlight.
+	queue, running  []*job
+	inFlight, limit atomic.Int32
+	// ends counts the runs that ended (see job.ends); fresh says a
+	// result was spooled since the last flush (only the Run goroutine
+	// touches them).
+	ends  int
+	fresh bool
 	// swept is done once the start's sweep of backup blobs and journal
 	// segments has ended: it runs beside the first poll, and the first
 	// run waits for it (see housekeeping).
@@ -384,10 +406,16 @@ func (a *Agent) Python() (Python, error) { return a.python, a.pyErr }
 // SandboxLevel is the strongest sandbox word this machine gives.
 func (a *Agent) SandboxLevel() string { return a.best }
 
-// Run polls and executes until ctx ends, which is a request to stop: a
-// run under way finishes (it is not cut short), and the results that
-// finished are delivered for up to Config.StopDelivery before Run
-// returns. With a Config.StopBudget, a run still going half the budget
+// Run polls and executes until ctx ends, which is a request to stop:
+// the runs under way finish (they are not cut short), and the results
+// that finished are delivered for up to Config.StopDelivery before Run
+// returns. Up to the owner's [config.Limits.Concurrency] invocations run
+// at once, each on a goroutine of its own; everything else (polling,
+// the spool and delivery, the journal and audit log, the owner's
+// limits, updates) stays on the goroutine that called Run, which polls
+// only while a claimed invocation could start, and starts one only when
+// no run whose grants overlap its own where either may write is under
+// way or came before it (see schedule). With a Config.StopBudget, a run still going half the budget
 // after the request is cut short and its result (ok false, saying so)
 // is delivered too, and delivery ends [StopMargin] before the budget
 // does, so that Run returns before it. Closing Config.Halt stops at
@@ -396,14 +424,14 @@ func (a *Agent) SandboxLevel() string { return a.best }
 // It returns nil when it stopped.
 func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("agent running", "server", a.client.URL(), "device", a.client.DeviceID(), "sandbox", a.best)
-	ran := make(chan struct{})
-	defer close(ran)
+	returned := make(chan struct{})
+	defer close(returned)
 	if a.cfg.Halt != nil {
 		go func() {
 			select {
 			case <-a.cfg.Halt:
 				a.haltCancel()
-			case <-ran:
+			case <-returned:
 			}
 		}()
 	}
@@ -426,6 +454,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			time.AfterFunc(b/2, a.cutCancel)
 		}
 	})()
+	a.slots()
 	go a.heartbeats(ctx)
 	backoff := time.Second
 	restart := false
@@ -437,45 +466,123 @@ func (a *Agent) Run(ctx context.Context) error {
 	// waiting does not need).
 	worked, quiet, waited := true, true, false
 	var idleAt time.Time
-	for ctx.Err() == nil {
-		if quiet && a.cfg.OnIdle != nil && (worked || time.Since(idleAt) >= IdleAgain) {
+	// The poll runs on a goroutine of its own, so that the runs' ends
+	// are taken while it waits; only one is out at a time, and only
+	// while a claimed invocation could start (see slots). delay is how
+	// long it waits before polling: the backoff after a failure.
+	polls := make(chan polled, 1)
+	done := make(chan ran)
+	preps := make(chan prepared)
+	polling := false
+	var delay time.Duration
+	var idleTimer *time.Timer
+	var idledMidPoll atomic.Bool
+	// updating: the server announced a client version to check, which
+	// waits until no invocation runs (an update never replaces the
+	// agent in the middle of one); no poll is sent meanwhile.
+	updating := ""
+	// armIdle calls OnIdle after d, unless a run starts meanwhile or
+	// the poll under way returns first.
+	armIdle := func(d time.Duration) {
+		if a.cfg.OnIdle == nil || idleTimer != nil {
+			return
+		}
+		idleTimer = time.AfterFunc(d, func() {
+			if a.working.Load() {
+				return
+			}
 			a.idle()
-			worked, idleAt = false, time.Now()
+			idledMidPoll.Store(true)
+		})
+	}
+	for {
+		stopping := ctx.Err() != nil || restart
+		a.schedule(ctx, done)
+		if a.fresh && dctx.Err() == nil {
+			// A result was spooled (a run ended, or an invocation
+			// could not run): it goes now, not after the long-poll
+			// under way.
+			a.fresh = false
+			a.flush(dctx)
 		}
-		quiet = true
-		block := a.cfg.Block
-		if !a.flush(dctx) {
-			// Results wait in the spool: come back soon to retry them
-			// rather than after a whole long-poll.
-			block = min(block, 2*time.Second)
+		busy := len(a.running)+len(a.queue) > 0
+		if stopping && !polling && !busy {
+			break
 		}
-		if down.since != nil {
-			// The server was unreachable: a short poll finds out soon
-			// that it is back, rather than a whole long-poll later.
-			block = min(block, 2*time.Second)
+		if !stopping && updating != "" && !polling && !busy {
+			if a.checkUpdate(ctx) {
+				restart = true
+				continue
+			}
+			updating = ""
 		}
-		// After a run, or a long-poll that timed out, the long-poll's
-		// wait is idle time already: once its request has gone (which
-		// touches code as answering does).
-		var idleTimer *time.Timer
-		var idledMidPoll atomic.Bool
-		if (worked || waited) && a.cfg.OnIdle != nil {
-			idleTimer = time.AfterFunc(IdleAfterWork, func() {
+		if !stopping && !polling && updating == "" && len(a.running)+len(a.queue) < a.slots() {
+			if quiet && !busy && a.cfg.OnIdle != nil && (worked || time.Since(idleAt) >= IdleAgain) {
 				a.idle()
-				idledMidPoll.Store(true)
-			})
+				worked, idleAt = false, time.Now()
+			}
+			quiet = true
+			block := a.cfg.Block
+			if !a.flush(dctx) {
+				// Results wait in the spool: come back soon to retry them
+				// rather than after a whole long-poll.
+				block = min(block, 2*time.Second)
+			}
+			if down.since != nil {
+				// The server was unreachable: a short poll finds out soon
+				// that it is back, rather than a whole long-poll later.
+				block = min(block, 2*time.Second)
+			}
+			// After a run, or a long-poll that timed out, the long-poll's
+			// wait is idle time already: once its request has gone (which
+			// touches code as answering does), and while no run goes on.
+			idleTimer = nil
+			idledMidPoll.Store(false)
+			if (worked || waited) && !busy {
+				armIdle(delay + IdleAfterWork)
+			}
+			waited = false
+			polling = true
+			go a.poll(ctx, delay, block, polls)
+			delay = 0
 		}
-		waited = false
-		// The cursor is always null. The Rust client sends the last id
-		// it saw, which hides from it every invocation with a smaller
-		// id: one a dead agent's orphaned long-poll claimed (docs/protocol.md §6.5),
-		// or any ordinary one after a durable id (docs/protocol.md §17.1). The ledger
-		// already keeps anything from running twice, and the server
-		// hands out again only invocations without a result, after
-		// their deadline.
-		polled := time.Now()
-		resp, err := a.client.Poll(ctx, "", block)
-		if err == nil && resp.Invocation == nil && time.Since(polled) >= IdleAfterWork {
+		var p polled
+		select {
+		case <-a.nextDeadline():
+			// A claimed invocation waiting for a conflicting run has
+			// come to its deadline (see schedule).
+			continue
+		case pr := <-preps:
+			a.prepared(pr)
+			continue
+		case d := <-done:
+			a.ended(d)
+			if polling && len(a.running)+len(a.queue) == 0 {
+				// The last run ended while the long-poll waits: that
+				// wait is idle time already.
+				armIdle(IdleAfterWork)
+			}
+			continue
+		case p = <-polls:
+			polling = false
+		case <-ctx.Done():
+			if !polling && !busy {
+				continue
+			}
+			// Wait for the poll and the runs; a stop comes once.
+			select {
+			case pr := <-preps:
+				a.prepared(pr)
+				continue
+			case d := <-done:
+				a.ended(d)
+				continue
+			case p = <-polls:
+				polling = false
+			}
+		}
+		resp, err := p.resp, p.err
+		if err == nil && resp.Invocation == nil && p.took >= IdleAfterWork {
 			waited = true
 		}
 		if idleTimer != nil {
@@ -483,10 +590,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			if idledMidPoll.Load() {
 				worked, idleAt = false, time.Now()
 			}
+			idleTimer = nil
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				break
+				continue
 			}
 			switch {
 			case errors.Is(err, client.ErrReconnected):
@@ -502,7 +610,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				}
 				a.log.Warn("poll failed; retrying", "err", err)
 			}
-			a.sleep(ctx, &backoff)
+			delay = a.backoff(&backoff)
 			continue
 		}
 		down.answered(a.log)
@@ -521,23 +629,20 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.watchLimits()
 		if resp.Invocation != nil {
 			worked, quiet = true, false
-			a.working.Store(true)
-			err := a.handle(ctx, resp.Invocation)
-			a.workEnded.Store(time.Now().UnixNano())
-			a.working.Store(false)
+			j, err := a.admit(ctx, resp.Invocation, preps)
+			if j != nil {
+				a.queue = append(a.queue, j)
+			}
 			if err != nil {
 				// A malformed invocation counts as a failed poll (docs/protocol.md §7.2
 				// step 1): back off.
-				a.sleep(ctx, &backoff)
+				delay = a.backoff(&backoff)
 				continue
 			}
 		}
 		backoff = time.Second
-		// Between runs: an update never replaces the agent in the
-		// middle of one.
-		if a.updateDue(resp.ServerClientVersion) && a.checkUpdate(ctx) {
-			restart = true
-			break
+		if a.updateDue(resp.ServerClientVersion) {
+			updating = resp.ServerClientVersion
 		}
 	}
 	// The stop time, unless the loop ended before the AfterFunc ran.
@@ -776,14 +881,42 @@ func (a *Agent) outboxIDs() []string {
 	return ids
 }
 
-// sleep waits backoff × a jitter in [0.75, 1.25), then doubles backoff
-// up to 10 s (docs/protocol.md §16).
-func (a *Agent) sleep(ctx context.Context, backoff *time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(client.Jitter(*backoff)):
-	}
+// backoff returns how long to wait before the next poll, backoff × a
+// jitter in [0.75, 1.25), and doubles backoff up to 10 s
+// (docs/protocol.md §16).
+func (a *Agent) backoff(backoff *time.Duration) time.Duration {
+	d := client.Jitter(*backoff)
 	*backoff = client.NextBackoff(*backoff)
+	return d
+}
+
+// polled is a poll's answer, and how long it took.
+type polled struct {
+	resp wire.PollResponse
+	err  error
+	took time.Duration
+}
+
+// poll waits delay (unless ctx ends), polls, and sends what it got to
+// out. The cursor is always null. The Rust client sends the last id
+// it saw, which hides from it every invocation with a smaller id: one
+// a dead agent's orphaned long-poll claimed (docs/protocol.md §6.5),
+// or any ordinary one after a durable id (docs/protocol.md §17.1). The
+// ledger already keeps anything from running twice, and the server
+// hands out again only invocations without a result, after their
+// deadline.
+func (a *Agent) poll(ctx context.Context, delay, block time.Duration, out chan<- polled) {
+	if delay > 0 {
+		select {
+		case <-ctx.Done():
+			out <- polled{err: ctx.Err()}
+			return
+		case <-time.After(delay):
+		}
+	}
+	start := time.Now()
+	resp, err := a.client.Poll(ctx, "", block)
+	out <- polled{resp: resp, err: err, took: time.Since(start)}
 }
 
 // heartbeats sends the profile at once and then every HeartbeatEvery.
@@ -834,6 +967,10 @@ func (a *Agent) profile() map[string]any {
 		"os_family":      client.OSFamily(),
 		"sandbox_level":  a.best,
 		"agent":          "metnos-agent",
+		// How many invocations run now, and may run at once (the
+		// server stores the profile as it is: integers, by convention).
+		"in_flight":   int64(a.inFlight.Load()),
+		"concurrency": int64(a.limit.Load()),
 	}
 	if a.cfg.Update != nil {
 		if s := a.cfg.Update.Summary(); s != "" {
@@ -865,6 +1002,7 @@ func (a *Agent) profile() map[string]any {
 func (a *Agent) spoolResult(id string, body []byte) error {
 	r, err := a.spool.Finish(id, body)
 	a.outbox = append(a.outbox, r)
+	a.fresh = true
 	if err != nil {
 		a.unsettled = append(a.unsettled, id)
 	}

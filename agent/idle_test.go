@@ -120,7 +120,7 @@ func TestOnIdleDuringLongPoll(t *testing.T) {
 	}
 	select {
 	case <-d.idle:
-		t.Error("OnIdle was called twice after one run")
+		t.Error("OnIdle was called twice after one run\n" + d.logs.String())
 	case <-time.After(3 * IdleAfterWork):
 	}
 	if err := d.stop(); err != nil {

@@ -14,10 +14,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/metnos/agent/agent/internal/bundle"
 	"github.com/metnos/agent/agent/internal/result"
+	"github.com/metnos/agent/internal/config"
 	"github.com/metnos/agent/internal/fspath"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
@@ -56,6 +58,17 @@ type invocation struct {
 	// owner's preview mode makes a dry run (see ownerRefusal).
 	refusedBy string
 	preview   bool
+	// dryBy says why the run is a dry run (dryByArgs, dryByPreview),
+	// "" for a real one: set by request, with the policy.
+	dryBy string
+	// lim and host are the owner's limits and the Host in force when
+	// the invocation was claimed: its request reads them, also when the
+	// run builds it again on its own goroutine (see run), while the
+	// Run goroutine may put new ones in force.
+	lim  config.Limits
+	host policy.Host
+	// noted: the request's notes were logged (see request).
+	noted bool
 }
 
 // readArgs reads the arguments for everything after it: their strings
@@ -70,46 +83,72 @@ func (inv *invocation) readArgs() error {
 	return nil
 }
 
-// handle takes one invocation from a poll response through docs/protocol.md §7.2:
-// shape, ledger, signature, id, then execution, and spools its result
-// for the next flush to deliver.
+// admit takes one invocation from a poll response through docs/protocol.md §7.2:
+// shape, ledger, signature, id, then the executor, the arguments and
+// the owner's limits, up to its sandbox request (see prepare, which
+// runs on a goroutine of its own and sends what it made to preps): the
+// job it returns starts once it is prepared and no run it conflicts
+// with is under way or came before it (see schedule). One refused here
+// has its result spooled for the next flush to deliver, and no job.
 // An invocation that fails its checks is not run; it gets a result with
 // error_class "invocation_refused", so that the server learns at once
 // rather than at its timeout, and so that nothing it sends can stall
-// the invocations after it.
-func (a *Agent) handle(ctx context.Context, raw any) error {
+// the invocations after it. It runs on the Run goroutine.
+func (a *Agent) admit(ctx context.Context, raw any, preps chan<- prepared) (*job, error) {
 	w, err := wire.ParseInvocation(raw)
 	if err != nil {
 		a.log.Error("the server sent an invocation of the wrong shape; ignored", "err", err)
-		return err
+		return nil, err
 	}
 	inv := &invocation{Invocation: w, log: a.log.With("invocation", w.ID, "executor", w.Executor),
-		limit: max(time.Duration(w.DeadlineMS)*time.Millisecond, time.Second), spans: newSpans()}
+		limit: max(time.Duration(w.DeadlineMS)*time.Millisecond, time.Second), spans: newSpans(),
+		lim: a.lim, host: a.host}
 	inv.spans.mark("parse")
-	defer func() { inv.spans.log(inv.log, inv.timing) }()
 	if !wire.ValidID(inv.ID) {
 		inv.log.Error("refusing an invocation id the server cannot issue; not run, no result possible")
-		return nil
+		inv.spans.log(inv.log, nil)
+		return nil, nil
 	}
 	if a.spool.Executed(inv.ID) {
 		inv.log.Info("already executed on this device; not run again")
-		return nil
+		inv.spans.log(inv.log, nil)
+		return nil, nil
+	}
+	if a.claimed(inv.ID) {
+		inv.log.Info("already claimed and waiting or running on this device; not run twice")
+		inv.spans.log(inv.log, nil)
+		return nil, nil
 	}
 	if err := inv.Verify(a.server); err != nil {
 		a.refuse(inv, fmt.Errorf("the invocation's signature is not the paired server's: %w", err))
-		return nil
+		inv.spans.log(inv.log, nil)
+		return nil, nil
 	}
 	if err := wire.CheckID(inv.ID, time.Now()); err != nil {
 		a.refuse(inv, err)
-		return nil
+		inv.spans.log(inv.log, nil)
+		return nil, nil
 	}
 	inv.spans.mark("verify")
-	r, keep := a.execute(ctx, inv)
-	if !keep {
-		return nil
-	}
-	a.finish(inv, r)
-	return nil
+	// The executor, its arguments and its request are made on a
+	// goroutine of their own (a first run fetches the executor): the
+	// job waits in the queue meanwhile, and whatever came after it
+	// waits for it to be known (see ready).
+	j := &job{inv: inv, claimed: inv.spans.start, preparing: true, ends: a.ends}
+	go func() {
+		p, r, keep := a.prepare(ctx, inv)
+		preps <- prepared{j: j, p: p, r: r, keep: keep}
+	}()
+	return j, nil
+}
+
+// prepared is what a job's preparation sends back to the Run
+// goroutine: the job made (p, nil when it cannot run), or the result
+// to keep for it.
+type prepared struct {
+	j, p *job
+	r    result.Result
+	keep bool
 }
 
 // finish encodes and spools the result of an invocation that was run
@@ -169,17 +208,22 @@ func (a *Agent) refuse(inv *invocation, why error) {
 	a.auditRecord(inv, r, body)
 }
 
-// execute fetches and verifies the executor, reads the arguments,
-// writes the STARTED marker and runs it under the watchdog.
-func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bool) {
+// prepare fetches and verifies the executor, reads the arguments,
+// applies the owner's limits and builds the sandbox request: the job,
+// ready to start (see start). When the invocation cannot run, it
+// returns no job but the result to spool (keep), or nothing at all
+// when the agent was asked to stop meanwhile. It runs on a goroutine
+// of its own, and reads the owner's limits and the Host the invocation
+// was claimed under (inv.lim, inv.host), never the Agent's.
+func (a *Agent) prepare(ctx context.Context, inv *invocation) (*job, result.Result, bool) {
 	// Everything before the marker has no effect on the device: when the
 	// agent is asked to stop meanwhile, nothing is spooled, and the server
 	// hands the invocation out again later.
 	// The owner's limits refuse an executor by name before it is
 	// fetched, and the rest once it is known, before anything else.
 	var err error
-	if why := a.lim.RefuseExecutor(inv.Executor); why != "" {
-		err = a.lim.Refused(why)
+	if why := inv.lim.RefuseExecutor(inv.Executor); why != "" {
+		err = inv.lim.Refused(why)
 	}
 	if err == nil {
 		inv.ex, err = a.executor(ctx, inv)
@@ -206,18 +250,33 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 	if err != nil {
 		if ctx.Err() != nil {
 			inv.log.Info("stopping before the run started; the server will hand the invocation out again")
-			return result.Result{}, false
+			return nil, result.Result{}, false
 		}
 		if r, ok := a.refusedByOwner(inv, err); ok {
-			return r, true
+			return nil, r, true
 		}
-		return result.DeviceError(err), true
+		return nil, result.DeviceError(err), true
+	}
+	inv.spans.mark("request")
+	return &job{inv: inv, req: req, shimDir: shimDir, fp: footprintOf(inv, req.Policy)}, result.Result{}, false
+}
+
+// start starts a prepared job, on the Run goroutine: it checks the
+// backup blobs the run would restore, writes the STARTED marker and
+// the history journal's entry, and runs the job on a goroutine of its
+// own, which sends what it ran to done. It reports whether it started
+// the run; when it did not, the result that says why is spooled.
+func (a *Agent) start(ctx context.Context, j *job, done chan<- ran) bool {
+	inv, req := j.inv, j.req
+	fail := func(r result.Result) bool {
+		a.finish(inv, r)
+		inv.spans.log(inv.log, inv.timing)
+		return false
 	}
 	// A backup blob the run would restore must still be the bytes it
 	// was named after.
-	inv.spans.mark("request")
 	if err := a.checkBlobs(inv); err != nil {
-		return result.DeviceError(fmt.Errorf("executor %s not run: %w", inv.ex.Name, err)), true
+		return fail(result.DeviceError(fmt.Errorf("executor %s not run: %w", inv.ex.Name, err)))
 	}
 	// The start's sweep of backup blobs and journal segments acts on
 	// what a run writes: it ends before the first run begins.
@@ -225,15 +284,31 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 	// The marker comes after the executor is known: whether it can
 	// write decides what a crash means (docs/protocol.md §17.3).
 	inv.spans.mark("blobs")
-	if err := a.spool.Start(inv.ID, inv.Reversibility, inv.ex.Manifest.Facts.Writes()); err != nil {
-		return result.DeviceError(fmt.Errorf("writing the STARTED marker: %w", err)), true
+	// A dry run changes nothing: a crash during one is no change of
+	// unknown effect.
+	if err := a.spool.Start(inv.ID, inv.Reversibility, inv.ex.Manifest.Facts.Writes() && inv.dryBy == ""); err != nil {
+		return fail(result.DeviceError(fmt.Errorf("writing the STARTED marker: %w", err)))
 	}
 	inv.spans.mark("started_marker")
 	if err := a.beginJournal(inv, req); err != nil {
 		// Nothing ran yet; a change that could not be journaled is not made.
-		return result.DeviceError(fmt.Errorf("executor %s not run: %w", inv.ex.Name, err)), true
+		return fail(result.DeviceError(fmt.Errorf("executor %s not run: %w", inv.ex.Name, err)))
 	}
 	inv.spans.mark("journal_begin")
+	go func() {
+		r, keep := a.execute(ctx, j)
+		done <- ran{j: j, r: r, keep: keep, ended: time.Now()}
+	}()
+	return true
+}
+
+// execute runs a started job under the watchdog, on the job's own
+// goroutine: it touches nothing of the Agent but what is safe there
+// (the sandbox, the shim's lock, the stop contexts). It reports the
+// result and whether to keep it (false: the run was stopped now, and
+// the next start reports it execution_outcome_unknown).
+func (a *Agent) execute(ctx context.Context, j *job) (result.Result, bool) {
+	inv, req, shimDir := j.inv, j.req, j.shimDir
 	if a.cfg.Watchdog != nil {
 		// It judges the run, not the clock alone: see watchdog.
 		dog := startWatchdog(inv.limit, func() { a.cfg.Watchdog(inv.ID) })
@@ -265,7 +340,6 @@ func (a *Agent) execute(ctx context.Context, inv *invocation) (result.Result, bo
 	})()
 	r, cut := a.run(rctx, inv, req, shimDir)
 	inv.spans.mark("sandbox_run")
-	a.runEnded = time.Now()
 	// Whether the run was cut short is what the sandbox says, not
 	// whether a stop-now came: one that lands after the executor ended
 	// by itself leaves a finished result, which is spooled and delivered.
@@ -294,7 +368,7 @@ var (
 func (a *Agent) cutAtStop(inv *invocation, cut result.Result, started time.Time) result.Result {
 	b := a.cfg.StopBudget
 	stopAt := time.Unix(0, a.stopAt.Load())
-	writes := inv.ex.Manifest.Facts.Writes()
+	writes := inv.ex.Manifest.Facts.Writes() && inv.dryBy == ""
 	why := fmt.Sprintf("the run was cut short after %s, %s after the agent was asked to stop (by its service manager, which gives it %s to stop, and a run at most half of that)",
 		seconds(time.Since(started)), seconds(time.Since(stopAt)), seconds(b))
 	if writes {
@@ -320,6 +394,10 @@ func seconds(d time.Duration) string {
 
 // executor returns the verified executor, from the cache or fetched.
 func (a *Agent) executor(ctx context.Context, inv *invocation) (bundle.Executor, error) {
+	// One at a time: the cache's folders are written through a .tmp
+	// folder that any materialisation clears.
+	a.exMu.Lock()
+	defer a.exMu.Unlock()
 	ex, err := bundle.Cached(a.cfg.Layout, inv.Executor, inv.ManifestSHA256, inv.CodeSHA256, a.server)
 	switch {
 	case err == nil:
@@ -390,7 +468,7 @@ func (a *Agent) ensureShim(ctx context.Context, force bool) (string, error) {
 	return a.shimDir, nil
 }
 
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var envName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 // refusedEnv says why an env_injections name is not passed on ("" when
 // it is): what the loader, the interpreter or the shell would act on
@@ -399,7 +477,7 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 func refusedEnv(k string) string {
 	u := strings.ToUpper(k)
 	switch {
-	case !envName.MatchString(k):
+	case !envName().MatchString(k):
 		return "not a variable name"
 	case strings.HasPrefix(u, "LD_"), strings.HasPrefix(u, "PYTHON"), strings.HasPrefix(u, "DYLD_"), u == "GLIBC_TUNABLES":
 		return "changes how the interpreter loads code"
@@ -411,7 +489,7 @@ func refusedEnv(k string) string {
 	return ""
 }
 
-var noModule = regexp.MustCompile(`No module named '([A-Za-z0-9_.]+)'`)
+var noModule = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`No module named '([A-Za-z0-9_.]+)'`) })
 
 // run runs the executor in the sandbox and maps its output; once, a
 // missing shim module makes it fetch the shim again and retry (docs/protocol.md §8).
@@ -435,6 +513,10 @@ func (a *Agent) run(ctx context.Context, inv *invocation, req sandbox.Request, s
 		}
 		out, err := sandbox.Run(ctx, req)
 		inv.timing = out.Timing
+		if re := (*sandbox.RefusedError)(nil); errors.As(err, &re) && re.DryRun {
+			inv.log.Warn("dry run refused: this device cannot keep the run's writes from the disk; not run", "asked_by", inv.dryBy, "why", re.Why)
+			return dryRunRefused(ex.Name, inv.dryBy, err), false
+		}
 		if errors.Is(err, sandbox.ErrRefused) {
 			return result.DeviceError(fmt.Errorf("executor %s: not run on this device: %w", ex.Name, err)), false
 		}
@@ -453,12 +535,14 @@ func (a *Agent) run(ctx context.Context, inv *invocation, req sandbox.Request, s
 			r = result.Timeout(out.Sandbox)
 		case out.OOMKilled:
 			r = result.DeviceError(fmt.Errorf("executor %s was killed by the memory limit of %s", ex.Name, sandbox.FormatBytes(out.Limits.MemoryBytes)))
+		case out.CPUTimeExceeded && out.Priority != nil:
+			r = result.CPUTimeExceeded(out.Sandbox, ex.Name, out.Priority.CPUTime)
 		default:
 			r = result.FromOutput(ex.Name, out.Stdout, out.StdoutTruncated, int64(out.Limits.OutputBytes))
 			if r.ErrorClass == wire.ClassDeviceError {
 				// Self-heal (docs/protocol.md §8), only for a module of the shim that is
 				// missing from this device's copy, and only once.
-				m := noModule.FindStringSubmatch(string(out.Stderr))
+				m := noModule().FindStringSubmatch(string(out.Stderr))
 				if attempt == 0 && m != nil && !shimHas(shimDir, m[1]) && limit-time.Since(start) > time.Second {
 					a.log.Warn("the executor misses a shim module; fetching the shim again", "executor", ex.Name, "module", m[1])
 					fctx, cancel := context.WithTimeout(ctx, limit-time.Since(start))
@@ -473,8 +557,20 @@ func (a *Agent) run(ctx context.Context, inv *invocation, req sandbox.Request, s
 				r.Error += stderrTail(out.Stderr)
 			}
 		}
+		if out.DryRun != nil {
+			// What the run would have changed, beside what it said.
+			p, err := withDryRun(r.Payload, r.OK, out.DryRun, inv.dryBy)
+			if err != nil {
+				return result.DeviceError(fmt.Errorf("executor %s: %w", ex.Name, err)), false
+			}
+			// The entries are the executor's rows of what it did: none
+			// was done (they stay in dry_run.executor).
+			r.Payload, r.Entries, r.NProcessed = p, []any{}, 0
+			inv.log.Info("dry run: nothing was changed on disk", "changes", len(out.DryRun.Changes)+out.DryRun.More, "asked_by", inv.dryBy)
+		}
 		r.Sandbox, r.Policy = out.Sandbox, out.Policy
 		r.ElapsedMS = time.Since(start).Milliseconds()
+		logPriority(inv.log, out.Priority)
 		// Weaker than every layer the OS has (what this machine lacks,
 		// or a layer that failed for this run), or than the machine's
 		// best when this run fell short of it: say why.
@@ -580,14 +676,14 @@ func (a *Agent) request(inv *invocation, shimDir string, limit time.Duration) (s
 		// the grants read their strings.
 		Args:  inv.Args,
 		Extra: extra,
-		Host:  a.host,
+		Host:  inv.host,
 	}
 	pol, err := policy.Derive(in)
 	if err != nil {
 		return sandbox.Request{}, fmt.Errorf("executor %s: %w", ex.Name, err)
 	}
 	if !sandbox.Visible(pol, a.python.Path) {
-		if a.python.Prefix == "/" || fspath.Within(a.host.Home, a.python.Prefix) {
+		if a.python.Prefix == "/" || fspath.Within(inv.host.Home, a.python.Prefix) {
 			return sandbox.Request{}, fmt.Errorf("python %s: its installation would be %s, which the sandbox would have to show whole; set METNOS_PYTHON to an interpreter installed in a folder of its own", a.python.Path, a.python.Prefix)
 		}
 		in.Extra = append(in.Extra, policy.Grant{Path: a.python.Prefix, Access: policy.Read, Own: fspath.Within(a.python.Prefix, a.cfg.Layout.Cache), Why: "python " + a.python.Source})
@@ -596,8 +692,15 @@ func (a *Agent) request(inv *invocation, shimDir string, limit time.Duration) (s
 		}
 	}
 	for _, n := range pol.Notes {
-		inv.log.Info("capability noted, nothing added for it", "note", n)
+		if !inv.noted {
+			inv.log.Info("capability noted, nothing added for it", "note", n)
+		}
 	}
+	inv.noted = true
+	opts := a.cfg.Sandbox
+	// The owner's priority in force now: the limits file may have
+	// changed since the agent started.
+	opts.Priority = PriorityOf(inv.lim)
 	return sandbox.Request{
 		Argv:       []string{a.python.Path, ex.Entry},
 		Stdin:      bytes.NewReader(inv.stdin),
@@ -607,7 +710,9 @@ func (a *Agent) request(inv *invocation, shimDir string, limit time.Duration) (s
 		Limits:     sandbox.Limits{Timeout: limit, MemoryBytes: a.cfg.MemoryBytes},
 		MinSandbox: a.cfg.MinSandbox,
 		Logger:     a.log,
-		Options:    a.cfg.Sandbox,
+		Options:    opts,
+		// The sandbox adds METNOS_DRY_RUN=1 to a dry run's environment.
+		DryRun: a.dryRunOf(inv, pol),
 	}, nil
 }
 
@@ -644,7 +749,7 @@ func (a *Agent) env(inv *invocation, shimDir string, execPath []string) []string
 	set("PYTHONUTF8", "1")
 	set("PYTHONIOENCODING", "utf-8")
 	set("LANG", getOr(a.cfg.Lang, "C.UTF-8"))
-	set("HOME", a.host.Home)
+	set("HOME", inv.host.Home)
 	for _, k := range slices.Sorted(maps.Keys(inv.Env)) {
 		if why := refusedEnv(k); why != "" {
 			inv.log.Warn("env_injections: variable dropped", "name", k, "why", why)

@@ -56,6 +56,7 @@ func TestUnreachableLoggedOnce(t *testing.T) {
 	defer srv.Close()
 	a := testAgent(t, srv.URL)
 	var logs syncBuffer
+	a.waitSwept() // its sweep logs too
 	a.log = slog.New(slog.NewTextHandler(&logs, nil))
 	a.cfg.Block, a.cfg.HeartbeatEvery = 100*time.Millisecond, time.Hour
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -95,6 +96,7 @@ func TestHeartbeatFailuresLoggedOnce(t *testing.T) {
 	defer srv.Close()
 	a := testAgent(t, srv.URL)
 	var logs syncBuffer
+	a.waitSwept() // its sweep logs too
 	a.log = slog.New(slog.NewTextHandler(&logs, nil))
 	a.cfg.Block, a.cfg.HeartbeatEvery = 100*time.Millisecond, 20*time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -141,6 +141,7 @@ func TestTooLargeResultRecordedAsSent(t *testing.T) {
 	defer srv.Close()
 	a := testAgent(t, srv.URL)
 	var logs syncBuffer
+	a.waitSwept() // its sweep logs too
 	a.log = slog.New(slog.NewTextHandler(&logs, nil))
 
 	// A run that made a file and says so, with more besides than the

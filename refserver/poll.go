@@ -47,6 +47,14 @@ func (s *Server) handlePoll(w http.ResponseWriter, r *http.Request) {
 			return // the device went away: claim nothing for it
 		}
 		s.mu.Lock()
+		if d, ok := s.devices[id]; !ok || d.Revoked {
+			// Revoked while its long-poll waited (an agent running
+			// invocations side by side keeps one open while they
+			// run): it gets no more work.
+			s.mu.Unlock()
+			writeError(w, http.StatusForbidden, wire.CodeUnknownDevice, "device %s is unknown or revoked: pair it again", id)
+			return
+		}
 		inv := s.claimLocked(id, cursor, s.now())
 		var obj any
 		if inv != nil {
@@ -144,6 +152,7 @@ func (s *Server) handleResult(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	inv.ResultBody = body
+	inv.ResultAt = time.Now()
 	inv.State = StateFailed
 	if truthy(m["ok"]) {
 		inv.State = StateDone

@@ -67,6 +67,9 @@ type InvocationInfo struct {
 	Deliveries  int
 	EnqueuedAt  time.Time
 	DeliveredAt time.Time // last delivery; zero if never delivered
+	// ResultAt is when the first accepted result arrived (the
+	// server's "completed"); zero before one.
+	ResultAt time.Time
 	// Undone is set once [Server.Undo] enqueued its reverse calls.
 	Undone bool
 }

@@ -19,7 +19,8 @@ type UndoPlan struct {
 	// undo of those effects fails honestly).
 	Unsupported []string `json:"unsupported"`
 	// Skipped lists done invocations of the turn whose executor declares
-	// no reverse_pattern (nothing to undo remotely).
+	// no reverse_pattern, and dry runs (payload.dry_run.applied false,
+	// docs/dryrun.md): nothing to undo remotely.
 	Skipped []string `json:"skipped"`
 }
 
@@ -58,11 +59,14 @@ func (s *Server) Undo(deviceID, turnID string, o EnqueueOptions) (UndoPlan, erro
 			s.mu.Unlock()
 			return plan, fmt.Errorf("refserver: undo turn %q: invocation %s ran executor %s, which is not loaded: cannot read its reverse_pattern", turnID, inv.ID, inv.Executor)
 		}
-		if len(ex.reversePattern) == 0 {
+		payload := resultPayload(inv.ResultBody)
+		if len(ex.reversePattern) == 0 || dryRun(payload) {
+			// A dry run changed nothing: its rows ("created": true...)
+			// are what the executor did in a layer thrown away.
 			plan.Skipped = append(plan.Skipped, inv.ID)
 			continue
 		}
-		work = append(work, todo{inv.ID, ex.reversePattern, resultPayload(inv.ResultBody)})
+		work = append(work, todo{inv.ID, ex.reversePattern, payload})
 	}
 	s.mu.Unlock()
 
@@ -104,4 +108,15 @@ func resultPayload(body []byte) map[string]any {
 		return map[string]any{}
 	}
 	return p
+}
+
+// dryRun reports whether a result's payload is a dry run's: its
+// dry_run.applied is false (docs/protocol.md §9.4).
+func dryRun(payload map[string]any) bool {
+	d, ok := payload["dry_run"].(map[string]any)
+	if !ok {
+		return false
+	}
+	applied, ok := d["applied"].(bool)
+	return ok && !applied
 }

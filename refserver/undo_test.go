@@ -162,12 +162,14 @@ func TestUndoEnqueuesReverseCalls(t *testing.T) {
 	run(d, "delete_files", "t1", false, map[string]any{"results": []any{map[string]any{"path": "/x", "blob_path": "/b/x.bin"}}}) // failed: not undone
 	run(d, "move_files", "t2", true, map[string]any{"results": []any{map[string]any{"src": "/q/1", "dst": "/r/1"}}})             // other turn
 	run(other, "move_files", "t1", true, map[string]any{"results": []any{map[string]any{"src": "/o/1", "dst": "/p/1"}}})         // other device
+	dry := run(d, "write_files", "t1", true, map[string]any{"results": []any{map[string]any{"path": "/n/dry.txt", "created": true}},
+		"dry_run": map[string]any{"applied": false, "changes": []any{}}}) // a dry run: nothing to undo
 
 	plan, err := h.srv.Undo(d.id, "t1", EnqueueOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(plan.Undone, ",") != write+","+move || strings.Join(plan.Skipped, ",") != echo {
+	if strings.Join(plan.Undone, ",") != write+","+move || strings.Join(plan.Skipped, ",") != dry+","+echo {
 		t.Errorf("undone %v skipped %v", plan.Undone, plan.Skipped)
 	}
 	got, _ := json.Marshal(plan.Calls)

@@ -1,0 +1,232 @@
+package agent
+
+import (
+	"context"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/metnos/agent/client"
+	"github.com/metnos/agent/examples"
+	"github.com/metnos/agent/policy"
+	"github.com/metnos/agent/refserver"
+	"github.com/metnos/agent/sandbox"
+)
+
+// TestConflicts: runs whose grants overlap where one of them may write
+// conflict; readers, and writers of disjoint trees, do not.
+func TestConflicts(t *testing.T) {
+	w := func(p ...string) footprint { return footprint{writes: p} }
+	r := func(p ...string) footprint { return footprint{reads: p} }
+	for _, tc := range []struct {
+		name string
+		a, b footprint
+		want bool
+	}{
+		{"two readers of one tree", r("/h/Photos"), r("/h/Photos"), false},
+		{"reader beside an unrelated writer", r("/h/Desktop"), w("/h/Photos"), false},
+		{"writer of the tree a reader reads", r("/h/Photos"), w("/h/Photos"), true},
+		{"writer inside what a reader reads", r("/h"), w("/h/Photos/2024"), true},
+		{"writer above what a reader reads", r("/h/Photos/2024"), w("/h/Photos"), true},
+		{"two writers of one folder", w("/h/Photos"), w("/h/Photos"), true},
+		{"writers of disjoint folders", w("/h/Photos"), w("/h/Music"), false},
+		{"a name that only starts the same", w("/h/Photo"), r("/h/Photos"), false},
+		{"a writable root and anything", footprint{all: true}, r("/h/Desktop"), true},
+		{"a writable root and a run with no grant", footprint{all: true}, footprint{}, true},
+		{"a readable root and a writer", footprint{rootRead: true}, w("/h/x"), true},
+		{"a readable root and a reader", footprint{rootRead: true}, r("/h/x"), false},
+		{"one executor writing its own data twice", footprint{own: "organize_photos"}, footprint{own: "organize_photos"}, true},
+		{"two executors' own data", footprint{own: "organize_photos"}, footprint{own: "write_files"}, false},
+		{"a readable root and a writer of its own data only", footprint{rootRead: true}, footprint{own: "write_files"}, true},
+		{"no grants at all", footprint{}, footprint{}, false},
+	} {
+		if got := conflicts(tc.a, tc.b); got != tc.want {
+			t.Errorf("%s: conflicts = %v, want %v", tc.name, got, tc.want)
+		}
+		if got := conflicts(tc.b, tc.a); got != tc.want {
+			t.Errorf("%s (the other way): conflicts = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestReadyKeepsArrivalOrder: a job waits for a conflicting run under
+// way and for a conflicting job that came before it, not for others.
+func TestReadyKeepsArrivalOrder(t *testing.T) {
+	j := func(f footprint) *job { return &job{fp: f} }
+	a := &Agent{}
+	a.running = []*job{j(footprint{writes: []string{"/h/Photos"}})}
+	a.queue = []*job{
+		j(footprint{writes: []string{"/h/Photos"}}), // waits for the run
+		j(footprint{reads: []string{"/h/Desktop"}}), // unrelated: starts
+		j(footprint{writes: []string{"/h/Music"}}),  // unrelated: starts
+		j(footprint{reads: []string{"/h/Music"}}),   // waits for the job before it
+		j(footprint{reads: []string{"/h/Photos"}}),  // waits for the run
+	}
+	want := []bool{false, true, true, false, false}
+	for i, w := range want {
+		if got := a.ready(i); got != w {
+			t.Errorf("queue[%d]: ready = %v, want %v", i, got, w)
+		}
+	}
+}
+
+// holdFS is the examples and an executor that writes into the folder it
+// is given and waits there for a file named release.
+func holdFS(t *testing.T) fs.FS {
+	t.Helper()
+	out := fstest.MapFS{
+		"hold/manifest.toml": {Data: []byte(`name = "hold"
+description = "Test executor: holds a write grant on a folder until a release file appears in it."
+
+[code]
+files = ["hold.py"]
+digest = "sha256:0"
+
+[[capabilities]]
+name = "fs:write"
+hint = []
+
+[placement]
+min_sandbox = "job-object"
+`)},
+		"hold/hold.py": {Data: []byte(`import json, os, sys, time
+args = json.loads(sys.stdin.read() or "{}")
+folder = args["folder"]
+saw = sorted(os.listdir(folder))
+open(os.path.join(folder, "started-" + args["tag"]), "w").close()
+while args.get("wait") and not os.path.exists(os.path.join(folder, "release")):
+    time.sleep(0.02)
+print(json.dumps({"ok": True, "entries": [{"saw": saw}]}))
+`)},
+	}
+	err := fs.WalkDir(examples.Executors, ".", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			b, _ := fs.ReadFile(examples.Executors, p)
+			out[p] = &fstest.MapFile{Data: b}
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestRunsSideBySide: in process (so that -race sees the run loop, the
+// runs' goroutines and the heartbeat together), short invocations run
+// and are delivered while a long writer holds; a second writer of its
+// folder waits for it; the heartbeat and InFlight count the runs.
+func TestRunsSideBySide(t *testing.T) {
+	srv, url, dir, lay, key, reg := pairedDevice(t, holdFS(t), "side-by-side")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var logs syncBuffer
+	a, err := New(Config{Layout: lay, Client: client.New(url, key, reg.DeviceID, nil),
+		Host:   policy.Host{Home: dir, UID: os.Getuid(), AgentDataDirs: lay.AgentDirs()},
+		Python: os.Getenv("METNOS_PYTHON"), Path: os.Getenv("PATH"),
+		Sandbox: sandbox.Options{SearchPath: os.Getenv("PATH"), Bwrap: os.Getenv("METNOS_BWRAP")},
+		Logger:  slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), Block: time.Second,
+		HeartbeatEvery: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if _, err := a.Python(); err != nil {
+		t.Skipf("no Python for executors: %v", err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(runCtx) }()
+	folder := filepath.Join(dir, "Photos")
+	os.MkdirAll(folder, 0o755)
+	enqueue := func(ex string, args map[string]any) string {
+		id, err := srv.Enqueue(reg.DeviceID, ex, args, refserver.EnqueueOptions{DeadlineMS: 120000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	wait := func(id string) refserver.InvocationInfo {
+		info, err := srv.Wait(ctx, id)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", id, err, logs.String())
+		}
+		return info
+	}
+	long := enqueue("hold", map[string]any{"folder": folder, "tag": "first", "wait": true})
+	for {
+		if _, err := os.Stat(filepath.Join(folder, "started-first")); err == nil {
+			break
+		}
+		if info, _ := srv.Invocation(long); info.ResultBody != nil {
+			t.Fatalf("the long run ended: %s", info.ResultBody)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var short []string
+	for i := range 6 {
+		short = append(short, enqueue("echo_args", map[string]any{"i": i}))
+	}
+	second := enqueue("hold", map[string]any{"folder": folder, "tag": "second"})
+	for _, id := range short {
+		if info := wait(id); info.State != "done" {
+			t.Fatalf("echo_args beside the long run: %s", info.ResultBody)
+		}
+	}
+	if running, limit := a.InFlight(); running < 1 || limit < 2 {
+		t.Errorf("InFlight = %d of %d while the long run holds", running, limit)
+	}
+	if _, err := os.Stat(filepath.Join(folder, "started-second")); err == nil {
+		t.Fatal("the second writer of the folder started while the first held it")
+	}
+	os.WriteFile(filepath.Join(folder, "release"), nil, 0o644)
+	wait(long)
+	info := wait(second)
+	if !strings.Contains(string(info.ResultBody), "started-first") {
+		t.Errorf("the second writer ran before the first ended: %s", info.ResultBody)
+	}
+	stop()
+	if err := <-ran; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for _, info := range srv.Invocations() {
+		if info.ResultPosts != 1 || info.Deliveries != 1 {
+			t.Errorf("%s: handed out %d times, posted %d times, want once", info.ID, info.Deliveries, info.ResultPosts)
+		}
+	}
+	if running, _ := a.InFlight(); running != 0 {
+		t.Errorf("InFlight = %d after Run returned", running)
+	}
+}
+
+// TestSlotsTotalMemory: the runs together stay under half the
+// machine's memory: runs whose memory limit is the machine's run one
+// at a time, whatever the owner's concurrency; small ones up to it.
+func TestSlotsTotalMemory(t *testing.T) {
+	total := physicalMemory()
+	if total <= 0 {
+		t.Skip("this system does not say how much memory it has: concurrency alone bounds the runs")
+	}
+	a := &Agent{}
+	a.lim.Priority.Concurrency = 8
+	a.cfg.MemoryBytes = total
+	if n := a.slots(); n != 1 {
+		t.Errorf("runs of %d bytes each on a machine of %d: %d at once, want 1", total, total, n)
+	}
+	a.cfg.MemoryBytes = total / 8
+	if n := a.slots(); n != 4 {
+		t.Errorf("runs of an eighth of the memory: %d at once, want 4 (half the memory)", n)
+	}
+	a.cfg.MemoryBytes = 1 << 20
+	if n := a.slots(); n != 8 {
+		t.Errorf("runs of 1 MiB: %d at once, want the owner's 8", n)
+	}
+	if _, limit := a.InFlight(); limit != 8 {
+		t.Errorf("InFlight's limit %d, want 8", limit)
+	}
+}
