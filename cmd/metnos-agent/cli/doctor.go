@@ -58,6 +58,10 @@ var landlockFeatures = map[int]string{
 
 // doctorReport is what doctor --json prints.
 type doctorReport struct {
+	// Priority is the executors' priority in force and what this
+	// machine gives of it.
+	Priority priorityReport `json:"priority"`
+
 	Version  string                   `json:"version"`
 	Caps     sandbox.Caps             `json:"caps"`
 	UID      int                      `json:"uid"`
@@ -119,6 +123,13 @@ type landlockReport struct {
 	// Missing lists what the kernel lacks below the pinned ABI, as
 	// "<N feature".
 	Missing []string `json:"missing,omitempty"`
+}
+
+// priorityReport is the priority runs get (the owner's, or the default)
+// and what of it this machine applies.
+type priorityReport struct {
+	InForce string `json:"in_force"`
+	sandbox.PriorityCaps
 }
 
 type profileReport struct {
@@ -208,6 +219,7 @@ func doctor(e environment) doctorReport {
 	r := doctorReport{
 		Version:  version(),
 		Caps:     c,
+		Priority: priorityReport{InForce: opts.Priority.String(), PriorityCaps: sandbox.ProbePriority(opts)},
 		UID:      os.Getuid(),
 		Profiles: map[string]profileReport{},
 		Landlock: landlockReport{ABI: c.LandlockABI, Pinned: c.LandlockPinned},
@@ -412,6 +424,7 @@ func printDoctor(w io.Writer, r doctorReport, lay layout.Layout) {
 	} else {
 		linuxRows(row, r)
 	}
+	priorityRows(row, r.Priority)
 	uid := strconv.Itoa(r.UID)
 	if r.User != "" {
 		uid += " (" + r.User + ")"
@@ -448,6 +461,27 @@ func printDoctor(w io.Writer, r doctorReport, lay layout.Layout) {
 		}
 	}
 	tw.Flush()
+}
+
+// priorityRows prints the executors' priority and what this machine
+// gives of it, one mechanism a row.
+func priorityRows(row func(k, v string), p priorityReport) {
+	if p.InForce == "" {
+		return
+	}
+	row("priority", p.InForce)
+	for _, r := range []struct{ k, v string }{
+		{"  nice", p.Nice},
+		{"  io class", p.IOClass},
+		{"  autogroup", p.Autogroup},
+		{"  cgroup cpu", p.CgroupCPU},
+		{"  cgroup io", p.CgroupIO},
+		{"  cpu time", p.CPUTime},
+	} {
+		if r.v != "" {
+			row(r.k, r.v)
+		}
+	}
 }
 
 func landlockLine(l landlockReport) string {

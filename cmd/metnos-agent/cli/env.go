@@ -198,9 +198,13 @@ func sandboxOptions(e environment) sandbox.Options {
 		Shim:           shimPath(e.cfg.Shim),
 		LockDir:        e.lay.PlaceholderLocks(os.Getuid(), os.TempDir()),
 		EgressResolver: egress.ResolverAt(e.cfg.EgressDNS),
+		DryRunScratch:  e.cfg.DryRunScratch,
 		StrictEgress:   e.cfg.NetStrict,
 		NoAppContainer: e.cfg.AppContainerOff,
 		GrantLedger:    e.lay.SandboxGrants(),
+		// Executors run below the owner's programs unless the owner's
+		// file says otherwise.
+		Priority: agent.PriorityOf(e.lim),
 	}
 }
 

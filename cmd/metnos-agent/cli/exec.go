@@ -24,6 +24,7 @@ import (
 	"github.com/metnos/agent/internal/term"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/sandbox"
+	"github.com/metnos/agent/sandbox/changes"
 )
 
 const execHelp = `
@@ -50,6 +51,15 @@ The command's stdout and stderr are kept up to --max-output each (8M by
 default) and printed once it ends; past that the rest is dropped, and
 exec says so and exits 1 even when the command succeeded.
 
+With --dry-run, every folder the command may write (--write, the
+folder of a --write file) is put behind a copy-on-write layer that is
+thrown away when it ends (Linux, with bubblewrap): the command runs as
+usual, gets METNOS_DRY_RUN=1, and changes nothing on disk; exec then
+lists on stderr what it would have changed (with --json, in the
+result's dry_run). Where the layer cannot be made (another system, no
+bubblewrap, the sandbox off, a root profile), exec refuses, exit 125,
+and runs nothing. See docs/dryrun.md.
+
 The exit status is the command's own, 128+N when signal N killed it (or
 stopped exec: 130 for Ctrl-C, 143 for SIGTERM), 124 when --timeout
 killed it, 1 when its output passed --max-output, and 125 when the
@@ -69,6 +79,7 @@ type execFlags struct {
 	minSandbox  levelFlag
 	json        bool
 	cwd         string
+	dryRun      bool
 	// stoppedBy returns the signal that stopped the run, or nil.
 	stoppedBy func() os.Signal
 }
@@ -90,6 +101,7 @@ func runExec(std stdio, args []string) int {
 	fs.Var(&f.minSandbox, "min-sandbox", "refuse to run in a sandbox weaker than `LEVEL`: none, contained, isolated or full")
 	fs.BoolVar(&f.json, "json", false, "print the result as one JSON object instead of the command's output")
 	fs.StringVar(&f.cwd, "cwd", "", "run the command in `DIR` (default: the current directory if visible, else /)")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "change nothing on disk: the writable folders behind a layer thrown away afterwards; list what the command would have changed")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -215,8 +227,13 @@ func execute(ctx context.Context, std stdio, e environment, f execFlags, argv []
 		MinSandbox: policy.Level(f.minSandbox),
 		Logger:     slog.Default(),
 		Options:    sandboxOptions(e),
+		DryRun:     f.dryRun,
 	}
-	slog.Debug("exec", "argv", req.Argv, "dir", req.Dir, "policy", pol.Fingerprint(), "profile", pol.Profile)
+	if slog.Default().Enabled(ctx, slog.LevelDebug) {
+		// The fingerprint (the policy normalised, encoded and hashed)
+		// only when it is logged.
+		slog.Debug("exec", "argv", req.Argv, "dir", req.Dir, "policy", pol.Fingerprint(), "profile", pol.Profile)
+	}
 
 	out, err := sandbox.Run(ctx, req)
 	if err != nil && !(errors.Is(err, context.Canceled) && ctx.Err() != nil) {
@@ -247,6 +264,9 @@ func execute(ctx context.Context, std stdio, e environment, f execFlags, argv []
 		if n := out.Network; n != nil && n.Refused > 0 {
 			fmt.Fprintf(std.err, "metnos-agent: the network proxy refused %d connection(s), the first to %s (%s): allow it with --allow-net\n", n.Refused, term.Sanitize(n.FirstRefused), term.Sanitize(n.FirstReason))
 		}
+		if out.DryRun != nil {
+			printDryRun(std.err, out.DryRun)
+		}
 	}
 	if truncated {
 		more := byteSize(4 * int64(out.Limits.OutputBytes))
@@ -262,10 +282,46 @@ func execute(ctx context.Context, std stdio, e environment, f execFlags, argv []
 		fmt.Fprintf(std.err, "metnos-agent: timed out after %v\n", time.Duration(f.timeout))
 	case out.OOMKilled:
 		fmt.Fprintf(std.err, "metnos-agent: the command was killed by the memory limit of %s (raise it with --memory)\n", sandbox.FormatBytes(out.Limits.MemoryBytes))
+	case out.CPUTimeExceeded && out.Priority != nil:
+		fmt.Fprintf(std.err, "metnos-agent: the command used its CPU-time limit of %v of processor time and was stopped\n", out.Priority.CPUTime)
 	case mayBeOutOfMemory(out):
 		fmt.Fprintf(std.err, "metnos-agent: the command may have run out of memory: here --memory caps each process's address space at %s (raise it with --memory)\n", sandbox.FormatBytes(out.Limits.MemoryBytes))
 	}
 	return code
+}
+
+// printDryRun says on w what a dry run would have changed, a line a
+// change.
+func printDryRun(w io.Writer, d *sandbox.DryRun) {
+	n := len(d.Changes) + d.More
+	if n == 0 {
+		fmt.Fprintf(w, "metnos-agent: dry run: nothing was changed, and the command would have changed nothing in %s\n", term.Sanitize(strings.Join(d.Layered, ", ")))
+		return
+	}
+	fmt.Fprintf(w, "metnos-agent: dry run: nothing was changed; the command would have made %d change(s):\n", n)
+	for _, c := range d.Changes {
+		line := fmt.Sprintf("  %-8s %s", c.Op, c.Path)
+		if c.From != "" {
+			line = fmt.Sprintf("  %-8s %s -> %s", c.Op, c.From, c.Path)
+		}
+		switch {
+		case c.Kind != changes.File:
+			line += " (" + string(c.Kind) + ")"
+		case c.Before != nil && c.After != nil && c.Before.Size != nil && c.After.Size != nil:
+			line += fmt.Sprintf(" (%d -> %d bytes)", *c.Before.Size, *c.After.Size)
+		case c.After != nil && c.After.Size != nil:
+			line += fmt.Sprintf(" (%d bytes)", *c.After.Size)
+		case c.Before != nil && c.Before.Size != nil:
+			line += fmt.Sprintf(" (%d bytes)", *c.Before.Size)
+		}
+		if c.LinksOutside > 0 {
+			line += fmt.Sprintf(" [also under %d name(s) outside the writable folders]", c.LinksOutside)
+		}
+		fmt.Fprintln(w, term.Sanitize(line))
+	}
+	if d.More > 0 {
+		fmt.Fprintf(w, "  ... and %d more (see --json)\n", d.More)
+	}
 }
 
 // memoryFailures are what a process says when an address-space limit

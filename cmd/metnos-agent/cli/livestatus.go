@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/metnos/agent/internal/layout"
+	"github.com/metnos/agent/internal/lockfile"
 )
 
 // liveStatus is what the running agent last heard from the server, in
@@ -22,15 +23,24 @@ type liveStatus struct {
 	// none yet); Failing, the error of the heartbeats since, if any.
 	LastAnswered time.Time `json:"last_answered,omitzero"`
 	Failing      string    `json:"failing,omitempty"`
+	// InFlight is how many invocations ran at the last heartbeat, and
+	// Concurrency how many may run at once (0: an older agent's file).
+	InFlight    int `json:"in_flight"`
+	Concurrency int `json:"concurrency,omitempty"`
 }
 
 // liveStatusWriter returns the agent's OnBeat: it rewrites the status
 // file after each heartbeat (every 30 s: a small file, replaced whole,
 // not fsynced: losing it costs nothing but a line of `status`).
-func liveStatusWriter(lay layout.Layout, server string, log *slog.Logger) func(error) {
+// inFlight, when set, says how many invocations run and may run at
+// once (agent.Agent.InFlight).
+func liveStatusWriter(lay layout.Layout, server string, log *slog.Logger, inFlight func() (int, int)) func(error) {
 	st := liveStatus{PID: os.Getpid(), Version: version(), Server: server, Started: time.Now().UTC()}
 	warned := false
 	return func(err error) {
+		if inFlight != nil {
+			st.InFlight, st.Concurrency = inFlight()
+		}
 		if err == nil {
 			st.LastAnswered, st.Failing = time.Now().UTC(), ""
 		} else {
@@ -52,9 +62,8 @@ func liveStatusWriter(lay layout.Layout, server string, log *slog.Logger) func(e
 // printLiveStatus says what the agent in process pid last heard from
 // the server, from its status file.
 func printLiveStatus(w io.Writer, lay layout.Layout, pid int, now time.Time) {
-	b, err := os.ReadFile(lay.AgentStatus())
-	var st liveStatus
-	if err != nil || json.Unmarshal(b, &st) != nil || st.PID != pid || pid == 0 {
+	st, ok := readLiveStatus(lay, pid)
+	if !ok {
 		return
 	}
 	fmt.Fprintf(w, "server:      %s (agent %s, up %s)\n", st.Server, st.Version, now.Sub(st.Started).Round(time.Second))
@@ -67,5 +76,30 @@ func printLiveStatus(w io.Writer, lay layout.Layout, pid int, now time.Time) {
 		fmt.Fprintf(w, "polls:       starting\n")
 	default:
 		fmt.Fprintf(w, "polls:       yes, the server answered %s ago\n", now.Sub(st.LastAnswered).Round(time.Second))
+	}
+	if st.Concurrency > 0 {
+		fmt.Fprintf(w, "runs:        %d in flight (at most %d at once; at the last heartbeat)\n", st.InFlight, st.Concurrency)
+	}
+}
+
+// readLiveStatus reads the status file of the agent in process pid; ok
+// is false when there is none, or it is another process's.
+func readLiveStatus(lay layout.Layout, pid int) (st liveStatus, ok bool) {
+	b, err := os.ReadFile(lay.AgentStatus())
+	if err != nil || json.Unmarshal(b, &st) != nil || st.PID != pid || pid == 0 {
+		return liveStatus{}, false
+	}
+	return st, true
+}
+
+// printRuns says, for whoami, how many invocations the agent that holds
+// the run lock ran at its last heartbeat; nothing when none runs.
+func printRuns(w io.Writer, lay layout.Layout) {
+	pid, held, _ := lockfile.LockHolder(lay.Lock())
+	if !held {
+		return
+	}
+	if st, ok := readLiveStatus(lay, pid); ok && st.Concurrency > 0 {
+		fmt.Fprintf(w, "runs:                %d in flight, at most %d at once (agent pid %d, at its last heartbeat)\n", st.InFlight, st.Concurrency, pid)
 	}
 }

@@ -317,6 +317,7 @@ func runWhoami(std stdio, args []string) int {
 		}
 	}
 	printTailnet(w, e.lay)
+	printRuns(w, e.lay)
 	fmt.Fprintf(w, "data dir:            %s\n", data)
 	if keyErr != nil && st.Paired() {
 		return exitFailure

@@ -146,7 +146,10 @@ func runRun(std stdio, args []string) int {
 			node.Report(ctx)
 		}
 	}
-	ac.OnBeat = liveStatusWriter(e.lay, c.URL(), log)
+	// The agent is made below; the heartbeats that read it start with
+	// its Run.
+	var a *agent.Agent
+	ac.OnBeat = liveStatusWriter(e.lay, c.URL(), log, func() (int, int) { return a.InFlight() })
 	ac.Watchdog = exitOnOverrun(log)
 	ac.OnIdle = func() {
 		// The heap the runs grew goes back first: the collection
@@ -170,7 +173,7 @@ func runRun(std stdio, args []string) int {
 			watchProbation(ac.Update, e.cfg.UpdateProbation, stopRun, &unconfirmed, log)
 		}
 	}
-	a, err := agent.New(ac)
+	a, err = agent.New(ac)
 	if err != nil {
 		return cannotStart(err)
 	}
