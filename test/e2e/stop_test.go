@@ -235,10 +235,12 @@ func TestSecondSignalCutsRun(t *testing.T) {
 	// The agent's death kills what it ran (bwrap by its parent-death
 	// signal, the sandbox with it); on a loaded machine that takes a
 	// moment, so a survivor is one still there after a generous wait.
+	// Only this world's processes count: other tests on the machine
+	// may be running touch_once of their own.
 	survivors := func() (out []string) {
 		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 		for _, c := range procs {
-			if cl, _ := os.ReadFile(c); strings.Contains(string(cl), "touch_once") {
+			if cl, _ := os.ReadFile(c); strings.Contains(string(cl), "touch_once") && strings.Contains(string(cl), w.dir+"/") {
 				out = append(out, fmt.Sprintf("%s %q", c, cl))
 			}
 		}
@@ -330,10 +332,11 @@ func TestStopBudgetCutsRun(t *testing.T) {
 	}
 	t.Logf("exited %s after SIGTERM (budget %s)", time.Since(stopped).Round(100*time.Millisecond), budget)
 
-	// The sandbox killed and reaped the run before its result was made.
+	// The sandbox killed and reaped the run before its result was made
+	// (this world's run: other tests may be running touch_once).
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, c := range procs {
-		if cl, _ := os.ReadFile(c); strings.Contains(string(cl), "touch_once") {
+		if cl, _ := os.ReadFile(c); strings.Contains(string(cl), "touch_once") && strings.Contains(string(cl), w.dir+"/") {
 			t.Errorf("a process of the cut run survives the agent: %s %q", c, cl)
 		}
 	}

@@ -152,8 +152,12 @@ func TestSelfUpdate(t *testing.T) {
 	b := u.startExe(u.exe, nil)
 	u.wake() // its first poll's answer confirms the build
 	u.waitProfile("version 2.0.0", profileHas("client_version", "2.0.0"))
+	// The confirmation records itself first, then deletes the previous
+	// build (a crash between the two leaves a build to delete, never a
+	// probation without one to go back to): wait for both.
+	oldGone := func() bool { _, err := os.Stat(update.FilesFor(u.exe).Old); return os.IsNotExist(err) }
 	deadline := time.Now().Add(30 * time.Second)
-	for u.state().Phase != update.PhaseNone && time.Now().Before(deadline) {
+	for (u.state().Phase != update.PhaseNone || !oldGone()) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if st := u.state(); st.Phase != update.PhaseNone || st.Applied != "1.1.0" {
