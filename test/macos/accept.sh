@@ -1,5 +1,6 @@
 #!/bin/sh
-# Acceptance checks of metnos-agent's sandbox and of its service (the
+# Acceptance checks of metnos-agent's sandbox (with its runs' priority, its
+# refusal of dry runs, and the owner's limits file) and of its service (the
 # LaunchAgent "metnos-agent install" loads) on macOS. Prints one line per
 # case (PASS, FAIL or SKIP), then "N passed, N failed[, N skipped]"; exits 0
 # only when nothing failed. See README.md beside it.
@@ -47,6 +48,18 @@ bg_pids=       # agents this run started by hand: killed at the end
 data_dir=$("$AGENT" whoami 2>/dev/null | sed -n 's/^data dir:[[:space:]]*//p' | head -n 1) || data_dir=
 data_existed=yes
 if [ -n "$data_dir" ] && [ ! -e "$data_dir" ]; then data_existed=no; fi
+# The limits cases (see limits_gate). The owner's limits file is where
+# "metnos-agent limits --json" says (~/Library/Application
+# Support/metnos/limits.toml, in the data folder); the cases that write it
+# back it up first and put it back as it was as soon as they are done
+# (and at the end, whatever happened).
+D="$W/dry" N="$W/never"
+limits_checked= # limits_gate ran
+limits_skip=    # why the cases that write the limits file are skipped
+lf=             # the owner's limits file
+lf_had=         # it was there before this run wrote it (its copy: $W/limits-before)
+lf_written=     # this run wrote it: restore_limits puts it back
+lf_made_dir=    # this run made its folder: removed when empty again
 
 # marked [PID [TEXT]]: the pids of the processes whose command line holds
 # TEXT (the marker), but PID. TEXT goes through the environment, so that
@@ -57,6 +70,18 @@ marked() {
 
 cleanup() {
 	for p in $(marked) $bg_pids; do kill -9 "$p" 2>/dev/null || true; done
+	if [ -n "$lf_written" ]; then
+		restore_limits 2>/dev/null || true
+		if [ -n "$lf_written" ]; then
+			if [ -n "$lf_had" ]; then
+				kept="$TMP/metnos-limits-before-accept-$run.toml"
+				cp -p "$W/limits-before" "$kept" 2>/dev/null || true
+				echo "accept.sh: could not put back the limits file $lf: copy $kept over it" >&2
+			else
+				echo "accept.sh: could not put back the limits file $lf: remove it (there was none before the run)" >&2
+			fi
+		fi
+	fi
 	if [ -n "$svc_installed" ]; then "$AGENT" uninstall >/dev/null 2>&1 </dev/null || echo "accept.sh: removing the service this run installed failed: run $AGENT uninstall" >&2; fi
 	if [ -n "$standin" ] && [ -n "$data_dir" ]; then rm -rf "$data_dir"; fi
 	rm -f "$secret"
@@ -209,6 +234,230 @@ EOF
 	for p in $(marked); do bad="$bad process $p;"; done
 	if [ -z "$bad" ]; then say PASS no-leftovers "no new metnos* entry in $TMP; no marked process"
 	else say FAIL no-leftovers "$bad"; fi
+}
+
+# limits_json: what "metnos-agent limits --json" says, in $W/limits;
+# limit KEY: the value in force of one of its settings, as TOML writes it
+# ("low", with its quotes).
+limits_json() { "$AGENT" limits --json >"$W/limits" 2>&1 </dev/null || true; }
+limit() {
+	awk -v k="\"key\": \"$1\"," 'index($0, k) { f = 1; next } f && /"value":/ { sub(/^[[:space:]]*"value": "/, ""); sub(/",?[[:space:]]*$/, ""); gsub(/\\"/, "\""); print; exit }' "$W/limits"
+}
+in_force() { grep -q '"in_force": true' "$W/limits"; }
+limits_error() { sed -n 's/^[[:space:]]*"error": "\(.*\)",*$/\1/p' "$W/limits" | head -n 1; }
+
+# limits_gate sets lf to the owner's limits file, and limits_skip to why
+# the cases that write it cannot run here. An agent that runs would put
+# the file this run writes in force for its own invocations (it looks at
+# the file after every poll) and record the change, and then its putting
+# back, in its audit log: they run only where none runs. The agent
+# refuses a file (or folder) that is not this user's or that the group or
+# others may write (docs/limits.md, "Who can write it"): the file is
+# written 0600, its folder made 0700 when there is none.
+limits_gate() {
+	limits_json
+	lf=$(sed -n 's/^[[:space:]]*"file": "\(.*\)",$/\1/p' "$W/limits" | sed -e 's/\\"/"/g' -e 's/\\\\/\\/g' | head -n 1)
+	if [ -z "$lf" ]; then
+		limits_skip="metnos-agent limits --json named no limits file: $(tr '\n' ' ' <"$W/limits")"
+		return
+	fi
+	agent_status
+	case $(st running) in
+	yes*) limits_skip="an agent runs here (running: $(st running)): it would put the limits this case writes in $lf in force for its own invocations and record the change in its audit log; stop it first" ;;
+	esac
+}
+# limits_ok CASE: runs limits_gate once; says SKIP for CASE and fails when
+# the limits file cannot be written.
+limits_ok() {
+	if [ -z "$limits_checked" ]; then
+		limits_gate
+		limits_checked=yes
+	fi
+	if [ -n "$limits_skip" ]; then
+		say SKIP "$1" "$limits_skip"
+		return 1
+	fi
+}
+# set_limits CASE TEXT writes TEXT as the owner's limits file, having kept
+# what was there (and made its folder when there was none); says FAIL for
+# CASE and fails when it cannot.
+set_limits() {
+	if [ -z "$lf_written" ]; then
+		lf_had=
+		if [ -e "$lf" ]; then
+			cp -p "$lf" "$W/limits-before" || { say FAIL "$1" "could not keep a copy of $lf"; return 1; }
+			lf_had=yes
+		fi
+		if [ ! -d "$(dirname "$lf")" ]; then
+			mkdir -m 700 "$(dirname "$lf")" || { say FAIL "$1" "could not make the folder of $lf"; return 1; }
+			lf_made_dir=yes
+		fi
+		lf_written=yes
+	fi
+	if ! (umask 077 && printf '%s\n' "$2" >"$lf" && chmod 600 "$lf"); then
+		say FAIL "$1" "could not write $lf"
+		return 1
+	fi
+}
+# restore_limits puts back what was there, and sets back to how that went.
+restore_limits() {
+	back=untouched
+	if [ -z "$lf_written" ]; then return; fi
+	if [ -n "$lf_had" ]; then cp -p "$W/limits-before" "$lf" || return 1; else rm -f "$lf" || return 1; fi
+	if [ -n "$lf_made_dir" ] && rmdir "$(dirname "$lf")" 2>/dev/null; then lf_made_dir=; fi
+	lf_written=
+	if [ -z "$lf_had" ]; then
+		if [ -e "$lf" ]; then back='still there, though there was none before'; else back='removed (there was none before)'; fi
+	elif cmp -s "$W/limits-before" "$lf"; then back='put back as it was'
+	else back='NOT as it was before'; fi
+}
+# toml_string S: S as a TOML basic string.
+toml_string() { printf '"%s"' "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g')"; }
+# applied, missing: the priority report's lists in the JSON result.
+applied() { sed -nE 's/.*"priority":\{[^}]*"applied":\[([^]]*)\].*/\1/p' "$W/out" | head -n 1; }
+missing() { sed -nE 's/.*"priority":\{[^}]*"missing":\[([^]]*)\].*/\1/p' "$W/out" | head -n 1; }
+
+# prio_watch TAG: while process $apid runs, the nice and scheduling
+# priority of the /bin/sh whose command line holds TAG, read from outside
+# with ps (a sandboxed command may not read its own: the profile allows
+# no kern.proc sysctl): sets nice and pri (empty when it was not seen).
+prio_watch() {
+	nice='' pri='' i=0
+	while [ "$i" -lt 50 ]; do
+		case $(ps -o stat= -p "$apid" 2>/dev/null || echo Z) in Z*) break ;; esac
+		line=$(ps -axo nice=,pri=,command= | M="exit 0 $1" awk '$3 ~ /sh$/ && index($0, ENVIRON["M"]) { print $1, $2; exit }')
+		if [ -n "$line" ]; then
+			nice=${line% *} pri=${line#* }
+			return
+		fi
+		sleep 0.2
+		i=$((i + 1))
+	done
+}
+# prio_probe TAG [ARGS]: the same shell (sleep 2) run by exec --json ARGS,
+# its nice and pri read by prio_watch; sets rc, leaves the result in
+# $W/out. prio_control TAG: the same outside the sandbox.
+prio_probe() {
+	tag="$marker-$1"
+	shift
+	"$AGENT" exec --json "$@" -- /bin/sh -c 'sleep 2; exit 0' "$tag" >"$W/out" 2>"$W/err" </dev/null &
+	apid=$!
+	prio_watch "$tag"
+	rc=0
+	wait "$apid" || rc=$?
+}
+prio_control() {
+	tag="$marker-$1"
+	/bin/sh -c 'sleep 2; exit 0' "$tag" &
+	apid=$!
+	prio_watch "$tag"
+	wait "$apid" || true
+	ctl_nice=$nice ctl_pri=$pri
+}
+
+# c_prio_default: a command in the sandbox runs at nice 10 (nice -n 10,
+# and taskpolicy's disk I/O policy utility), where the same command
+# outside it runs at this script's nice: the change is the agent's.
+c_prio_default() {
+	limits_json
+	cpu=$(limit priority.cpu)
+	if [ -n "$cpu" ] && [ "$cpu" != '"low"' ]; then
+		say SKIP priority-default "the limits in force say priority.cpu = $cpu (metnos-agent limits): this case checks the default, low"
+		return
+	fi
+	prio_control ctl1
+	if [ -z "$ctl_nice" ]; then say FAIL priority-default "control: ps did not see the shell run outside the sandbox"; return; fi
+	want=$((ctl_nice + 10))
+	if [ "$want" -gt 20 ]; then want=20; fi
+	prio_probe low
+	ap=$(applied)
+	seen="nice inside the sandbox ${nice:-not seen} (pri ${pri:-?}), outside $ctl_nice (pri ${ctl_pri:-?}); priority applied: ${ap:-none}; $(describe); not applied: $(missing)"
+	if ran && [ "$rc" -eq 0 ] && [ "$nice" = "$want" ] && printf '%s' "$ap" | grep -q '"nice 10"' &&
+		printf '%s' "$ap" | grep -q '"disk I/O policy '; then
+		say PASS priority-default "$seen"
+	else say FAIL priority-default "$seen (want nice $want, and the report naming nice 10 and taskpolicy's disk I/O policy)"; fi
+}
+
+# c_prio_limits: with the owner's limits file saying [priority] cpu =
+# "background", the command runs in darwin background (taskpolicy -b),
+# with no nice of its own (the agent sets none for background on macOS:
+# docs/sandbox.md's table), so at the nice outside. Darwin background is
+# read, where perl is, by getpriority(PRIO_DARWIN_PROCESS (4), 0) in the
+# sandbox: 1 in it (0 outside). The file is put back as it was at once.
+c_prio_limits() {
+	if ! limits_ok priority-from-limits; then return; fi
+	prio_control ctl2
+	bg_ctl='' bg_in=''
+	if [ -x /usr/bin/perl ]; then bg_ctl=$(/usr/bin/perl -e 'print getpriority(4, 0)' 2>/dev/null || true); fi
+	if ! set_limits priority-from-limits "$(printf '[priority]\ncpu = "background"')"; then restore_limits; return; fi
+	limits_json
+	lim_cpu=$(limit priority.cpu)
+	if in_force; then lim_ok=yes; else lim_ok=; fi
+	if [ -n "$bg_ctl" ]; then
+		ex -- /usr/bin/perl -e 'print getpriority(4, 0)'
+		if ran && [ "$rc" -eq 0 ]; then bg_in=$(field stdout); else bg_in="unread ($(describe))"; fi
+	fi
+	prio_probe bg
+	restore_limits
+	ap=$(applied)
+	seen="darwin background (perl getpriority(4, 0)): inside the sandbox ${bg_in:-not read}, outside ${bg_ctl:-no perl}; nice inside ${nice:-not seen} (pri ${pri:-?}), outside ${ctl_nice:-?} (pri ${ctl_pri:-?}); priority applied: ${ap:-none}; $lf: cpu = \"background\" in force ${lim_ok:-no} (priority.cpu $lim_cpu), then $back; $(describe); not applied: $(missing); $(limits_error)"
+	case $back in "NOT"* | still*) ok_back= ;; *) ok_back=yes ;; esac
+	case $bg_in in 0) ok_bg= ;; *) ok_bg=yes ;; esac
+	if [ -n "$lim_ok" ] && ran && [ "$rc" -eq 0 ] && [ -n "$nice" ] && [ "$nice" = "$ctl_nice" ] &&
+		printf '%s' "$ap" | grep -q '"darwin background' && [ -n "$ok_bg" ] && [ -n "$ok_back" ]; then
+		say PASS priority-from-limits "$seen"
+	else say FAIL priority-from-limits "$seen (want darwin background in the report and, where perl reads it, in force; the nice unchanged)"; fi
+}
+
+# c_dry_run: a dry run needs a copy-on-write layer, which only Linux
+# gives: exec --dry-run refuses (125, saying why) and runs nothing, where
+# the same command without --dry-run writes its file.
+c_dry_run() {
+	t=$(rnd 16)
+	# shellcheck disable=SC2016 # $1 and $2 are the inner shell's
+	ex --dry-run --write "$D" -- /bin/sh -c 'echo "$1" >"$2"' sh "$t" "$D/dry.txt"
+	rc1=$rc why=$(field error)
+	if grep -q '"refused"[[:space:]]*:[[:space:]]*true' "$W/out"; then refused=true; else refused=false; fi
+	if [ -z "$why" ]; then why=$(tr '\n' ' ' <"$W/err"); fi
+	if [ -e "$D/dry.txt" ]; then made=CREATED; else made=absent; fi
+	# shellcheck disable=SC2016
+	ex --write "$D" -- /bin/sh -c 'echo "$1" >"$2"' sh "$t" "$D/real.txt"
+	if grep -qF "$t" "$D/real.txt" 2>/dev/null; then wrote=written; else wrote="missing ($(describe))"; fi
+	seen="--dry-run: exit $rc1, refused $refused, said: $why; dry/dry.txt $made; without --dry-run: dry/real.txt $wrote"
+	case $why in *copy-on-write*) ok_why=yes ;; *) ok_why= ;; esac
+	if [ "$rc1" -eq 125 ] && [ "$refused" = true ] && [ -n "$ok_why" ] && [ "$made" = absent ] && [ "$wrote" = written ]; then
+		say PASS dry-run-refused "$seen"
+	else say FAIL dry-run-refused "$seen (want exit 125 saying why, no file, and the control's file written)"; fi
+}
+
+# c_never: a folder the owner's limits file lists in never joins the
+# nucleus: exec --read of the folder above it cannot read a file in it,
+# where it could before the file said so. Only never (and [network] and
+# [priority]) of the file apply to exec: mode (readonly, preview) and
+# [executors] are about executors, which exec does not run (docs/limits.md,
+# "What it does not do"; cli/exec.go takes no mode), so no case here
+# writes a mode: run applies it, to a server's invocations.
+c_never() {
+	if ! limits_ok never-from-limits; then return; fi
+	t=$(rnd 16)
+	printf '%s\n' "$t" >"$N/secret.txt"
+	ex --read "$W" -- /bin/cat "$N/secret.txt"
+	if ! { ran && [ "$rc" -eq 0 ] && printed "$t"; }; then
+		say FAIL never-from-limits "control: before the limits file listed it, --read $W could not read never/secret.txt: $(describe)"
+		return
+	fi
+	if ! set_limits never-from-limits "never = [$(toml_string "$N")]"; then restore_limits; return; fi
+	limits_json
+	if in_force; then lim_ok=yes; else lim_ok=; fi
+	ex --read "$W" -- /bin/cat "$N/secret.txt"
+	restore_limits
+	if ran && [ "$rc" -ne 0 ] && ! printed "$t"; then hidden=yes
+	elif ! ran && [ "$rc" -eq 125 ] && ! printed "$t"; then hidden=yes
+	else hidden=; fi
+	seen="--read $W, cat never/secret.txt: $(describe); before the limits file listed never/, it printed the token; $lf: never = [$N] in force ${lim_ok:-no}, then $back $(limits_error)"
+	case $back in "NOT"* | still*) ok_back= ;; *) ok_back=yes ;; esac
+	if [ -n "$lim_ok" ] && [ -n "$hidden" ] && [ -n "$ok_back" ]; then say PASS never-from-limits "$seen"
+	else say FAIL never-from-limits "$seen"; fi
 }
 
 # agent_status [NAME=VALUE...]: runs "metnos-agent status" (with those
@@ -389,7 +638,7 @@ c_purge() {
 	else say FAIL uninstall-purge-refused "$seen"; fi
 }
 
-mkdir "$G" "$O"
+mkdir "$G" "$O" "$D" "$N"
 tmp_entries >"$W/tmp-before"
 c_word
 c_nucleus
@@ -397,6 +646,10 @@ c_read
 c_write
 c_net
 c_deadline
+c_prio_default
+c_prio_limits
+c_dry_run
+c_never
 c_leftovers
 c_svc_install
 c_svc_restart

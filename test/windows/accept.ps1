@@ -1,5 +1,6 @@
-# Acceptance checks of metnos-agent's sandbox and of its service (the logon
-# task "metnos-agent install" registers) on Windows. Prints one line per
+# Acceptance checks of metnos-agent's sandbox (with its runs' priority, its
+# refusal of dry runs, and the owner's limits file) and of its service (the
+# logon task "metnos-agent install" registers) on Windows. Prints one line per
 # case (PASS, FAIL or SKIP), then "N passed, N failed[, N skipped]"; exits
 # 0 only when nothing failed. See README.md beside it.
 #
@@ -46,6 +47,20 @@ $RustStandIn = $false    # this run registered a stand-in MetnosClient task: del
 $Started = @()           # agents this run started by hand: stopped at the end
 $DataDir = $null         # the agent's data folder, and whether it existed before the run
 $DataExisted = $true
+# The limits cases (see Get-LimitsGate). The owner's limits file is where
+# "metnos-agent limits --json" says (%APPDATA%\metnos\limits.toml); the
+# cases that write it back it up first and put it back as it was as soon
+# as they are done (and at the end, whatever happened).
+$Dry = Join-Path $T 'dry'
+$Never = Join-Path $T 'never'
+$PowerShell = Join-Path $Sys32 'WindowsPowerShell\v1.0\powershell.exe'
+$PrioProbe = @('-NoProfile', '-NonInteractive', '-Command', '[Diagnostics.Process]::GetCurrentProcess().PriorityClass')
+$LimitsChecked = $false  # Get-LimitsGate ran
+$LimitsSkip = $null      # why the cases that write the limits file are skipped
+$LimitsFile = $null      # the owner's limits file
+$LimitsBackup = $null    # its bytes before this run wrote it, or $null when there was none
+$LimitsWritten = $false  # this run wrote it: Restore-Limits puts it back
+$LimitsMadeDir = $false  # this run made its folder: removed when empty again
 
 function New-Token { [guid]::NewGuid().ToString('N') }
 
@@ -241,6 +256,147 @@ function Case-no-leftovers {
     $l = if (Test-Path -LiteralPath $ledger) { "ledger $ledger holds no record" } else { "no ledger at $ledger" }
     if ($bad.Count -eq 0) { Report PASS no-leftovers "no new AppContainer entry on $($AcePaths -join ', '); $l; no scratch folder or marked process left" }
     else { Report FAIL no-leftovers ($bad -join '; ') }
+}
+
+# Get-Limits: what "metnos-agent limits --json" says ($null when it printed
+# no JSON); Get-LimitSetting: the value in force of one of its settings,
+# as TOML writes it ('"low"'), or $null.
+function Get-Limits {
+    $r = Invoke-Plain $AgentExe @('limits', '--json')
+    try { return ($r.Out | ConvertFrom-Json) } catch { return $null }
+}
+function Get-LimitSetting($L, [string]$Key) {
+    foreach ($s in @(Field $L 'settings')) { if ((Field $s 'key') -eq $Key) { return [string](Field $s 'value') } }
+    return $null
+}
+# Get-LimitsGate says why the cases that write the owner's limits file
+# cannot run here, or $null, and sets $LimitsFile. An agent that runs
+# would put the file this run writes in force for its own invocations
+# (it looks at the file after every poll) and record the change, and
+# then its putting back, in its audit log: they run only where none runs.
+# Windows makes no check of the file's access list (docs/limits.md, "Who
+# can write it"; internal/config/limits_windows.go): the file gets the
+# profile folder's, which only this user and the administrators can write.
+function Get-LimitsGate {
+    $f = Field (Get-Limits) 'file'
+    if (-not $f) { return "metnos-agent limits --json named no limits file: $((Invoke-Plain $AgentExe @('limits')).Err)" }
+    $script:LimitsFile = [string]$f
+    $st = Get-Status
+    if ($st['running'] -like 'yes*') { return "an agent runs here ($(Status-Line $st)): it would put the limits this case writes in $LimitsFile in force for its own invocations and record the change in its audit log; stop it first" }
+    return $null
+}
+function Test-LimitsGate([string]$Case) {
+    if (-not $LimitsChecked) { $script:LimitsSkip = Get-LimitsGate; $script:LimitsChecked = $true }
+    if ($LimitsSkip) { Report SKIP $Case $LimitsSkip; return $false }
+    return $true
+}
+# Set-Limits writes Text as the owner's limits file, having kept what was
+# there (and made its folder when there was none); Restore-Limits puts
+# back what was there, and says how that went.
+function Set-Limits([string]$Text) {
+    if (-not $LimitsWritten) {
+        $dir = Split-Path -Parent $LimitsFile
+        if (Test-Path -LiteralPath $LimitsFile) { $script:LimitsBackup = [IO.File]::ReadAllBytes($LimitsFile) } else { $script:LimitsBackup = $null }
+        if (-not (Test-Path -LiteralPath $dir)) { New-Item -ItemType Directory -Path $dir -Force | Out-Null; $script:LimitsMadeDir = $true }
+        $script:LimitsWritten = $true
+    }
+    [IO.File]::WriteAllText($LimitsFile, $Text)
+}
+function Restore-Limits {
+    if (-not $LimitsWritten) { return 'untouched' }
+    $dir = Split-Path -Parent $LimitsFile
+    if ($null -ne $LimitsBackup) { [IO.File]::WriteAllBytes($LimitsFile, $LimitsBackup) }
+    elseif (Test-Path -LiteralPath $LimitsFile) { Remove-Item -LiteralPath $LimitsFile -Force }
+    if ($LimitsMadeDir -and -not (Get-ChildItem -LiteralPath $dir -Force)) { Remove-Item -LiteralPath $dir -Force; $script:LimitsMadeDir = $false }
+    $script:LimitsWritten = $false
+    if ($null -eq $LimitsBackup) {
+        if (Test-Path -LiteralPath $LimitsFile) { return "still there, though there was none before" }
+        return 'removed (there was none before)'
+    }
+    $now = [IO.File]::ReadAllBytes($LimitsFile)
+    if ([Convert]::ToBase64String($now) -eq [Convert]::ToBase64String($LimitsBackup)) { return 'put back as it was' }
+    return 'NOT as it was before'
+}
+# Toml-String: S as a TOML basic string.
+function Toml-String([string]$S) { return '"' + ($S -replace '\\', '\\' -replace '"', '\"') + '"' }
+function Get-Applied($R) { return (@(Field (Field $R.Json 'priority') 'applied') -join '; ') }
+function Get-Missing($R) { return (@(Field (Field $R.Json 'priority') 'missing') -join '; ') }
+
+# Case-priority-default: a command in the sandbox runs at the priority
+# class below normal (the job's, with a CPU weight of 3 of 9), where the
+# same command outside it runs at Normal: the change is the agent's.
+function Case-priority-default {
+    $cpu = Get-LimitSetting (Get-Limits) 'priority.cpu'
+    if ($cpu -and $cpu -ne '"low"') { Report SKIP priority-default "the limits in force say priority.cpu = $cpu (metnos-agent limits): this case checks the default, low"; return }
+    $c = Invoke-Plain $PowerShell $PrioProbe
+    $ctl = $c.Out.Trim()
+    if ($ctl -ne 'Normal') { Report SKIP priority-default "control: powershell outside the sandbox runs at the class '$ctl', not Normal, so the agent's change cannot be told from this script's own: run the script at normal priority $($c.Err)"; return }
+    $r = Invoke-Exec (@('--', 'powershell') + $PrioProbe)
+    $cls = ([string](Field $r.Json 'stdout')).Trim()
+    $ap = Get-Applied $r
+    $seen = "class inside the sandbox: '$cls', outside: Normal; priority applied: $ap; $(Describe $r); not applied: $(Get-Missing $r)"
+    if ((Ran $r) -and $r.Code -eq 0 -and $cls -eq 'BelowNormal' -and $ap.Contains('priority class below normal') -and $ap.Contains('job CPU weight 3 of 9')) { Report PASS priority-default $seen }
+    else { Report FAIL priority-default "$seen (want BelowNormal, and the report naming the class below normal and the CPU weight 3 of 9)" }
+}
+
+# Case-priority-from-limits: with the owner's limits file saying
+# [priority] cpu = "background", the same command runs at the Idle class
+# (CPU weight 1 of 9); the file is put back as it was at once.
+function Case-priority-from-limits {
+    if (-not (Test-LimitsGate 'priority-from-limits')) { return }
+    Set-Limits "[priority]`r`ncpu = `"background`"`r`n"
+    $l = Get-Limits
+    $r = Invoke-Exec (@('--', 'powershell') + $PrioProbe)
+    $back = Restore-Limits
+    $inForce = (Field $l 'in_force') -eq $true
+    $cpu = Get-LimitSetting $l 'priority.cpu'
+    $cls = ([string](Field $r.Json 'stdout')).Trim()
+    $ap = Get-Applied $r
+    $seen = "class inside the sandbox: '$cls'; priority applied: $ap; ${LimitsFile}: cpu = `"background`" in force $inForce (priority.cpu $cpu), then $back; $(Describe $r); not applied: $(Get-Missing $r) $(Field $l 'error')"
+    if ($inForce -and (Ran $r) -and $r.Code -eq 0 -and $cls -eq 'Idle' -and $ap.Contains('priority class idle') -and $ap.Contains('job CPU weight 1 of 9') -and $back -ne 'NOT as it was before' -and -not $back.StartsWith('still')) { Report PASS priority-from-limits $seen }
+    else { Report FAIL priority-from-limits "$seen (want Idle, and the report naming the idle class and the CPU weight 1 of 9)" }
+}
+
+# Case-dry-run-refused: a dry run needs a copy-on-write layer, which only
+# Linux gives: exec --dry-run refuses (125, saying why) and runs nothing,
+# where the same command without --dry-run writes its file.
+function Case-dry-run-refused {
+    $tok = New-Token
+    $f1 = Join-Path $Dry 'dry.txt'; $f2 = Join-Path $Dry 'real.txt'
+    $r = Invoke-Exec @('--dry-run', '--write', $Dry, '--', 'cmd', '/d', '/c', 'echo', $tok, '>', $f1)
+    $made = Test-Path -LiteralPath $f1
+    $c = Invoke-Exec @('--write', $Dry, '--', 'cmd', '/d', '/c', 'echo', $tok, '>', $f2)
+    $wrote = (Test-Path -LiteralPath $f2) -and ([IO.File]::ReadAllText($f2)).Contains($tok)
+    $why = [string](Field $r.Json 'error')
+    $seen = "--dry-run: exit $($r.Code), refused $(Field $r.Json 'refused'), said: $(if ($why) { $why } else { $r.Err }); dry\dry.txt $(if ($made) { 'CREATED' } else { 'absent' }); without --dry-run: dry\real.txt $(if ($wrote) { 'written' } else { 'missing (' + (Describe $c) + ')' })"
+    if ($r.Code -eq 125 -and (Field $r.Json 'refused') -eq $true -and $why.Contains('copy-on-write') -and -not $made -and $wrote) { Report PASS dry-run-refused $seen }
+    else { Report FAIL dry-run-refused "$seen (want exit 125 saying why, no file, and the control's file written)" }
+}
+
+# Case-never-from-limits: a folder the owner's limits file lists in never
+# joins the nucleus: exec --read of the folder above it cannot read a file
+# in it, where it could before the file said so. Only never (and
+# [network] and [priority]) of the file apply to exec: mode (readonly,
+# preview) and [executors] are about executors, which exec does not run
+# (docs/limits.md, "What it does not do"; cli/exec.go takes no mode), so
+# no case here writes a mode: run applies it, to a server's invocations.
+function Case-never-from-limits {
+    if (-not (Test-LimitsGate 'never-from-limits')) { return }
+    $tok = New-Token
+    $sf = Join-Path $Never 'secret.txt'
+    [IO.File]::WriteAllText($sf, $tok)
+    $c = Invoke-Exec @('--read', $T, '--', 'cmd', '/d', '/c', 'type', $sf)
+    if (-not ((Ran $c) -and $c.Code -eq 0 -and (Printed $c $tok))) { Report FAIL never-from-limits "control: before the limits file listed it, --read $T could not read never\secret.txt: $(Describe $c)"; return }
+    Set-Limits "never = [$(Toml-String $Never)]`r`n"
+    $l = Get-Limits
+    $r = Invoke-Exec @('--read', $T, '--', 'cmd', '/d', '/c', 'type', $sf)
+    $back = Restore-Limits
+    $inForce = (Field $l 'in_force') -eq $true
+    $hidden = (Ran $r) -and $r.Code -ne 0 -and -not (Printed $r $tok)
+    $refused = (-not (Ran $r)) -and $r.Code -eq 125 -and -not (Printed $r $tok)
+    $seen = "--read $T, type never\secret.txt: $(Describe $r); before the limits file listed never\, it printed the token; ${LimitsFile}: never = [$Never] in force $inForce, then $back $(Field $l 'error')"
+    if ($inForce -and ($hidden -or $refused) -and $back -ne 'NOT as it was before' -and -not $back.StartsWith('still')) { Report PASS never-from-limits $seen }
+    else { Report FAIL never-from-limits $seen }
 }
 
 # Get-Status runs "metnos-agent status" (with the environment variables in
@@ -452,19 +608,28 @@ function Case-uninstall-purge-refused {
 }
 
 try {
-    New-Item -ItemType Directory -Path $T, $Granted, $Other -Force | Out-Null
+    New-Item -ItemType Directory -Path $T, $Granted, $Other, $Dry, $Never -Force | Out-Null
     $DataDir = Get-DataDir
     $DataExisted = Test-Path -LiteralPath $DataDir
     if (-not (Test-Path -LiteralPath $SshDir)) { New-Item -ItemType Directory -Path $SshDir | Out-Null; $MadeSsh = $true }
-    $AcePaths = @($T, $Granted, $Other, $HomeDir, $SshDir)
+    $AcePaths = @($T, $Granted, $Other, $Dry, $Never, $HomeDir, $SshDir)
     $AcesBefore = @(Get-ContainerAces $AcePaths)
     $ScratchBefore = Get-Scratch
-    foreach ($case in 'word', 'nucleus-home-grant', 'grant-read', 'grant-write', 'no-network', 'deadline-kills-tree', 'min-sandbox', 'no-leftovers',
+    foreach ($case in 'word', 'nucleus-home-grant', 'grant-read', 'grant-write', 'no-network', 'deadline-kills-tree', 'min-sandbox',
+        'priority-default', 'priority-from-limits', 'dry-run-refused', 'never-from-limits', 'no-leftovers',
         'service-install', 'service-restart', 'service-logon', 'service-uninstall', 'service-takeover', 'uninstall-purge-refused') {
         try { & "Case-$case" }
         catch { Report FAIL $case "the script failed: $($_.Exception.Message)" }
+        # A case that failed midway does not leave its limits file to the next.
+        finally { if ($LimitsWritten) { try { Restore-Limits | Out-Null } catch { } } }
     }
 } finally {
+    try { Restore-Limits | Out-Null }
+    catch {
+        $kept = Join-Path ([IO.Path]::GetTempPath()) "metnos-limits-before-accept-$Run.toml"
+        if ($null -ne $LimitsBackup) { [IO.File]::WriteAllBytes($kept, $LimitsBackup); $what = "copy $kept over it" } else { $what = 'remove it (there was none before the run)' }
+        [Console]::Error.WriteLine("accept.ps1: could not put back the limits file ${LimitsFile}: $($_.Exception.Message); $what")
+    }
     foreach ($p in @(Get-Marked)) { Stop-Process -Id $p.ProcessId -Force -ErrorAction SilentlyContinue }
     foreach ($p in $Started) { if (-not $p.HasExited) { Stop-Process -Id $p.Id -Force -ErrorAction SilentlyContinue } }
     try {
