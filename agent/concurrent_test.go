@@ -2,20 +2,16 @@ package agent
 
 import (
 	"context"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"testing/fstest"
 	"time"
 
-	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/examples"
-	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/refserver"
-	"github.com/metnos/agent/sandbox"
+	"github.com/metnos/agent/testkit/testexec"
 )
 
 // TestConflicts: runs whose grants overlap where one of them may write
@@ -75,73 +71,19 @@ func TestReadyKeepsArrivalOrder(t *testing.T) {
 	}
 }
 
-// holdFS is the examples and an executor that writes into the folder it
-// is given and waits there for a file named release.
-func holdFS(t *testing.T) fs.FS {
-	t.Helper()
-	out := fstest.MapFS{
-		"hold/manifest.toml": {Data: []byte(`name = "hold"
-description = "Test executor: holds a write grant on a folder until a release file appears in it."
-
-[code]
-files = ["hold.py"]
-digest = "sha256:0"
-
-[[capabilities]]
-name = "fs:write"
-hint = []
-
-[placement]
-min_sandbox = "job-object"
-`)},
-		"hold/hold.py": {Data: []byte(`import json, os, sys, time
-args = json.loads(sys.stdin.read() or "{}")
-folder = args["folder"]
-saw = sorted(os.listdir(folder))
-open(os.path.join(folder, "started-" + args["tag"]), "w").close()
-while args.get("wait") and not os.path.exists(os.path.join(folder, "release")):
-    time.sleep(0.02)
-print(json.dumps({"ok": True, "entries": [{"saw": saw}]}))
-`)},
-	}
-	err := fs.WalkDir(examples.Executors, ".", func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			b, _ := fs.ReadFile(examples.Executors, p)
-			out[p] = &fstest.MapFile{Data: b}
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // TestRunsSideBySide: in process (so that -race sees the run loop, the
 // runs' goroutines and the heartbeat together), short invocations run
 // and are delivered while a long writer holds; a second writer of its
 // folder waits for it; the heartbeat and InFlight count the runs.
 func TestRunsSideBySide(t *testing.T) {
-	srv, url, dir, lay, key, reg := pairedDevice(t, holdFS(t), "side-by-side")
+	a := newDeviceAgent(t, testexec.Merge(t, examples.Executors, testexec.Hold), "side-by-side", func(d *deviceAgent, c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(d.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		c.HeartbeatEvery = 50 * time.Millisecond
+	})
+	srv, reg, dir, logs := a.srv, a.reg, a.dir, a.logs
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var logs syncBuffer
-	a, err := New(Config{Layout: lay, Client: client.New(url, key, reg.DeviceID, nil),
-		Host:   policy.Host{Home: dir, UID: os.Getuid(), AgentDataDirs: lay.AgentDirs()},
-		Python: os.Getenv("METNOS_PYTHON"), Path: os.Getenv("PATH"),
-		Sandbox: sandbox.Options{SearchPath: os.Getenv("PATH"), Bwrap: os.Getenv("METNOS_BWRAP")},
-		Logger:  slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), Block: time.Second,
-		HeartbeatEvery: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	if _, err := a.Python(); err != nil {
-		t.Skipf("no Python for executors: %v", err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- a.Run(runCtx) }()
+	stop, ran := a.start(t, ctx)
 	folder := filepath.Join(dir, "Photos")
 	os.MkdirAll(folder, 0o755)
 	enqueue := func(ex string, args map[string]any) string {
@@ -158,7 +100,7 @@ func TestRunsSideBySide(t *testing.T) {
 		}
 		return info
 	}
-	long := enqueue("hold", map[string]any{"folder": folder, "tag": "first", "wait": true})
+	long := enqueue("hold", map[string]any{"folder": folder, "tag": "first", "wait_for": "release"})
 	for {
 		if _, err := os.Stat(filepath.Join(folder, "started-first")); err == nil {
 			break

@@ -4,18 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
-	"os"
 	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
 
-	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/internal/config"
-	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/refserver"
-	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/wire"
 )
 
@@ -38,27 +33,15 @@ min_sandbox = "job-object"
 // cpu_time_s) ends long before its deadline gets a result like a
 // timeout's, whose error says it was the CPU-time limit.
 func TestCPUTimeLimitResult(t *testing.T) {
-	srv, url, dir, lay, key, reg := pairedDevice(t, busyLoop, "cpu-time")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	// The owner's cpu_time_s: the agent puts the owner's [priority] in
 	// every run's sandbox options.
-	a, err := New(Config{Layout: lay, Client: client.New(url, key, reg.DeviceID, nil),
-		Host:   policy.Host{Home: dir, UID: os.Getuid(), AgentDataDirs: lay.AgentDirs()},
-		Python: os.Getenv("METNOS_PYTHON"), Path: os.Getenv("PATH"),
-		Sandbox: sandbox.Options{SearchPath: os.Getenv("PATH"), Bwrap: os.Getenv("METNOS_BWRAP")},
-		Limits:  config.Limits{Priority: config.Priority{CPUTimeS: 1}},
-		Logger:  slog.New(slog.DiscardHandler), Block: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	if _, err := a.Python(); err != nil {
-		t.Skipf("no Python for executors: %v", err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- a.Run(runCtx) }()
+	a := newDeviceAgent(t, busyLoop, "cpu-time", func(_ *deviceAgent, c *Config) {
+		c.Limits = config.Limits{Priority: config.Priority{CPUTimeS: 1}}
+	})
+	srv, reg := a.srv, a.reg
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	stop, ran := a.start(t, ctx)
 	id, err := srv.Enqueue(reg.DeviceID, "busy_loop", map[string]any{}, refserver.EnqueueOptions{DeadlineMS: 120_000})
 	if err != nil {
 		t.Fatal(err)

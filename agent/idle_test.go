@@ -2,16 +2,11 @@ package agent
 
 import (
 	"context"
-	"log/slog"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/examples"
-	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/refserver"
-	"github.com/metnos/agent/sandbox"
 )
 
 // idler is an agent whose Config.OnIdle reports, on idle, whether the
@@ -29,26 +24,19 @@ type idler struct {
 
 func startIdler(t *testing.T, block, beat time.Duration) *idler {
 	t.Helper()
-	srv, url, dir, lay, key, reg := pairedDevice(t, examples.Executors, "idler")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	d := &idler{srv: srv, device: reg.DeviceID, idle: make(chan bool, 10), logs: &syncBuffer{}, ctx: ctx}
-	a, err := New(Config{Layout: lay, Client: client.New(url, key, reg.DeviceID, nil),
-		Host:   policy.Host{Home: dir, UID: os.Getuid(), AgentDataDirs: lay.AgentDirs()},
-		Python: os.Getenv("METNOS_PYTHON"), Path: os.Getenv("PATH"),
-		Sandbox: sandbox.Options{SearchPath: os.Getenv("PATH"), Bwrap: os.Getenv("METNOS_BWRAP")},
-		Logger:  slog.New(slog.NewTextHandler(d.logs, nil)), Block: block, HeartbeatEvery: beat,
-		OnIdle: func() {
-			info, _ := srv.Device(reg.DeviceID)
+	d := &idler{idle: make(chan bool, 10), ctx: ctx}
+	a := newDeviceAgent(t, examples.Executors, "idler", func(a *deviceAgent, c *Config) {
+		c.Block, c.HeartbeatEvery = block, beat
+		c.OnIdle = func() {
+			info, _ := a.srv.Device(a.reg.DeviceID)
 			d.idle <- !info.LastPoll.IsZero()
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	ran := make(chan error, 1)
-	go func() { ran <- a.Run(ctx) }()
-	d.stop = func() error { cancel(); return <-ran }
+		}
+	})
+	d.srv, d.device, d.logs = a.srv, a.reg.DeviceID, a.logs
+	stop, ran := a.start(t, ctx)
+	d.stop = func() error { stop(); return <-ran }
 	return d
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,10 +11,8 @@ import (
 	"time"
 
 	"github.com/metnos/agent/audit"
-	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/examples"
 	"github.com/metnos/agent/internal/config"
-	"github.com/metnos/agent/internal/layout"
 	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/refserver"
 	"github.com/metnos/agent/sandbox"
@@ -25,36 +22,28 @@ import (
 // limitsAgent is an agent of a paired device whose owner's limits file
 // says file (none when ""), read as `run` reads it, and which reads it
 // again as `run` does.
-func limitsAgent(t *testing.T, file string) (*Agent, *refserver.Server, wire.Registration, layout.Layout, string, *syncBuffer) {
+func limitsAgent(t *testing.T, file string) *deviceAgent {
 	t.Helper()
-	srv, url, dir, lay, key, reg := pairedDevice(t, examples.Executors, "limits")
-	path := lay.Limits()
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if file != "" {
-		if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+	d := newDeviceAgent(t, examples.Executors, "limits", func(d *deviceAgent, c *Config) {
+		path := d.lay.Limits()
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			t.Fatal(err)
 		}
-	}
-	load := func() (config.Limits, policy.Host, error) {
-		lim, err := config.LoadLimits(path, dir, config.Config{})
-		return lim, policy.Host{Home: dir, UID: os.Getuid(), AgentDataDirs: lay.AgentDirs(), Never: lim.Never}, err
-	}
-	lim, host, err := load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncBuffer{}
-	a, err := New(Config{Layout: lay, Client: client.New(url, key, reg.DeviceID, nil), Host: host, Limits: lim, ReloadLimits: load,
-		Python: os.Getenv("METNOS_PYTHON"), Path: os.Getenv("PATH"),
-		Sandbox: sandbox.Options{SearchPath: os.Getenv("PATH"), Bwrap: os.Getenv("METNOS_BWRAP")},
-		Logger:  slog.New(slog.NewTextHandler(logs, nil)), Block: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	return a, srv, reg, lay, dir, logs
+		if file != "" {
+			if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.ReloadLimits = func() (config.Limits, policy.Host, error) {
+			lim, err := config.LoadLimits(path, d.dir, config.Config{})
+			return lim, policy.Host{Home: d.dir, UID: os.Getuid(), AgentDataDirs: d.lay.AgentDirs(), Never: lim.Never}, err
+		}
+		var err error
+		if c.Limits, c.Host, err = c.ReloadLimits(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	return d
 }
 
 // TestOwnerRefusesBeforeRun: what the owner's limits refuse is refused
@@ -87,7 +76,8 @@ func TestOwnerRefusesBeforeRun(t *testing.T) {
 			args: func(string) map[string]any { return map[string]any{"p": "~/Private"} }, rule: `never lists "~/Private"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			a, srv, reg, lay, dir, logs := limitsAgent(t, tt.file)
+			a := limitsAgent(t, tt.file)
+			srv, reg, lay, dir, logs := a.srv, a.reg, a.lay, a.dir, a.logs
 			out := filepath.Join(dir, "out.txt")
 			args := map[string]any{"files": []any{map[string]any{"path": out, "content": "made\n"}}}
 			if tt.args != nil {
@@ -155,7 +145,8 @@ func TestOwnerRefusesBeforeRun(t *testing.T) {
 // leaves the limits in force as they were; a touch without a change is
 // not recorded; the log still verifies.
 func TestLimitsChangesRecorded(t *testing.T) {
-	a, _, _, lay, _, logs := limitsAgent(t, "mode = \"full\"\n")
+	a := limitsAgent(t, "mode = \"full\"\n")
+	lay, logs := a.lay, a.logs
 	path := lay.Limits()
 	write := func(s string) {
 		t.Helper()

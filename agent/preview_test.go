@@ -24,7 +24,8 @@ func TestPreviewRunsWritersDry(t *testing.T) {
 		}
 		t.Skipf("a dry run needs bwrap, Landlock and seccomp: %s", c.BwrapError)
 	}
-	a, srv, reg, _, _, _ := limitsAgent(t, `mode = "preview"`)
+	a := limitsAgent(t, `mode = "preview"`)
+	srv, reg := a.srv, a.reg
 	// Outside /tmp, which the sandbox replaces by its own.
 	folder, err := os.MkdirTemp("/var/tmp", "metnos-preview-")
 	if err != nil {
@@ -36,12 +37,7 @@ func TestPreviewRunsWritersDry(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := a.Python(); err != nil {
-		t.Skipf("no Python for executors: %v", err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- a.Run(runCtx) }()
+	stop, ran := a.start(t, ctx)
 	t.Cleanup(func() { stop(); <-ran })
 
 	run := func(executor string, args map[string]any) map[string]any {

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -14,13 +13,9 @@ import (
 	"testing/fstest"
 	"time"
 
-	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/examples"
 	"github.com/metnos/agent/internal/layout"
-	"github.com/metnos/agent/pairing"
-	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/refserver"
-	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/undo"
 	"github.com/metnos/agent/wire"
 )
@@ -33,25 +28,13 @@ import (
 // and the agent is fetching the shim again (the server stalls it) when
 // the stop-now comes.
 func TestStopNowAfterTheRunEndedKeepsItsResult(t *testing.T) {
-	srv, url, dir, lay, key, reg := pairedDevice(t, examples.Executors, "stopper")
+	halt := make(chan struct{})
+	a := newDeviceAgent(t, examples.Executors, "stopper", func(_ *deviceAgent, c *Config) { c.Halt = halt })
+	srv, reg, lay, logs := a.srv, a.reg, a.lay, a.logs
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var logs syncBuffer
-	halt := make(chan struct{})
-	a, err := New(Config{Layout: lay, Client: client.New(url, key, reg.DeviceID, nil),
-		Host:   policy.Host{Home: dir, UID: os.Getuid(), AgentDataDirs: lay.AgentDirs()},
-		Python: os.Getenv("METNOS_PYTHON"), Path: os.Getenv("PATH"),
-		Sandbox: sandbox.Options{SearchPath: os.Getenv("PATH"), Bwrap: os.Getenv("METNOS_BWRAP")},
-		Logger:  slog.New(slog.NewTextHandler(&logs, nil)), Block: time.Second, Halt: halt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	if _, err := a.Python(); err != nil {
-		t.Skipf("no Python for executors: %v", err)
-	}
-	ran := make(chan error, 1)
-	go func() { ran <- a.Run(ctx) }()
+	stop, ran := a.start(t, ctx)
+	defer stop()
 
 	// A first run installs the shim.
 	first, err := srv.Enqueue(reg.DeviceID, "echo_args", map[string]any{"i": 1}, refserver.EnqueueOptions{})
@@ -187,27 +170,12 @@ func TestStopBudgetCutsRun(t *testing.T) {
 		{executor: "nap", class: wire.ClassInterrupted, payload: `{}`},
 	} {
 		t.Run(tc.executor, func(t *testing.T) {
-			srv, url, dir, lay, key, reg := pairedDevice(t, nappers, "budget-"+tc.executor)
+			a := newDeviceAgent(t, nappers, "budget-"+tc.executor, func(_ *deviceAgent, c *Config) { c.StopBudget = budget })
+			srv, reg, lay, dir, logs := a.srv, a.reg, a.lay, a.dir, a.logs
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			var logs syncBuffer
-			cfg := Config{Layout: lay, Client: client.New(url, key, reg.DeviceID, nil),
-				Host:   policy.Host{Home: dir, UID: os.Getuid(), AgentDataDirs: lay.AgentDirs()},
-				Python: os.Getenv("METNOS_PYTHON"), Path: os.Getenv("PATH"),
-				Sandbox: sandbox.Options{SearchPath: os.Getenv("PATH"), Bwrap: os.Getenv("METNOS_BWRAP")},
-				Logger:  slog.New(slog.NewTextHandler(&logs, nil)), Block: time.Second, StopBudget: budget}
-			a, err := New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { a.Close() })
-			if _, err := a.Python(); err != nil {
-				t.Skipf("no Python for executors: %v", err)
-			}
-			runCtx, stop := context.WithCancel(ctx)
+			stop, ran := a.start(t, ctx)
 			defer stop()
-			ran := make(chan error, 1)
-			go func() { ran <- a.Run(runCtx) }()
 
 			work := filepath.Join(dir, "work")
 			if err := os.MkdirAll(work, 0o700); err != nil {
@@ -322,6 +290,7 @@ func TestStopBudgetCutsRun(t *testing.T) {
 			// A restart: the run is settled, neither run again nor
 			// reported unknown.
 			var again syncBuffer
+			cfg := a.cfg
 			cfg.Logger = slog.New(slog.NewTextHandler(&again, nil))
 			b, err := New(cfg)
 			if err != nil {
@@ -417,41 +386,4 @@ func TestDeliveryEnd(t *testing.T) {
 			}
 		})
 	}
-}
-
-// pairedDevice starts a reference server on loopback serving execs (and
-// the example shim) and pairs a new device called name with it, its
-// layout in a temporary folder dir: the server, its URL, dir, the
-// layout, the device key and the registration.
-func pairedDevice(t *testing.T, execs fs.FS, name string) (*refserver.Server, string, string, layout.Layout, ed25519.PrivateKey, wire.Registration) {
-	t.Helper()
-	srv, err := refserver.New(refserver.Config{Executors: execs, Shim: examples.Shim, PollCheck: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	url, err := srv.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	dir := t.TempDir()
-	lay := layout.Layout{Data: filepath.Join(dir, "data"), Cache: filepath.Join(dir, "cache"), Home: dir}
-	key, err := pairing.LoadOrCreateKey(lay)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := srv.IssueToken(name, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	reg, err := client.New(url, key, "", nil).Register(ctx, tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pairing.SaveState(lay, pairing.State{DeviceID: &reg.DeviceID, ServerURL: &url, ServerPublicKey: reg.ServerPublicKey}); err != nil {
-		t.Fatal(err)
-	}
-	return srv, url, dir, lay, key, reg
 }

@@ -20,11 +20,8 @@ import (
 	"github.com/zeebo/blake3"
 
 	"github.com/metnos/agent/agent/internal/result"
-	"github.com/metnos/agent/client"
 	"github.com/metnos/agent/internal/layout"
-	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/refserver"
-	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/undo"
 	"github.com/metnos/agent/wire"
 )
@@ -224,25 +221,11 @@ print(json.dumps({"ok": True, "results": [{"path": args["path"], "created": True
 // the log line all say ok=false, result_too_large, and a local undo
 // removes the file the run made.
 func TestTooLargeResultHandled(t *testing.T) {
-	srv, url, dir, lay, key, reg := pairedDevice(t, bigWrite, "too-large")
+	a := newDeviceAgent(t, bigWrite, "too-large", nil)
+	srv, reg, dir, lay, logs := a.srv, a.reg, a.dir, a.lay, a.logs
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var logs syncBuffer
-	a, err := New(Config{Layout: lay, Client: client.New(url, key, reg.DeviceID, nil),
-		Host:   policy.Host{Home: dir, UID: os.Getuid(), AgentDataDirs: lay.AgentDirs()},
-		Python: os.Getenv("METNOS_PYTHON"), Path: os.Getenv("PATH"),
-		Sandbox: sandbox.Options{SearchPath: os.Getenv("PATH"), Bwrap: os.Getenv("METNOS_BWRAP")},
-		Logger:  slog.New(slog.NewTextHandler(&logs, nil)), Block: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	if _, err := a.Python(); err != nil {
-		t.Skipf("no Python for executors: %v", err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() { ran <- a.Run(runCtx) }()
+	stop, ran := a.start(t, ctx)
 
 	out := filepath.Join(dir, "out")
 	made := filepath.Join(out, "made.txt")

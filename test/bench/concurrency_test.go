@@ -5,7 +5,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +13,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/metnos/agent/examples"
@@ -22,35 +20,8 @@ import (
 	"github.com/metnos/agent/pairing"
 	"github.com/metnos/agent/refserver"
 	"github.com/metnos/agent/testkit/testbin"
+	"github.com/metnos/agent/testkit/testexec"
 )
-
-// holdExecutor writes into the folder it is given and waits there for a
-// file named release: a long executor holding a write grant, which ends
-// when the bench says, not at a clock.
-var holdExecutor = fstest.MapFS{
-	"hold/manifest.toml": {Data: []byte(`name = "hold"
-description = "Bench executor: holds a write grant on a folder until a release file appears in it."
-
-[code]
-files = ["hold.py"]
-digest = "sha256:0"
-
-[[capabilities]]
-name = "fs:write"
-hint = []
-
-[placement]
-min_sandbox = "job-object"
-`)},
-	"hold/hold.py": {Data: []byte(`import json, os, sys, time
-args = json.loads(sys.stdin.read() or "{}")
-folder = args["folder"]
-open(os.path.join(folder, "started"), "w").close()
-while not os.path.exists(os.path.join(folder, "release")):
-    time.sleep(0.02)
-print(json.dumps({"ok": True, "entries": []}))
-`)},
-}
 
 // TestConcurrency measures what issue 30 is about, with metnos-agent as
 // a real process polling the reference server on loopback:
@@ -80,16 +51,7 @@ func TestConcurrency(t *testing.T) {
 	if err := testbin.Build(dir, "-trimpath", "-ldflags=-s -w"); err != nil {
 		t.Fatal(err)
 	}
-	execs := fstest.MapFS{}
-	for _, fsys := range []fs.FS{examples.Executors, holdExecutor} {
-		fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
-			if err == nil && !d.IsDir() {
-				b, _ := fs.ReadFile(fsys, p)
-				execs[p] = &fstest.MapFile{Data: b, Mode: 0o644}
-			}
-			return err
-		})
-	}
+	execs := testexec.Merge(t, examples.Executors, testexec.Hold)
 	srv, err := refserver.New(refserver.Config{Executors: execs, Shim: examples.Shim, PollCheck: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -169,13 +131,13 @@ func TestConcurrency(t *testing.T) {
 		claimDone()
 	}
 	os.WriteFile(filepath.Join(long, "release"), nil, 0o644)
-	wait(enqueue("hold", map[string]any{"folder": long}, 600000)) // warm hold
-	os.Remove(filepath.Join(long, "started"))
+	wait(enqueue("hold", map[string]any{"folder": long, "wait_for": "release"}, 600000)) // warm hold
+	os.Remove(filepath.Join(long, "started-x"))
 	os.Remove(filepath.Join(long, "release"))
 	idle := measure(nShort)
-	holdID := enqueue("hold", map[string]any{"folder": long}, 600000)
+	holdID := enqueue("hold", map[string]any{"folder": long, "wait_for": "release"}, 600000)
 	for {
-		if _, err := os.Stat(filepath.Join(long, "started")); err == nil {
+		if _, err := os.Stat(filepath.Join(long, "started-x")); err == nil {
 			break
 		}
 		if info, _ := srv.Invocation(holdID); info.ResultBody != nil {

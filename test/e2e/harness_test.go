@@ -20,7 +20,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/metnos/agent/examples"
@@ -28,6 +27,7 @@ import (
 	"github.com/metnos/agent/refserver"
 	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/testkit/testbin"
+	"github.com/metnos/agent/testkit/testexec"
 	"github.com/metnos/agent/wire"
 )
 
@@ -50,23 +50,7 @@ func TestMain(m *testing.M) {
 // executorsFS is the sample executors and the test ones, as one tree.
 func executorsFS(t *testing.T) fs.FS {
 	t.Helper()
-	out := fstest.MapFS{}
-	add := func(fsys fs.FS) {
-		err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			b, err := fs.ReadFile(fsys, p)
-			out[p] = &fstest.MapFile{Data: b, Mode: 0o644}
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	add(examples.Executors)
-	add(os.DirFS("testdata/executors"))
-	return out
+	return testexec.Merge(t, examples.Executors, os.DirFS("testdata/executors"), testexec.Hold)
 }
 
 // world is one reference server, a switchable proxy in front of it, and
