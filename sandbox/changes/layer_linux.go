@@ -321,11 +321,12 @@ func hardLinks(ls []Layer, items []item, touched map[string]bool) ([]item, error
 			if !d.Type().IsRegular() {
 				return nil
 			}
-			e, err := lstat(p)
-			if err != nil {
+			// Only the inode is wanted: no file is read (lstat hashes).
+			var st unix.Stat_t
+			if err := unix.Lstat(p, &st); err != nil {
 				return nil
 			}
-			if k := (key{e.Dev, e.Ino}); want[k] {
+			if k := (key{uint64(st.Dev), st.Ino}); want[k] {
 				names[k] = append(names[k], p)
 				listed[p] = !l.Unlisted
 			}
