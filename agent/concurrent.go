@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/metnos/agent/agent/internal/result"
@@ -25,6 +27,10 @@ type job struct {
 	// known only then).
 	claimed   time.Time
 	preparing bool
+	// readyAt is when its preparation sent what it made: from then on
+	// it waits only for conflicting runs, and that wait is taken from
+	// its deadline when it starts (see Agent.start).
+	readyAt time.Time
 	// ends is how many runs had ended (Agent.ends) when its
 	// preparation began: when more have since, what they changed on
 	// disk may change its grants, which are derived again before it
@@ -52,6 +58,11 @@ type footprint struct {
 	// readable.
 	all, rootRead bool
 	own           string
+	// alone: the run's sandbox is one identity shared by every run of
+	// this device (Windows' AppContainer, whose ACL entries name the
+	// device's one container): two runs at once would each have the
+	// other's grants, so it runs alone.
+	alone bool
 }
 
 // footprintOf is the footprint of inv's run under policy p. A dry run
@@ -60,9 +71,11 @@ type footprint struct {
 // write, counts as the executor's own: two runs of one executor that
 // writes (its manifest declares fs:write) share it, runs of other
 // executors do not wait for it.
-func footprintOf(inv *invocation, p policy.Policy) footprint {
+// shared says the device's sandbox gives all runs one identity (see
+// footprint.alone).
+func footprintOf(inv *invocation, p policy.Policy, shared bool) footprint {
 	dry := inv.dryBy != ""
-	fp := footprint{all: p.RootWritable && !dry, rootRead: p.RootReadable || (p.RootWritable && dry)}
+	fp := footprint{all: p.RootWritable && !dry, rootRead: p.RootReadable || (p.RootWritable && dry), alone: shared}
 	for _, g := range p.Grants {
 		if g.Own {
 			continue
@@ -86,9 +99,9 @@ func (f footprint) writer() bool { return f.all || len(f.writes) > 0 || f.own !=
 // may write contains, or lies inside, a tree the other may read or
 // write (a whole writable root conflicts with every run, a whole
 // readable one with every writer), or both write the same executor's
-// own data.
+// own data, or either runs alone.
 func conflicts(a, b footprint) bool {
-	if a.all || b.all {
+	if a.all || b.all || a.alone || b.alone {
 		return true
 	}
 	if (a.rootRead && b.writer()) || (b.rootRead && a.writer()) {
@@ -101,12 +114,15 @@ func conflicts(a, b footprint) bool {
 }
 
 // writesInto reports whether a tree w may write overlaps one that r
-// may read or write.
+// may read or write. On macOS and Windows, whose file systems ignore
+// case by default, paths are compared case-folded (a conflict too many
+// on a volume that does not: never one too few).
 func writesInto(w, r footprint) bool {
 	for _, p := range w.writes {
+		p = foldCase(p)
 		for _, lists := range [][]string{r.writes, r.reads} {
 			for _, q := range lists {
-				if fspath.Within(p, q) || fspath.Within(q, p) {
+				if q = foldCase(q); fspath.Within(p, q) || fspath.Within(q, p) {
 					return true
 				}
 			}
@@ -147,6 +163,7 @@ func (a *Agent) prepared(pr prepared) {
 	j.preparing = false
 	if pr.p != nil {
 		j.req, j.shimDir, j.fp = pr.p.req, pr.p.shimDir, pr.p.fp
+		j.readyAt = time.Now()
 		return
 	}
 	if i := slices.Index(a.queue, j); i >= 0 {
@@ -174,9 +191,9 @@ func (a *Agent) claimed(id string) bool {
 }
 
 // schedule starts, in the order they came, the queued jobs that may
-// start (see ready). Once the agent is to stop now, or the stop budget
-// cut the runs, a queued job is not started: it has no STARTED marker
-// and no result, and the server hands it out again at its deadline.
+// start (see ready). Once the agent is asked to stop, a queued job is
+// not started: it has no STARTED marker and no result, and the server
+// hands it out again at its deadline.
 func (a *Agent) schedule(ctx context.Context, done chan<- ran) {
 	for i := 0; i < len(a.queue); {
 		j := a.queue[i]
@@ -185,7 +202,7 @@ func (a *Agent) schedule(ctx context.Context, done chan<- ran) {
 			i++
 			continue
 		}
-		if a.halt.Err() != nil || a.cut.Err() != nil {
+		if ctx.Err() != nil || a.halt.Err() != nil || a.cut.Err() != nil {
 			j.inv.log.Warn("stopping: this invocation waited for a conflicting run and was not started; the server hands it out again")
 			a.queue = append(a.queue[:i], a.queue[i+1:]...)
 			continue
@@ -195,10 +212,7 @@ func (a *Agent) schedule(ctx context.Context, done chan<- ran) {
 			// the server has given up on it, and it is not started
 			// late (no STARTED marker: nothing ran).
 			a.queue = append(a.queue[:i], a.queue[i+1:]...)
-			r := result.Timeout("none")
-			r.Error = fmt.Sprintf("deadline exceeded: not run; the invocation waited its whole deadline of %s for other runs of this device that write where it reads or writes", j.inv.limit)
-			j.inv.log.Warn("not started: its deadline went by while it waited for conflicting runs")
-			a.finish(j.inv, r)
+			a.finish(j.inv, waitedPastDeadline(j.inv))
 			j.inv.spans.log(j.inv.log, nil)
 			continue
 		}
@@ -233,6 +247,17 @@ func (a *Agent) schedule(ctx context.Context, done chan<- ran) {
 	}
 }
 
+// waitedPastDeadline is the result of an invocation not started
+// because its deadline went by (or all but a second of it) while it
+// waited for conflicting runs: the server has given up on it, and it is
+// not started late (no STARTED marker: nothing ran).
+func waitedPastDeadline(inv *invocation) result.Result {
+	r := result.Timeout("none")
+	r.Error = fmt.Sprintf("deadline exceeded: not run; the invocation waited its deadline of %s for other runs of this device that write where it reads or writes", inv.limit)
+	inv.log.Warn("not started: its deadline went by while it waited for conflicting runs")
+	return r
+}
+
 // refresh builds a queued job's sandbox request again, and its
 // footprint, from the disk as it is now.
 func (a *Agent) refresh(j *job) error {
@@ -240,7 +265,7 @@ func (a *Agent) refresh(j *job) error {
 	if err != nil {
 		return err
 	}
-	j.req, j.fp, j.ends = req, footprintOf(j.inv, req.Policy), a.ends
+	j.req, j.fp, j.ends = req, footprintOf(j.inv, req.Policy, a.sharedIdentity()), a.ends
 	return nil
 }
 
@@ -315,4 +340,19 @@ func (a *Agent) slots() int {
 // once; safe from any goroutine.
 func (a *Agent) InFlight() (running, limit int) {
 	return int(a.inFlight.Load()), int(a.limit.Load())
+}
+
+// sharedIdentity reports whether this device's sandbox runs every
+// invocation under one identity whose grants are the union of the runs
+// under way: Windows' AppContainer rung, whose file grants are ACL
+// entries for the device's one container. Runs there go one at a time.
+func (a *Agent) sharedIdentity() bool { return a.best == sandbox.WordAppContainer }
+
+// foldCase is p lower-cased where file systems ignore case by default
+// (macOS, Windows), p itself elsewhere.
+func foldCase(p string) string {
+	if runtime.GOOS == "darwin" || runtime.GOOS == "windows" {
+		return strings.ToLower(p)
+	}
+	return p
 }

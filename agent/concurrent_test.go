@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/metnos/agent/examples"
+	"github.com/metnos/agent/policy"
 	"github.com/metnos/agent/refserver"
+	"github.com/metnos/agent/sandbox"
 	"github.com/metnos/agent/testkit/testexec"
 )
 
@@ -40,12 +42,36 @@ func TestConflicts(t *testing.T) {
 		{"two executors' own data", footprint{own: "organize_photos"}, footprint{own: "write_files"}, false},
 		{"a readable root and a writer of its own data only", footprint{rootRead: true}, footprint{own: "write_files"}, true},
 		{"no grants at all", footprint{}, footprint{}, false},
+		{"one identity for every run (Windows' AppContainer)", footprint{alone: true}, footprint{alone: true}, true},
+		{"one identity, readers of disjoint trees", footprint{alone: true, reads: []string{"/h/a"}}, footprint{alone: true, reads: []string{"/h/b"}}, true},
 	} {
 		if got := conflicts(tc.a, tc.b); got != tc.want {
 			t.Errorf("%s: conflicts = %v, want %v", tc.name, got, tc.want)
 		}
 		if got := conflicts(tc.b, tc.a); got != tc.want {
 			t.Errorf("%s (the other way): conflicts = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestSharedIdentityRunsAlone: where the device's sandbox is Windows'
+// AppContainer, one container for every run, each run's footprint says
+// it runs alone; elsewhere it does not.
+func TestSharedIdentityRunsAlone(t *testing.T) {
+	inv := &invocation{}
+	for _, tc := range []struct {
+		best string
+		want bool
+	}{
+		{sandbox.WordAppContainer, true},
+		{"job-object+low-integrity", false},
+		{"job-object", false},
+		{"bwrap+landlock+seccomp", false},
+		{"seatbelt", false},
+	} {
+		a := &Agent{best: tc.best}
+		if got := footprintOf(inv, policy.Policy{}, a.sharedIdentity()).alone; got != tc.want {
+			t.Errorf("sandbox %q: alone = %v, want %v", tc.best, got, tc.want)
 		}
 	}
 }

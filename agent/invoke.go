@@ -258,7 +258,7 @@ func (a *Agent) prepare(ctx context.Context, inv *invocation) (*job, result.Resu
 		return nil, result.DeviceError(err), true
 	}
 	inv.spans.mark("request")
-	return &job{inv: inv, req: req, shimDir: shimDir, fp: footprintOf(inv, req.Policy)}, result.Result{}, false
+	return &job{inv: inv, req: req, shimDir: shimDir, fp: footprintOf(inv, req.Policy, a.sharedIdentity())}, result.Result{}, false
 }
 
 // start starts a prepared job, on the Run goroutine: it checks the
@@ -272,6 +272,18 @@ func (a *Agent) start(ctx context.Context, j *job, done chan<- ran) bool {
 		a.finish(inv, r)
 		inv.spans.log(inv.log, inv.timing)
 		return false
+	}
+	// What the job waited for conflicting runs is taken from its
+	// deadline (the server counts it from the hand-out): its sandbox
+	// and its watchdog get what is left, and it is not started with
+	// less than a second.
+	if waited := time.Since(j.readyAt); !j.readyAt.IsZero() && waited > 0 {
+		if inv.limit-waited < time.Second {
+			return fail(waitedPastDeadline(inv))
+		}
+		inv.limit -= waited
+		j.req.Limits.Timeout = inv.limit
+		req = j.req
 	}
 	// A backup blob the run would restore must still be the bytes it
 	// was named after.

@@ -30,6 +30,11 @@ const (
 	wordJobObject = "job-object"
 )
 
+// WordAppContainer is the sandbox word of a run in this device's
+// AppContainer (Windows): the one container every run of the device
+// shares, whose file grants are ACL entries for it.
+const WordAppContainer = wordAppContainer
+
 // winRung is one rung of the Windows backend.
 type winRung int
 

@@ -258,9 +258,11 @@ func TestKillWithRunsInFlight(t *testing.T) {
 }
 
 // TestStopWithRunsInFlight: SIGTERM while several runs go on. Without
-// a stop budget, every run finishes and its result is delivered; with
-// one, the long runs are all cut at half of it and their results (which
-// say so) delivered, once each, and the agent exits 0 within it.
+// a stop budget, every run finishes and its result is delivered, and
+// an invocation claimed but waiting for a conflicting run is not
+// started (no result: the server hands it out again); with one, the
+// long runs are all cut at half of it and their results (which say so)
+// delivered, once each, and the agent exits 0 within it.
 func TestStopWithRunsInFlight(t *testing.T) {
 	t.Run("drain", func(t *testing.T) {
 		w := newWorld(t)
@@ -277,6 +279,13 @@ func TestStopWithRunsInFlight(t *testing.T) {
 		waitFile(t, filepath.Join(a, "started-a"), 60*time.Second)
 		waitFile(t, filepath.Join(b, "started-b"), 60*time.Second)
 		waitLog(t, p, `msg="starting beside other runs" invocation=`+ids[2], 1)
+		// A second writer of a: claimed, it waits for the first.
+		queued := w.enqueue("hold", map[string]any{"folder": a, "tag": "queued"}, refserver.EnqueueOptions{DeadlineMS: 120000})
+		waitFor(t, 30*time.Second, "the second writer of a is claimed", func() bool {
+			info, _ := w.srv.Invocation(queued)
+			return info.Deliveries > 0
+		})
+		time.Sleep(300 * time.Millisecond) // prepared: its executor is cached
 		p.cmd.Process.Signal(syscall.SIGTERM)
 		// Stopping, the agent waits for all three: let the one that
 		// waits for the test end.
@@ -293,6 +302,15 @@ func TestStopWithRunsInFlight(t *testing.T) {
 		}
 		if n := len(w.spooled(t)); n != 0 {
 			t.Errorf("%d results left in the spool", n)
+		}
+		if _, err := os.Stat(filepath.Join(a, "started-queued")); err == nil {
+			t.Error("the writer that waited for a conflicting run was started after the stop request")
+		}
+		if info, _ := w.srv.Invocation(queued); info.ResultPosts != 0 {
+			t.Errorf("the writer not started was answered (%s): the server would not hand it out again", info.ResultBody)
+		}
+		if !logHas(p, "stopping: this invocation waited for a conflicting run and was not started") {
+			t.Error("the agent's log does not say the waiting writer was not started")
 		}
 	})
 	t.Run("budget", func(t *testing.T) {
@@ -396,4 +414,41 @@ func TestWaitedPastDeadline(t *testing.T) {
 	if code, out := w.cli("audit", "verify"); code != 0 || !strings.Contains(out, "intact") {
 		t.Errorf("audit log: %d %s", code, out)
 	}
+}
+
+// TestWaitTakenFromDeadline: a writer that waited for a conflicting run
+// gets what is left of its deadline when it starts, not the whole of it
+// again: with a 6 s deadline, 3 s of it spent waiting, a run of 4 s is
+// cut at its deadline, which it would not be with 6 s.
+func TestWaitTakenFromDeadline(t *testing.T) {
+	w := newWorld(t, shortGrace)
+	w.pair()
+	photos := filepath.Join(w.work, "Photos")
+	os.MkdirAll(photos, 0o755)
+	p := startSideBySide(w)
+	long := w.enqueue("hold", map[string]any{"folder": photos, "tag": "first", "wait_for": "release"}, refserver.EnqueueOptions{DeadlineMS: 180000})
+	waitFile(t, filepath.Join(photos, "started-first"), 60*time.Second)
+	// touch_once fetched and cached, in a folder of its own (w.work
+	// holds Photos: it would wait for the holder).
+	warm := filepath.Join(w.work, "Warm")
+	os.MkdirAll(warm, 0o755)
+	if r := result(t, w.wait(w.enqueue("touch_once", map[string]any{"folder": warm, "tag": "warm"}, refserver.EnqueueOptions{}))); r["ok"] != true {
+		t.Fatalf("touch_once beside the holder: %v", r)
+	}
+	queued := w.enqueue("touch_once", map[string]any{"folder": photos, "tag": "queued", "sleep_ms": 4000}, refserver.EnqueueOptions{DeadlineMS: 6000})
+	waitFor(t, 30*time.Second, "the second writer is claimed", func() bool {
+		info, _ := w.srv.Invocation(queued)
+		return info.Deliveries > 0
+	})
+	time.Sleep(3 * time.Second)
+	os.WriteFile(filepath.Join(photos, "release"), nil, 0o644)
+	w.wait(long)
+	r := result(t, w.wait(queued))
+	if r["ok"] != false || r["error_class"] != "timeout" {
+		t.Errorf("the writer that waited 3 s of its 6 s deadline and runs 4 s: %v, want a timeout", r)
+	}
+	if ms, _ := r["elapsed_ms"].(float64); ms >= 4000 {
+		t.Errorf("it ran %.0f ms, its whole sleep: the wait was not taken from its deadline", ms)
+	}
+	p.stop(t)
 }
